@@ -1,0 +1,231 @@
+//! The I/O pipeline between object trees and vdevs.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use tarn_vdev::TopVdev;
+
+use crate::alloc::{Allocator, Extent};
+use crate::bp::{checksum_code, compression_code, BlockPtr, Dva, COMP_OFF, MAX_COPIES};
+use crate::{checksum, compress, ChecksumKind, Compression};
+
+#[derive(Debug, thiserror::Error)]
+pub enum BlockError {
+    #[error("out of space")]
+    NoSpace,
+    #[error("block at {where_}: {what}")]
+    Corrupt { where_: String, what: String },
+    #[error("write failed: {0}")]
+    Write(String),
+}
+
+/// How to write one block.
+#[derive(Copy, Clone, Debug)]
+pub struct WriteSpec {
+    pub compression: Compression,
+    pub checksum: ChecksumKind,
+    pub copies: u8,
+    pub level: u8,
+    pub otype: u8,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct CacheKey {
+    vdev: u32,
+    offset: u64,
+    birth: u64,
+}
+
+#[derive(Clone)]
+struct ByteWeighter;
+impl quick_cache::Weighter<CacheKey, Arc<Vec<u8>>> for ByteWeighter {
+    fn weight(&self, _k: &CacheKey, v: &Arc<Vec<u8>>) -> u64 {
+        v.len() as u64 + 64
+    }
+}
+
+type BlockCache = quick_cache::sync::Cache<CacheKey, Arc<Vec<u8>>, ByteWeighter>;
+
+pub struct BlockIo {
+    tops: Vec<Arc<TopVdev>>,
+    pub alloc: Mutex<Allocator>,
+    cache: Mutex<Arc<BlockCache>>,
+    /// Physical sizes are multiples of this (the largest sector of any vdev).
+    unit: u64,
+    /// Blocks no copy of which could be read back correctly.
+    pub data_errors: AtomicU64,
+}
+
+fn new_cache(bytes: u64) -> Arc<BlockCache> {
+    let items = (bytes / 8192).max(1024) as usize;
+    Arc::new(quick_cache::sync::Cache::with_weighter(items, bytes.max(1 << 20), ByteWeighter))
+}
+
+impl BlockIo {
+    pub fn new(tops: Vec<Arc<TopVdev>>, alloc: Allocator, cache_bytes: u64) -> BlockIo {
+        let unit = tops.iter().map(|t| t.sector()).max().unwrap_or(512);
+        BlockIo { tops, alloc: Mutex::new(alloc), cache: Mutex::new(new_cache(cache_bytes)), unit, data_errors: AtomicU64::new(0) }
+    }
+
+    pub fn set_cache_size(&self, bytes: u64) {
+        *self.cache.lock() = new_cache(bytes);
+    }
+
+    pub fn tops(&self) -> &[Arc<TopVdev>] {
+        &self.tops
+    }
+
+    pub fn unit(&self) -> u64 {
+        self.unit
+    }
+
+    /// Physical size for `len` bytes of payload.
+    pub fn psize_for(&self, len: usize) -> u64 {
+        (len as u64).div_ceil(self.unit).max(1) * self.unit
+    }
+
+    /// Allocate `copies` DVAs for a physical block of `psize` bytes, on
+    /// distinct top-level vdevs where there are enough of them.
+    pub fn allocate(&self, psize: u64, copies: u8) -> Result<Vec<Dva>, BlockError> {
+        let mut a = self.alloc.lock();
+        let mut dvas: Vec<Dva> = Vec::new();
+        for _ in 0..copies.clamp(1, MAX_COPIES as u8) {
+            let avoid: Vec<u32> = dvas.iter().map(|d| d.vdev).collect();
+            let e = a
+                .alloc(&|v| self.tops[v].alloc_size(psize), &|v| self.tops[v].sector(), &avoid)
+                .ok_or(BlockError::NoSpace)?;
+            dvas.push(Dva { vdev: e.vdev, asize: e.len as u32, offset: e.offset });
+        }
+        Ok(dvas)
+    }
+
+    /// Write one block; returns its pointer. All-zero data with compression
+    /// on becomes a hole, as in ZFS.
+    pub fn write(&self, data: &[u8], spec: WriteSpec, birth: u64) -> Result<BlockPtr, BlockError> {
+        if spec.compression != Compression::Off && data.iter().all(|&b| b == 0) {
+            return Ok(BlockPtr::HOLE);
+        }
+        let (code, mut phys) = match compress::compress(spec.compression, data) {
+            Some(z) => (compression_code(spec.compression), z),
+            None => (COMP_OFF, data.to_vec()),
+        };
+        let psize = self.psize_for(phys.len());
+        phys.resize(psize as usize, 0);
+        let dvas = self.allocate(psize, spec.copies)?;
+        let mut bp = BlockPtr::HOLE;
+        bp.ndva = dvas.len() as u8;
+        for (i, d) in dvas.iter().enumerate() {
+            bp.dva[i] = *d;
+        }
+        bp.lsize = data.len() as u32;
+        bp.psize = psize as u32;
+        bp.birth = birth;
+        bp.fill = 1;
+        bp.compression = code;
+        bp.checksum_kind = checksum_code(spec.checksum);
+        bp.level = spec.level;
+        bp.otype = spec.otype;
+        bp.checksum = checksum::compute(spec.checksum, &phys);
+        self.write_phys(&bp, &phys)?;
+        Ok(bp)
+    }
+
+    /// Write an already-formed physical block to every DVA of `bp`.
+    pub fn write_phys(&self, bp: &BlockPtr, phys: &[u8]) -> Result<(), BlockError> {
+        let mut failures = Vec::new();
+        for d in bp.dvas() {
+            let top = self.tops.get(d.vdev as usize).ok_or_else(|| BlockError::Write(format!("no vdev {}", d.vdev)))?;
+            if let Err(e) = top.write(d.offset, phys) {
+                failures.push(e.to_string());
+            }
+        }
+        if failures.len() == bp.dvas().len() {
+            return Err(BlockError::Write(failures.join("; ")));
+        }
+        Ok(())
+    }
+
+    fn key(bp: &BlockPtr) -> CacheKey {
+        CacheKey { vdev: bp.dva[0].vdev, offset: bp.dva[0].offset, birth: bp.birth }
+    }
+
+    /// Read, verify and decompress a block (through the cache).
+    pub fn read(&self, bp: &BlockPtr) -> Result<Arc<Vec<u8>>, BlockError> {
+        let cache = self.cache.lock().clone();
+        let key = Self::key(bp);
+        if let Some(v) = cache.get(&key) {
+            return Ok(v);
+        }
+        let data = Arc::new(self.read_uncached(bp)?);
+        cache.insert(key, data.clone());
+        Ok(data)
+    }
+
+    /// Drop a block from the cache (it was freed).
+    pub fn evict(&self, bp: &BlockPtr) {
+        self.cache.lock().remove(&Self::key(bp));
+    }
+
+    /// Read a physical block from the first copy that verifies; rewrite
+    /// copies found bad. Returns the verified physical bytes.
+    pub fn read_phys(&self, bp: &BlockPtr) -> Result<Vec<u8>, BlockError> {
+        let kind = bp.checksum_kind().ok_or_else(|| BlockError::Corrupt { where_: "bp".into(), what: "checksum kind".into() })?;
+        let verify = |buf: &[u8]| checksum::compute(kind, buf) == bp.checksum;
+        let mut bad: Vec<Dva> = Vec::new();
+        let mut errors = Vec::new();
+        for d in bp.dvas() {
+            let Some(top) = self.tops.get(d.vdev as usize) else {
+                errors.push(format!("no vdev {}", d.vdev));
+                continue;
+            };
+            match top.read(d.offset, bp.psize as u64, &verify) {
+                Ok(out) => {
+                    for b in &bad {
+                        if let Some(t) = self.tops.get(b.vdev as usize) {
+                            let _ = t.write(b.offset, &out.data);
+                        }
+                    }
+                    return Ok(out.data);
+                }
+                Err(e) => {
+                    errors.push(format!("vdev {} offset {}: {e}", d.vdev, d.offset));
+                    bad.push(*d);
+                }
+            }
+        }
+        self.data_errors.fetch_add(1, Ordering::Relaxed);
+        Err(BlockError::Corrupt { where_: format!("{:?}", bp.dva[0]), what: errors.join("; ") })
+    }
+
+    pub fn read_uncached(&self, bp: &BlockPtr) -> Result<Vec<u8>, BlockError> {
+        let phys = self.read_phys(bp)?;
+        compress::decompress(bp.compression, &phys, bp.lsize as usize)
+            .map_err(|what| BlockError::Corrupt { where_: format!("{:?}", bp.dva[0]), what })
+    }
+
+    /// Free every copy of a block in txg `txg` (reusable after the defer window).
+    pub fn free(&self, bp: &BlockPtr, txg: u64) {
+        if bp.is_hole() {
+            return;
+        }
+        self.evict(bp);
+        let mut a = self.alloc.lock();
+        for d in bp.dvas() {
+            a.free(Extent { vdev: d.vdev, offset: d.offset, len: d.asize as u64 }, txg);
+        }
+    }
+
+    pub fn flush(&self) -> Result<(), BlockError> {
+        let mut failures = Vec::new();
+        for t in &self.tops {
+            if let Err(e) = t.flush() {
+                failures.push(e.to_string());
+            }
+        }
+        if !failures.is_empty() {
+            return Err(BlockError::Write(failures.join("; ")));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,19 @@
+//! Blocks: block pointers, the checksum and compression registries, the
+//! write and read pipelines, and space allocation with its on-disk log.
+//!
+//! Write: compress -> pad to sector -> checksum -> allocate copies on
+//! distinct vdevs -> write. Read: read a copy (the vdev verifies and repairs
+//! against the checksum) -> on failure try the next copy and rewrite the bad
+//! one -> decompress -> cache.
+pub mod alloc;
+pub mod bp;
+pub mod checksum;
+pub mod compress;
+pub mod io;
+pub mod props;
+pub mod spacemap;
+
+pub use alloc::{Allocator, Extent, DEFER_TXGS};
+pub use bp::{BlockPtr, Dva, BP_SIZE};
+pub use io::{BlockError, BlockIo, WriteSpec};
+pub use props::{ChecksumKind, Compression};

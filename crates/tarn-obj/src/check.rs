@@ -1,0 +1,166 @@
+//! The pool checker behind `tarn debug check`: walk every block pointer
+//! reachable from the newest uberblock, verify every checksum, and compare
+//! the space it references with what the allocator believes is allocated.
+
+use std::collections::BTreeMap;
+
+use tarn_block::{BlockPtr, Extent};
+
+use crate::format::{DnodePhys, ObjsetPhys, DNODE_SIZE};
+use crate::pool::{Shared, MOS_OBJSET_TABLE};
+use crate::tree::{self, block_err};
+use crate::{CheckReport, ObjError, Result};
+
+struct Walker<'a> {
+    s: &'a Shared,
+    refs: Vec<Extent>,
+    report: CheckReport,
+}
+
+impl Walker<'_> {
+    fn note(&mut self, bp: &BlockPtr) {
+        self.report.blocks += 1;
+        for d in bp.dvas() {
+            self.refs.push(Extent { vdev: d.vdev, offset: d.offset, len: d.asize as u64 });
+            self.report.allocated_bytes += d.asize as u64;
+        }
+    }
+
+    fn tree(&mut self, what: &str, phys: &DnodePhys) -> Result<Vec<Vec<u8>>> {
+        let mut level0 = Vec::new();
+        let io = &self.s.io;
+        let mut seen = Vec::new();
+        let r = tree::walk(io, phys, &mut |bp, level| {
+            seen.push(*bp);
+            if level == 0 {
+                match io.read_uncached(bp) {
+                    Ok(d) => level0.push(d),
+                    Err(e) => return Err(ObjError::Io(e.to_string())),
+                }
+            }
+            Ok(())
+        });
+        for bp in &seen {
+            self.note(bp);
+        }
+        if let Err(e) = r {
+            self.report.damaged.push(format!("{what}: {e}"));
+        }
+        Ok(level0)
+    }
+
+    fn objset(&mut self, name: &str, root: &BlockPtr, keep_level0_of_table: bool) -> Result<Vec<u8>> {
+        self.note(root);
+        let data = match self.s.io.read_uncached(root) {
+            Ok(d) => d,
+            Err(e) => {
+                self.report.damaged.push(format!("{name}: root block: {e}"));
+                return Ok(Vec::new());
+            }
+        };
+        let os = ObjsetPhys::decode(&data)?;
+        self.report.objsets += 1;
+        let meta_blocks = self.tree(&format!("{name} meta-dnode"), &os.meta)?;
+        let mut table = Vec::new();
+        // Dnode blocks are read in order, so block ids follow tree order.
+        let mut blkids = Vec::new();
+        tree::walk(&self.s.io, &os.meta, &mut |_bp, _l| Ok(())).ok();
+        for blkid in 0..os.meta.nblocks {
+            let bp = tree::lookup(&self.s.io, &os.meta, blkid)?;
+            if !bp.is_hole() {
+                blkids.push(blkid);
+            }
+        }
+        for (blkid, block) in blkids.iter().zip(meta_blocks.iter()) {
+            for (i, chunk) in block.chunks_exact(DNODE_SIZE).enumerate() {
+                let id = blkid * crate::format::DNODES_PER_BLOCK + i as u64;
+                match DnodePhys::decode(chunk) {
+                    Ok(d) if d.in_use() => {
+                        let l0 = self.tree(&format!("{name} object {id}"), &d)?;
+                        if keep_level0_of_table && id == MOS_OBJSET_TABLE.0 {
+                            let mut all = vec![0u8; (d.nblocks * d.block_size as u64) as usize];
+                            for b in 0..d.nblocks {
+                                let bp = tree::lookup(&self.s.io, &d, b)?;
+                                if !bp.is_hole() {
+                                    let x = self.s.io.read_uncached(&bp).map_err(block_err)?;
+                                    let o = (b * d.block_size as u64) as usize;
+                                    let n = x.len().min(all.len() - o);
+                                    all[o..o + n].copy_from_slice(&x[..n]);
+                                }
+                            }
+                            table = all;
+                            let _ = l0;
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(e) => self.report.damaged.push(format!("{name} object {id}: {e}")),
+                }
+            }
+        }
+        Ok(table)
+    }
+}
+
+pub(crate) fn check(s: &Shared) -> CheckReport {
+    let mut w = Walker { s, refs: Vec::new(), report: CheckReport::default() };
+    let mos_root = *s.mos.root_bp.lock();
+    match w.objset("MOS", &mos_root, true) {
+        Ok(table) => {
+            for (i, chunk) in table.chunks_exact(tarn_block::BP_SIZE).enumerate() {
+                match BlockPtr::decode(chunk) {
+                    Ok(bp) if !bp.is_hole() => {
+                        if let Err(e) = w.objset(&format!("objset {i}"), &bp, false) {
+                            w.report.damaged.push(format!("objset {i}: {e}"));
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(e) => w.report.damaged.push(format!("objset table entry {i}: {e}")),
+                }
+            }
+        }
+        Err(e) => w.report.damaged.push(format!("MOS: {e}")),
+    }
+    let sm_blocks = s.root.lock().spacemap_blocks.clone();
+    for bp in &sm_blocks {
+        w.note(bp);
+        if let Err(e) = s.io.read_uncached(bp) {
+            w.report.damaged.push(format!("space map block: {e}"));
+        }
+    }
+    // Compare referenced extents with the allocator's view.
+    let a = s.io.alloc.lock();
+    let mut allocated: BTreeMap<(u32, u64), u64> = BTreeMap::new();
+    for e in a.allocated_extents() {
+        allocated.insert((e.vdev, e.offset), e.len);
+    }
+    let mut referenced = w.refs.clone();
+    for es in a.deferred.values() {
+        referenced.extend(es.iter().copied());
+    }
+    drop(a);
+    referenced.sort();
+    // Double references: overlaps among referenced extents.
+    for pair in referenced.windows(2) {
+        if pair[0].vdev == pair[1].vdev && pair[0].offset + pair[0].len > pair[1].offset {
+            w.report.double_allocated_bytes += (pair[0].offset + pair[0].len).min(pair[1].offset + pair[1].len) - pair[1].offset;
+        }
+    }
+    // Referenced but free, and allocated but unreferenced (leaked).
+    let referenced_bytes: u64 = referenced.iter().map(|e| e.len).sum();
+    let allocated_bytes: u64 = allocated.values().sum();
+    for e in &referenced {
+        let covered = allocated
+            .range(..=(e.vdev, e.offset))
+            .next_back()
+            .is_some_and(|(&(v, o), &l)| v == e.vdev && o + l >= e.offset + e.len);
+        if !covered {
+            w.report.damaged.push(format!("block at vdev {} offset {} (+{}) is in use but marked free", e.vdev, e.offset, e.len));
+        }
+    }
+    if allocated_bytes > referenced_bytes {
+        w.report.leaked_bytes = allocated_bytes - referenced_bytes;
+    } else if referenced_bytes > allocated_bytes && w.report.double_allocated_bytes == 0 {
+        w.report.double_allocated_bytes = referenced_bytes - allocated_bytes;
+    }
+    w.report
+}

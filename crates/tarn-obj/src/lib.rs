@@ -1,0 +1,171 @@
+//! Objects: sparse arrays of blocks behind trees of block pointers, grouped
+//! in object sets, changed only inside transaction groups.
+//!
+//! See `api_spec.md` beside this file for the contract upper layers use.
+
+use std::sync::Arc;
+
+pub use tarn_block::{ChecksumKind, Compression};
+pub use tarn_dev::Device;
+
+pub mod zap;
+
+pub type Txg = u64;
+pub type Result<T> = std::result::Result<T, ObjError>;
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectId(pub u64);
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjsetId(pub u64);
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ObjType(pub u8);
+
+pub const BONUS_LEN: usize = 96;
+pub const MAX_BLOCK_SIZE: u32 = 1 << 20;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ObjError {
+    #[error("no such object {0}")]
+    NotFound(u64),
+    #[error("already exists")]
+    Exists,
+    #[error("out of space")]
+    NoSpace,
+    #[error("invalid argument: {0}")]
+    Invalid(String),
+    #[error("read-only")]
+    ReadOnly,
+    #[error("corrupt: {0}")]
+    Corrupt(String),
+    #[error("I/O error: {0}")]
+    Io(String),
+    #[error(transparent)]
+    Vdev(#[from] tarn_vdev::VdevError),
+}
+
+impl ObjError {
+    pub fn errno(&self) -> i32 {
+        match self {
+            ObjError::NotFound(_) => libc_errno::ENOENT,
+            ObjError::Exists => libc_errno::EEXIST,
+            ObjError::NoSpace => libc_errno::ENOSPC,
+            ObjError::Invalid(_) => libc_errno::EINVAL,
+            ObjError::ReadOnly => libc_errno::EROFS,
+            ObjError::Corrupt(_) | ObjError::Io(_) | ObjError::Vdev(_) => libc_errno::EIO,
+        }
+    }
+}
+
+mod libc_errno {
+    pub const ENOENT: i32 = 2;
+    pub const EIO: i32 = 5;
+    pub const EEXIST: i32 = 17;
+    pub const EINVAL: i32 = 22;
+    pub const ENOSPC: i32 = 28;
+    pub const EROFS: i32 = 30;
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct WriteProps {
+    pub compression: Compression,
+    pub checksum: ChecksumKind,
+    pub copies: u8,
+}
+
+pub struct ObjInfo {
+    pub otype: ObjType,
+    pub block_size: u32,
+    pub length: u64,
+    pub used_bytes: u64,
+    pub bonus: [u8; BONUS_LEN],
+}
+
+/// A hold on the open txg. Short-lived: never create one while holding one.
+pub struct Tx {
+    pub(crate) txg: Txg,
+    pub(crate) _hold: Option<parking_lot::lock_api::ArcRwLockReadGuard<parking_lot::RawRwLock, ()>>,
+}
+impl Tx {
+    pub fn txg(&self) -> Txg {
+        self.txg
+    }
+}
+
+mod check;
+pub mod format;
+mod objset;
+mod par;
+mod pool;
+mod tree;
+
+pub use objset::ObjectSet;
+pub use pool::{ObjPool, MOS_OBJSET_TABLE};
+
+pub use tarn_vdev::{DevState, TopKind};
+
+/// What `ObjPool::create` needs.
+pub struct PoolCreate {
+    pub name: String,
+    /// Top-level vdevs in order: kind and the opened devices with the paths users gave.
+    pub tops: Vec<(TopKind, Vec<(String, Arc<dyn Device>)>)>,
+    pub ashift: u8,
+    /// Pool properties recorded in the label config (e.g. "comment").
+    pub properties: std::collections::BTreeMap<String, String>,
+    pub hostname: String,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct ImportOptions {
+    /// `-F`: if the newest uberblock's tree does not verify, rewind to an older txg.
+    pub rewind: bool,
+    /// `-f`: import even if the pool looks active on another host or was not exported.
+    pub force: bool,
+    pub hostname: String,
+    pub readonly: bool,
+}
+
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct PoolSpace {
+    pub size: u64,
+    pub alloc: u64,
+    pub free: u64,
+}
+
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct PoolStatus {
+    pub name: String,
+    pub guid: u64,
+    pub state: DevState,
+    pub txg: Txg,
+    pub tops: Vec<tarn_vdev::TopStatus>,
+    /// Blocks that could not be read back correctly from any copy.
+    pub data_errors: u64,
+}
+
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct CheckReport {
+    pub objsets: u64,
+    pub blocks: u64,
+    pub allocated_bytes: u64,
+    pub damaged: Vec<String>,
+    pub leaked_bytes: u64,
+    pub double_allocated_bytes: u64,
+}
+impl CheckReport {
+    pub fn ok(&self) -> bool {
+        self.damaged.is_empty() && self.leaked_bytes == 0 && self.double_allocated_bytes == 0
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct Tunables {
+    pub arc_max: u64,
+    pub dirty_data_max: u64,
+    pub txg_timeout_ms: u64,
+}
+impl Default for Tunables {
+    fn default() -> Self {
+        Tunables { arc_max: 1 << 30, dirty_data_max: 512 << 20, txg_timeout_ms: 5000 }
+    }
+}
+

@@ -1,0 +1,546 @@
+//! Object sets in memory: dnode handles, their per-txg dirty state, and the
+//! read and write paths.
+//!
+//! Big theory:
+//! - Each dnode keeps `committed` (its DnodePhys as of the last synced txg)
+//!   and `dirty[txg]` for every txg not yet synced: level-0 buffers, free
+//!   ranges, and its attributes as of the end of that txg. The newest view is
+//!   the newest dirty txg, else `committed`.
+//! - Readers look through dirty txgs newest first, then the committed tree.
+//!   Sync publishes the new committed tree *before* dropping the synced
+//!   txg's dirty state, under the dnode lock, so a reader sees one or the other.
+//! - Freed blocks stay intact for DEFER_TXGS txgs, so a reader that took a
+//!   committed snapshot just before a publish still reads valid blocks.
+//!
+//! Lock order: txg hold (Tx) -> objset handle map -> dnode state.
+//! The sync thread takes dnode locks without a Tx.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use tarn_block::{BlockIo, BlockPtr};
+
+use crate::format::{DnodePhys, ObjsetPhys, DNODES_PER_BLOCK, DNODE_SIZE, DN_IN_USE};
+use crate::pool::Shared;
+use crate::tree::{self, block_err};
+use crate::{ObjError, ObjInfo, ObjType, ObjectId, ObjsetId, Result, Tx, Txg, WriteProps, BONUS_LEN, MAX_BLOCK_SIZE};
+
+#[derive(Clone)]
+pub(crate) struct Attrs {
+    pub exists: bool,
+    pub otype: u8,
+    pub block_size: u32,
+    pub bonus: [u8; BONUS_LEN],
+}
+
+#[derive(Clone)]
+pub(crate) struct TxgDirty {
+    pub blocks: BTreeMap<u64, Arc<Vec<u8>>>,
+    pub frees: Vec<(u64, u64)>,
+    pub attrs: Attrs,
+    /// The object was freed (and its old tree must be released) in this txg.
+    pub freed: bool,
+    pub dirty_bytes: u64,
+}
+
+pub(crate) struct DnodeState {
+    pub committed: DnodePhys,
+    pub dirty: BTreeMap<Txg, TxgDirty>,
+}
+
+impl DnodeState {
+    fn attrs(&self) -> Attrs {
+        if let Some((_, d)) = self.dirty.iter().next_back() {
+            return d.attrs.clone();
+        }
+        let c = &self.committed;
+        Attrs { exists: c.in_use(), otype: c.otype, block_size: c.block_size, bonus: c.bonus }
+    }
+
+    /// Upper bound of data blocks in the newest view.
+    fn nblocks(&self) -> u64 {
+        let mut n = self.committed.nblocks;
+        for d in self.dirty.values() {
+            if d.freed {
+                n = 0;
+            }
+            for &(s, e) in &d.frees {
+                if e >= n && s < n {
+                    n = s;
+                }
+            }
+            if let Some((&b, _)) = d.blocks.iter().next_back() {
+                n = n.max(b + 1);
+            }
+        }
+        n
+    }
+}
+
+pub(crate) struct Dnode {
+    pub id: ObjectId,
+    pub st: Mutex<DnodeState>,
+}
+
+/// What a dirty txg says about one block, newest first.
+enum Found {
+    Data(Arc<Vec<u8>>),
+    Hole,
+    Committed(DnodePhys),
+}
+
+pub(crate) struct ObjsetInner {
+    pub id: ObjsetId,
+    pub props: Mutex<WriteProps>,
+    pub handles: Mutex<HashMap<ObjectId, Arc<Dnode>>>,
+    /// Root as of the last synced txg.
+    pub committed: Mutex<ObjsetPhys>,
+    pub next_object: AtomicU64,
+    /// Dnodes dirty per txg.
+    pub dirty: Mutex<BTreeMap<Txg, HashMap<ObjectId, Arc<Dnode>>>>,
+    pub object_delta: Mutex<BTreeMap<Txg, i64>>,
+    pub destroyed: std::sync::atomic::AtomicBool,
+    /// Block pointer of the committed ObjsetPhys block.
+    pub root_bp: Mutex<BlockPtr>,
+}
+
+pub(crate) const HANDLE_CACHE_MAX: usize = 65536;
+
+impl ObjsetInner {
+    pub fn new(id: ObjsetId, phys: ObjsetPhys, props: WriteProps, root_bp: BlockPtr) -> Arc<ObjsetInner> {
+        Arc::new(ObjsetInner {
+            id,
+            props: Mutex::new(props),
+            handles: Mutex::new(HashMap::new()),
+            next_object: AtomicU64::new(phys.next_object),
+            committed: Mutex::new(phys),
+            dirty: Mutex::new(BTreeMap::new()),
+            object_delta: Mutex::new(BTreeMap::new()),
+            destroyed: std::sync::atomic::AtomicBool::new(false),
+            root_bp: Mutex::new(root_bp),
+        })
+    }
+
+    /// Read the on-disk DnodePhys of `id` from the committed meta tree.
+    pub fn load_phys(&self, io: &BlockIo, id: ObjectId) -> Result<DnodePhys> {
+        let meta = self.committed.lock().meta.clone();
+        let blkid = id.0 / DNODES_PER_BLOCK;
+        let bp = tree::lookup(io, &meta, blkid)?;
+        if bp.is_hole() {
+            return Ok(DnodePhys::empty());
+        }
+        let data = io.read(&bp).map_err(block_err)?;
+        let slot = (id.0 % DNODES_PER_BLOCK) as usize * DNODE_SIZE;
+        DnodePhys::decode(data.get(slot..slot + DNODE_SIZE).ok_or_else(|| ObjError::Corrupt("short dnode block".into()))?)
+    }
+
+    pub fn handle(&self, io: &BlockIo, id: ObjectId) -> Result<Arc<Dnode>> {
+        let mut map = self.handles.lock();
+        if let Some(h) = map.get(&id) {
+            return Ok(h.clone());
+        }
+        if map.len() >= HANDLE_CACHE_MAX {
+            map.retain(|_, h| Arc::strong_count(h) > 1 || !h.st.lock().dirty.is_empty());
+        }
+        let phys = self.load_phys(io, id)?;
+        let h = Arc::new(Dnode { id, st: Mutex::new(DnodeState { committed: phys, dirty: BTreeMap::new() }) });
+        map.insert(id, h.clone());
+        Ok(h)
+    }
+}
+
+/// A handle on one object set.
+#[derive(Clone)]
+pub struct ObjectSet {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) inner: Arc<ObjsetInner>,
+}
+
+impl ObjectSet {
+    pub fn id(&self) -> ObjsetId {
+        self.inner.id
+    }
+
+    pub fn set_write_props(&self, p: WriteProps) {
+        *self.inner.props.lock() = p;
+    }
+
+    pub fn write_props(&self) -> WriteProps {
+        *self.inner.props.lock()
+    }
+
+    fn io(&self) -> &BlockIo {
+        &self.shared.io
+    }
+
+    fn check_writable(&self) -> Result<()> {
+        if self.shared.readonly || self.inner.destroyed.load(Ordering::Relaxed) {
+            return Err(ObjError::ReadOnly);
+        }
+        Ok(())
+    }
+
+    fn dnode(&self, id: ObjectId) -> Result<Arc<Dnode>> {
+        self.inner.handle(self.io(), id)
+    }
+
+    /// The dirty record of `txg`, created from the newest view if needed.
+    fn dirty_for<'a>(&self, dn: &Arc<Dnode>, st: &'a mut DnodeState, txg: Txg) -> &'a mut TxgDirty {
+        if !st.dirty.contains_key(&txg) {
+            let attrs = st.attrs();
+            st.dirty.insert(txg, TxgDirty { blocks: BTreeMap::new(), frees: Vec::new(), attrs, freed: false, dirty_bytes: 0 });
+            self.inner.dirty.lock().entry(txg).or_default().insert(dn.id, dn.clone());
+            self.shared.note_dirty_objset(txg, self.inner.id);
+        }
+        st.dirty.get_mut(&txg).expect("just inserted")
+    }
+
+    pub fn create(&self, tx: &Tx, t: ObjType, block_size: u32, bonus: &[u8; BONUS_LEN]) -> Result<ObjectId> {
+        self.check_writable()?;
+        let id = ObjectId(self.inner.next_object.fetch_add(1, Ordering::Relaxed));
+        self.create_with_id(tx, id, t, block_size, bonus)?;
+        Ok(id)
+    }
+
+    pub fn create_with_id(&self, tx: &Tx, id: ObjectId, t: ObjType, block_size: u32, bonus: &[u8; BONUS_LEN]) -> Result<()> {
+        self.check_writable()?;
+        if block_size == 0 || block_size > MAX_BLOCK_SIZE || block_size % 512 != 0 {
+            return Err(ObjError::Invalid(format!("block size {block_size}")));
+        }
+        if id.0 == 0 {
+            return Err(ObjError::Invalid("object 0 is the meta-dnode".into()));
+        }
+        let dn = self.dnode(id)?;
+        let mut st = dn.st.lock();
+        if st.attrs().exists {
+            return Err(ObjError::Exists);
+        }
+        let had_tree = st.committed.in_use() || st.dirty.values().any(|d| !d.blocks.is_empty());
+        let d = self.dirty_for(&dn, &mut st, tx.txg());
+        if had_tree {
+            d.freed = true;
+            d.blocks.clear();
+            d.frees.clear();
+        }
+        d.attrs = Attrs { exists: true, otype: t.0, block_size, bonus: *bonus };
+        drop(st);
+        *self.inner.object_delta.lock().entry(tx.txg()).or_default() += 1;
+        let next = id.0 + 1;
+        self.inner.next_object.fetch_max(next, Ordering::Relaxed);
+        Ok(())
+    }
+
+    pub fn free(&self, tx: &Tx, id: ObjectId) -> Result<()> {
+        self.check_writable()?;
+        let dn = self.dnode(id)?;
+        let mut st = dn.st.lock();
+        if !st.attrs().exists {
+            return Err(ObjError::NotFound(id.0));
+        }
+        let d = self.dirty_for(&dn, &mut st, tx.txg());
+        self.shared.undirty(d.dirty_bytes);
+        d.dirty_bytes = 0;
+        d.blocks.clear();
+        d.frees.clear();
+        d.freed = true;
+        d.attrs.exists = false;
+        drop(st);
+        *self.inner.object_delta.lock().entry(tx.txg()).or_default() -= 1;
+        Ok(())
+    }
+
+    pub fn info(&self, id: ObjectId) -> Result<ObjInfo> {
+        let dn = self.dnode(id)?;
+        let st = dn.st.lock();
+        let a = st.attrs();
+        if !a.exists {
+            return Err(ObjError::NotFound(id.0));
+        }
+        let used = if st.dirty.values().any(|d| d.freed) { 0 } else { st.committed.used_bytes };
+        let dirty: u64 = st.dirty.values().map(|d| d.blocks.values().map(|b| b.len() as u64).sum::<u64>()).sum();
+        Ok(ObjInfo { otype: ObjType(a.otype), block_size: a.block_size, length: st.nblocks() * a.block_size as u64, used_bytes: used + dirty, bonus: a.bonus })
+    }
+
+    pub fn bonus(&self, id: ObjectId) -> Result<[u8; BONUS_LEN]> {
+        Ok(self.info(id)?.bonus)
+    }
+
+    pub fn set_bonus(&self, tx: &Tx, id: ObjectId, b: &[u8; BONUS_LEN]) -> Result<()> {
+        self.check_writable()?;
+        let dn = self.dnode(id)?;
+        let mut st = dn.st.lock();
+        if !st.attrs().exists {
+            return Err(ObjError::NotFound(id.0));
+        }
+        self.dirty_for(&dn, &mut st, tx.txg()).attrs.bonus = *b;
+        Ok(())
+    }
+
+    pub fn set_block_size(&self, tx: &Tx, id: ObjectId, block_size: u32) -> Result<()> {
+        self.check_writable()?;
+        if block_size == 0 || block_size > MAX_BLOCK_SIZE || block_size % 512 != 0 {
+            return Err(ObjError::Invalid(format!("block size {block_size}")));
+        }
+        let dn = self.dnode(id)?;
+        let mut st = dn.st.lock();
+        let a = st.attrs();
+        if !a.exists {
+            return Err(ObjError::NotFound(id.0));
+        }
+        if a.block_size == block_size {
+            return Ok(());
+        }
+        if st.nblocks() > 1 {
+            return Err(ObjError::Invalid("block size can change only while an object has at most one block".into()));
+        }
+        // Carry block 0 over at the new size.
+        let old = self.block_view(&st, 0)?;
+        let d = self.dirty_for(&dn, &mut st, tx.txg());
+        d.attrs.block_size = block_size;
+        let mut data = match old {
+            Found::Data(b) => b.as_ref().clone(),
+            Found::Hole => Vec::new(),
+            Found::Committed(phys) => {
+                let bp = tree::lookup(&self.shared.io, &phys, 0)?;
+                if bp.is_hole() { Vec::new() } else { self.shared.io.read(&bp).map_err(block_err)?.as_ref().clone() }
+            }
+        };
+        if !data.is_empty() || d.blocks.contains_key(&0) {
+            data.resize(block_size as usize, 0);
+            let nb = data.len() as u64;
+            if let Some(prev) = d.blocks.insert(0, Arc::new(data)) {
+                self.shared.undirty(prev.len() as u64);
+                d.dirty_bytes -= prev.len() as u64;
+            }
+            d.dirty_bytes += nb;
+            self.shared.add_dirty(nb);
+        }
+        Ok(())
+    }
+
+    /// Where the newest version of block `blkid` lives.
+    fn block_view(&self, st: &DnodeState, blkid: u64) -> Result<Found> {
+        for d in st.dirty.values().rev() {
+            if let Some(b) = d.blocks.get(&blkid) {
+                return Ok(Found::Data(b.clone()));
+            }
+            if d.freed || d.frees.iter().any(|&(s, e)| s <= blkid && blkid < e) {
+                return Ok(Found::Hole);
+            }
+        }
+        Ok(Found::Committed(st.committed.clone()))
+    }
+
+    fn read_committed(&self, phys: &DnodePhys, blkid: u64) -> Result<Option<Arc<Vec<u8>>>> {
+        let bp = tree::lookup(self.io(), phys, blkid)?;
+        if bp.is_hole() {
+            return Ok(None);
+        }
+        Ok(Some(self.io().read(&bp).map_err(block_err)?))
+    }
+
+    pub fn read(&self, id: ObjectId, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let dn = self.dnode(id)?;
+        let mut pos = 0usize;
+        while pos < buf.len() {
+            let (view, bs) = {
+                let st = dn.st.lock();
+                let a = st.attrs();
+                if !a.exists {
+                    return Err(ObjError::NotFound(id.0));
+                }
+                let bs = a.block_size as u64;
+                let blkid = (offset + pos as u64) / bs;
+                if blkid >= st.nblocks() {
+                    buf[pos..].fill(0);
+                    return Ok(());
+                }
+                (self.block_view(&st, blkid)?, bs)
+            };
+            let off = offset + pos as u64;
+            let in_blk = (off % bs) as usize;
+            let n = ((bs as usize) - in_blk).min(buf.len() - pos);
+            let data = match view {
+                Found::Data(d) => Some(d),
+                Found::Hole => None,
+                Found::Committed(phys) => self.read_committed(&phys, off / bs)?,
+            };
+            let dst = &mut buf[pos..pos + n];
+            match data {
+                Some(d) => {
+                    let avail = d.len().saturating_sub(in_blk).min(n);
+                    dst[..avail].copy_from_slice(&d[in_blk..in_blk + avail]);
+                    dst[avail..].fill(0);
+                }
+                None => dst.fill(0),
+            }
+            pos += n;
+        }
+        Ok(())
+    }
+
+    /// Apply `f` to block `blkid` of txg `txg` (made from the newest version).
+    fn modify_block(&self, dn: &Arc<Dnode>, txg: Txg, blkid: u64, whole: bool, f: &mut dyn FnMut(&mut [u8])) -> Result<()> {
+        let mut st = dn.st.lock();
+        let bs = st.attrs().block_size as usize;
+        let base: Vec<u8> = if whole {
+            vec![0u8; bs]
+        } else if let Some(b) = st.dirty.get(&txg).and_then(|d| d.blocks.get(&blkid)) {
+            let _ = b;
+            Vec::new() // modified in place below
+        } else {
+            match self.block_view(&st, blkid)? {
+                Found::Data(b) => b.as_ref().clone(),
+                Found::Hole => vec![0u8; bs],
+                Found::Committed(phys) => {
+                    drop(st);
+                    let d = self.read_committed(&phys, blkid)?;
+                    st = dn.st.lock();
+                    // Another writer may have dirtied it meanwhile: prefer that.
+                    match self.block_view(&st, blkid)? {
+                        Found::Data(b) => b.as_ref().clone(),
+                        Found::Hole => vec![0u8; bs],
+                        Found::Committed(_) => d.map(|x| x.as_ref().clone()).unwrap_or_else(|| vec![0u8; bs]),
+                    }
+                }
+            }
+        };
+        let bs = st.attrs().block_size as usize;
+        let d = self.dirty_for(dn, &mut st, txg);
+        if let (false, Some(b)) = (whole, d.blocks.get_mut(&blkid)) {
+            let b = Arc::make_mut(b);
+            b.resize(bs, 0);
+            f(b);
+            return Ok(());
+        }
+        let mut data = base;
+        data.resize(bs, 0);
+        f(&mut data);
+        if let Some(prev) = d.blocks.insert(blkid, Arc::new(data)) {
+            d.dirty_bytes -= prev.len() as u64;
+            self.shared.undirty(prev.len() as u64);
+        }
+        d.dirty_bytes += bs as u64;
+        self.shared.add_dirty(bs as u64);
+        Ok(())
+    }
+
+    pub fn write(&self, tx: &Tx, id: ObjectId, offset: u64, data: &[u8]) -> Result<()> {
+        self.check_writable()?;
+        let dn = self.dnode(id)?;
+        let bs = {
+            let st = dn.st.lock();
+            let a = st.attrs();
+            if !a.exists {
+                return Err(ObjError::NotFound(id.0));
+            }
+            a.block_size as u64
+        };
+        if offset.checked_add(data.len() as u64).is_none_or(|end| end / bs >= crate::format::capacity(crate::format::MAX_LEVELS)) {
+            return Err(ObjError::Invalid("write past the largest object size".into()));
+        }
+        let mut pos = 0usize;
+        while pos < data.len() {
+            let off = offset + pos as u64;
+            let blkid = off / bs;
+            let in_blk = (off % bs) as usize;
+            let n = (bs as usize - in_blk).min(data.len() - pos);
+            let src = &data[pos..pos + n];
+            self.modify_block(&dn, tx.txg(), blkid, n == bs as usize, &mut |b| b[in_blk..in_blk + n].copy_from_slice(src))?;
+            pos += n;
+        }
+        Ok(())
+    }
+
+    pub fn free_range(&self, tx: &Tx, id: ObjectId, offset: u64, len: Option<u64>) -> Result<()> {
+        self.check_writable()?;
+        let dn = self.dnode(id)?;
+        let (bs, nblocks) = {
+            let st = dn.st.lock();
+            let a = st.attrs();
+            if !a.exists {
+                return Err(ObjError::NotFound(id.0));
+            }
+            (a.block_size as u64, st.nblocks())
+        };
+        let end = match len {
+            Some(l) => offset.saturating_add(l).min(nblocks * bs),
+            None => nblocks * bs,
+        };
+        if offset >= end {
+            return Ok(());
+        }
+        // Partial blocks at the edges are zeroed; whole blocks freed.
+        let first_full = offset.div_ceil(bs);
+        let last_full = if len.is_none() { u64::MAX } else { end / bs };
+        if offset % bs != 0 {
+            let blkid = offset / bs;
+            let from = (offset % bs) as usize;
+            let to = if end / bs == blkid { (end % bs) as usize } else { bs as usize };
+            self.modify_block(&dn, tx.txg(), blkid, false, &mut |b| b[from..to].fill(0))?;
+        }
+        if len.is_some() && end % bs != 0 && end / bs >= first_full {
+            let blkid = end / bs;
+            let to = (end % bs) as usize;
+            self.modify_block(&dn, tx.txg(), blkid, false, &mut |b| b[..to].fill(0))?;
+        }
+        if first_full < last_full {
+            let mut st = dn.st.lock();
+            let d = self.dirty_for(&dn, &mut st, tx.txg());
+            let doomed: Vec<u64> = d.blocks.range(first_full..last_full).map(|(&k, _)| k).collect();
+            for k in doomed {
+                if let Some(b) = d.blocks.remove(&k) {
+                    d.dirty_bytes -= b.len() as u64;
+                    self.shared.undirty(b.len() as u64);
+                }
+            }
+            d.frees.push((first_full, last_full));
+        }
+        Ok(())
+    }
+
+    pub fn used_bytes(&self) -> u64 {
+        self.inner.committed.lock().used_bytes
+    }
+
+    pub fn logical_bytes(&self) -> u64 {
+        self.inner.committed.lock().logical_bytes
+    }
+
+    pub fn object_count(&self) -> u64 {
+        let base = self.inner.committed.lock().object_count as i64;
+        let pending: i64 = self.inner.object_delta.lock().values().sum();
+        (base + pending).max(0) as u64
+    }
+
+    /// Ids of objects that exist (for the checker and tests): walks the meta tree.
+    pub fn for_each_object(&self, f: &mut dyn FnMut(ObjectId, &DnodePhys)) -> Result<()> {
+        let meta = self.inner.committed.lock().meta.clone();
+        let io = self.io();
+        for blkid in 0..meta.nblocks {
+            let bp = tree::lookup(io, &meta, blkid)?;
+            if bp.is_hole() {
+                continue;
+            }
+            let data = io.read(&bp).map_err(block_err)?;
+            for (i, chunk) in data.chunks_exact(DNODE_SIZE).enumerate() {
+                let phys = DnodePhys::decode(chunk)?;
+                if phys.flags & DN_IN_USE != 0 {
+                    f(ObjectId(blkid * DNODES_PER_BLOCK + i as u64), &phys);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Copy of a dnode's txg record taken by the sync thread.
+pub(crate) struct SyncItem {
+    pub dn: Arc<Dnode>,
+    pub dirty: TxgDirty,
+    pub base: DnodePhys,
+    /// Block pointers of freshly written data blocks.
+    pub written: BTreeMap<u64, BlockPtr>,
+}

@@ -1,0 +1,224 @@
+//! Block trees: find the pointer of a data block, and rewrite a tree
+//! bottom-up with a txg's changes (copy-on-write: every touched indirect
+//! block is written anew and the old one freed).
+
+use std::collections::BTreeMap;
+
+use tarn_block::{BlockIo, BlockPtr, WriteSpec, BP_SIZE};
+
+use crate::format::{capacity, span, DnodePhys, EPB, IND_BLOCK_SIZE, MAX_LEVELS, NBPS, OT_INDIRECT};
+use crate::{ObjError, Result};
+
+pub fn block_err(e: tarn_block::BlockError) -> ObjError {
+    match e {
+        tarn_block::BlockError::NoSpace => ObjError::NoSpace,
+        tarn_block::BlockError::Corrupt { .. } => ObjError::Io(e.to_string()),
+        tarn_block::BlockError::Write(_) => ObjError::Io(e.to_string()),
+    }
+}
+
+fn decode_children(data: &[u8]) -> Result<Vec<BlockPtr>> {
+    if data.len() != IND_BLOCK_SIZE {
+        return Err(ObjError::Corrupt(format!("indirect block of {} bytes", data.len())));
+    }
+    data.chunks_exact(BP_SIZE).map(|c| BlockPtr::decode(c).map_err(ObjError::Corrupt)).collect()
+}
+
+pub fn read_children(io: &BlockIo, bp: &BlockPtr) -> Result<Vec<BlockPtr>> {
+    if bp.is_hole() {
+        return Ok(vec![BlockPtr::HOLE; EPB as usize]);
+    }
+    let data = io.read(bp).map_err(block_err)?;
+    decode_children(&data)
+}
+
+/// The block pointer of data block `blkid` (a hole if none).
+pub fn lookup(io: &BlockIo, phys: &DnodePhys, blkid: u64) -> Result<BlockPtr> {
+    if !phys.in_use() || blkid >= phys.capacity() {
+        return Ok(BlockPtr::HOLE);
+    }
+    let mut level = phys.nlevels - 1;
+    let s = span(level);
+    let idx = (blkid / s) as usize;
+    let mut bp = *phys.bps.get(idx).ok_or_else(|| ObjError::Corrupt("block id past tree".into()))?;
+    let mut rem = blkid % s;
+    while level > 0 {
+        if bp.is_hole() {
+            return Ok(BlockPtr::HOLE);
+        }
+        let data = io.read(&bp).map_err(block_err)?;
+        level -= 1;
+        let s = span(level);
+        let i = (rem / s) as usize;
+        rem %= s;
+        bp = BlockPtr::decode(data.get(i * BP_SIZE..(i + 1) * BP_SIZE).ok_or_else(|| ObjError::Corrupt("indirect".into()))?)
+            .map_err(ObjError::Corrupt)?;
+    }
+    Ok(bp)
+}
+
+/// A txg's changes to one object's tree: frees (applied first), then writes.
+#[derive(Default)]
+pub struct Changes {
+    pub frees: Vec<(u64, u64)>,
+    pub writes: BTreeMap<u64, BlockPtr>,
+}
+
+pub struct TreeCtx<'a> {
+    pub io: &'a BlockIo,
+    pub txg: u64,
+    pub meta_spec: WriteSpec,
+    /// Bytes allocated (+) and freed (-) by this update.
+    pub used_delta: i64,
+    /// Logical bytes of level-0 blocks freed (-) by this update.
+    pub logical_delta: i64,
+}
+
+impl TreeCtx<'_> {
+    pub fn free(&mut self, bp: &BlockPtr) {
+        if !bp.is_hole() {
+            self.used_delta -= bp.asize() as i64;
+            if bp.level == 0 {
+                self.logical_delta -= bp.lsize as i64;
+            }
+            self.io.free(bp, self.txg);
+        }
+    }
+
+    pub fn free_subtree(&mut self, bp: &BlockPtr, level: u8) -> Result<()> {
+        if bp.is_hole() {
+            return Ok(());
+        }
+        if level > 0 {
+            for c in read_children(self.io, bp)? {
+                self.free_subtree(&c, level - 1)?;
+            }
+        }
+        self.free(bp);
+        Ok(())
+    }
+
+    fn write_indirect(&mut self, children: &[BlockPtr], level: u8) -> Result<BlockPtr> {
+        let mut data = vec![0u8; IND_BLOCK_SIZE];
+        let mut fill = 0;
+        for (i, c) in children.iter().enumerate() {
+            data[i * BP_SIZE..(i + 1) * BP_SIZE].copy_from_slice(&c.encode());
+            fill += c.fill;
+        }
+        let spec = WriteSpec { level, otype: OT_INDIRECT, ..self.meta_spec };
+        let mut bp = self.io.write(&data, spec, self.txg).map_err(block_err)?;
+        bp.fill = fill;
+        self.used_delta += bp.asize() as i64;
+        Ok(bp)
+    }
+
+    /// Apply `ch` to the tree of `phys` (data block pointers in `ch.writes`
+    /// are already written and counted by the caller).
+    pub fn apply(&mut self, phys: &mut DnodePhys, ch: &Changes) -> Result<()> {
+        let max_write = ch.writes.keys().next_back().copied();
+        if let Some(m) = max_write {
+            while phys.capacity() <= m {
+                if phys.nlevels >= MAX_LEVELS {
+                    return Err(ObjError::Invalid("object too large".into()));
+                }
+                if phys.bps.iter().all(|b| b.is_hole()) {
+                    phys.nlevels += 1;
+                    continue;
+                }
+                let mut children = vec![BlockPtr::HOLE; EPB as usize];
+                children[..NBPS].copy_from_slice(&phys.bps);
+                let bp = self.write_indirect(&children, phys.nlevels)?;
+                phys.bps = [bp, BlockPtr::HOLE, BlockPtr::HOLE];
+                phys.nlevels += 1;
+            }
+        }
+        let top = phys.nlevels - 1;
+        let s = span(top);
+        for i in 0..NBPS {
+            let base = i as u64 * s;
+            let end = base.saturating_add(s);
+            if touches(ch, base, end) {
+                phys.bps[i] = self.update(top, phys.bps[i], base, ch)?;
+            }
+        }
+        for &(start, end) in &ch.frees {
+            if end >= phys.nblocks && start < phys.nblocks {
+                phys.nblocks = start;
+            }
+        }
+        if let Some(m) = max_write {
+            phys.nblocks = phys.nblocks.max(m + 1);
+        }
+        phys.nblocks = phys.nblocks.min(capacity(phys.nlevels));
+        Ok(())
+    }
+
+    fn update(&mut self, level: u8, old: BlockPtr, base: u64, ch: &Changes) -> Result<BlockPtr> {
+        let end = base.saturating_add(span(level));
+        if level == 0 {
+            if let Some(new) = ch.writes.get(&base) {
+                self.free(&old);
+                return Ok(*new);
+            }
+            if ch.frees.iter().any(|&(s, e)| s <= base && base < e) {
+                self.free(&old);
+                return Ok(BlockPtr::HOLE);
+            }
+            return Ok(old);
+        }
+        let whole_freed = ch.frees.iter().any(|&(s, e)| s <= base && end <= e);
+        let any_write = ch.writes.range(base..end).next().is_some();
+        if whole_freed && !any_write {
+            self.free_subtree(&old, level)?;
+            return Ok(BlockPtr::HOLE);
+        }
+        let mut children = if whole_freed {
+            self.free_subtree(&old, level)?;
+            vec![BlockPtr::HOLE; EPB as usize]
+        } else {
+            let c = read_children(self.io, &old)?;
+            self.free(&old);
+            c
+        };
+        let cs = span(level - 1);
+        for (j, child) in children.iter_mut().enumerate() {
+            let cb = base + j as u64 * cs;
+            let ce = cb.saturating_add(cs);
+            if touches(ch, cb, ce) {
+                *child = self.update(level - 1, *child, cb, ch)?;
+            }
+        }
+        if children.iter().all(|c| c.is_hole()) {
+            return Ok(BlockPtr::HOLE);
+        }
+        self.write_indirect(&children, level)
+    }
+}
+
+fn touches(ch: &Changes, base: u64, end: u64) -> bool {
+    ch.writes.range(base..end).next().is_some() || ch.frees.iter().any(|&(s, e)| s < end && base < e)
+}
+
+/// Visit every block pointer of a tree (indirects before their children).
+pub fn walk(io: &BlockIo, phys: &DnodePhys, f: &mut dyn FnMut(&BlockPtr, u8) -> Result<()>) -> Result<()> {
+    if !phys.in_use() {
+        return Ok(());
+    }
+    fn rec(io: &BlockIo, bp: &BlockPtr, level: u8, f: &mut dyn FnMut(&BlockPtr, u8) -> Result<()>) -> Result<()> {
+        if bp.is_hole() {
+            return Ok(());
+        }
+        f(bp, level)?;
+        if level > 0 {
+            let data = io.read_uncached(bp).map_err(block_err)?;
+            for c in decode_children(&data)? {
+                rec(io, &c, level - 1, f)?;
+            }
+        }
+        Ok(())
+    }
+    for bp in &phys.bps {
+        rec(io, bp, phys.nlevels - 1, f)?;
+    }
+    Ok(())
+}
