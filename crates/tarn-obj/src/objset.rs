@@ -176,6 +176,9 @@ impl ObjectSet {
     }
 
     fn check_writable(&self) -> Result<()> {
+        if let Some(m) = self.shared.suspended.lock().clone() {
+            return Err(ObjError::Io(m));
+        }
         if self.shared.readonly || self.inner.destroyed.load(Ordering::Relaxed) {
             return Err(ObjError::ReadOnly);
         }
@@ -199,6 +202,7 @@ impl ObjectSet {
 
     pub fn create(&self, tx: &Tx, t: ObjType, block_size: u32, bonus: &[u8; BONUS_LEN]) -> Result<ObjectId> {
         self.check_writable()?;
+        self.shared.check_space()?;
         let id = ObjectId(self.inner.next_object.fetch_add(1, Ordering::Relaxed));
         self.create_with_id(tx, id, t, block_size, bonus)?;
         Ok(id)
@@ -429,6 +433,10 @@ impl ObjectSet {
 
     pub fn write(&self, tx: &Tx, id: ObjectId, offset: u64, data: &[u8]) -> Result<()> {
         self.check_writable()?;
+        // Syncing-context writes (no txg hold) are the txg's own bookkeeping.
+        if tx._hold.is_some() {
+            self.shared.check_space()?;
+        }
         let dn = self.dnode(id)?;
         let bs = {
             let st = dn.st.lock();

@@ -63,6 +63,9 @@ pub(crate) struct Shared {
     pub created_objsets: Mutex<BTreeMap<Txg, Vec<ObjsetId>>>,
     pub destroyed_objsets: Mutex<BTreeMap<Txg, Vec<(ObjsetId, Arc<ObjsetInner>)>>>,
     pub last_error: Mutex<Option<String>>,
+    /// Set when a txg could not be written: the pool stops syncing and
+    /// refuses changes; what is on disk stays as of the last synced txg.
+    pub suspended: Mutex<Option<String>>,
 }
 
 #[derive(Default)]
@@ -71,6 +74,24 @@ pub(crate) struct SyncSignal {
 }
 
 impl Shared {
+    /// Refuse new data when free space (less dirty data not yet allocated
+    /// and a slop of 1/32 of the pool) runs out, so a txg never fails for space.
+    pub fn check_space(&self) -> Result<()> {
+        if let Some(m) = self.suspended.lock().clone() {
+            return Err(ObjError::Io(m));
+        }
+        let (size, free) = {
+            let a = self.io.alloc.lock();
+            (a.total_bytes(), a.free_bytes())
+        };
+        let slop = (size / 32).max(1 << 20);
+        let dirty = self.dirty_bytes.load(Ordering::Relaxed).saturating_mul(2);
+        if free < slop.saturating_add(dirty) {
+            return Err(ObjError::NoSpace);
+        }
+        Ok(())
+    }
+
     pub fn add_dirty(&self, n: u64) {
         let now = self.dirty_bytes.fetch_add(n, Ordering::Relaxed) + n;
         let max = self.tunables.lock().dirty_data_max;
@@ -203,6 +224,7 @@ impl ObjPool {
             created_objsets: Mutex::new(BTreeMap::new()),
             destroyed_objsets: Mutex::new(BTreeMap::new()),
             last_error: Mutex::new(None),
+            suspended: Mutex::new(None),
         })
     }
 
@@ -442,8 +464,15 @@ impl ObjPool {
         }
     }
 
+    /// Why the pool is suspended, if it is.
+    pub fn suspended(&self) -> Option<String> {
+        self.shared.suspended.lock().clone()
+    }
+
     pub fn export(&self) -> Result<()> {
-        self.sync()?;
+        if self.suspended().is_none() {
+            self.sync()?;
+        }
         self.stop_thread();
         let s = &self.shared;
         if !s.readonly {
@@ -468,10 +497,12 @@ impl ObjPool {
         }
     }
 
+    /// Space as users see it: frees waiting out the defer window count as
+    /// free (they are reusable within a few txgs).
     pub fn space(&self) -> PoolSpace {
         let a = self.shared.io.alloc.lock();
         let size = a.total_bytes();
-        let free = a.free_bytes();
+        let free = (a.free_bytes() + a.deferred_bytes()).min(size);
         PoolSpace { size, alloc: size - free, free }
     }
 
@@ -554,15 +585,20 @@ fn sync_thread(weak: Weak<Shared>) {
         if !has_work {
             continue;
         }
-        let result = sync_once(&s);
-        if let Err(e) = &result {
-            eprintln!("tarn: txg sync failed: {e}");
+        if s.suspended.lock().is_some() {
+            let mut g = s.cv_lock.lock();
+            s.cv_done.notify_all();
+            s.cv_sync.wait_for(&mut g, Duration::from_millis(500));
+            continue;
         }
+        let result = sync_once(&s);
         match result {
             Ok(_) => *s.last_error.lock() = None,
             Err(e) => {
-                *s.last_error.lock() = Some(e.to_string());
-                std::thread::sleep(Duration::from_millis(100));
+                let msg = format!("pool '{}' suspended: txg sync failed: {e}", s.config.lock().name);
+                eprintln!("tarn: {msg}");
+                *s.last_error.lock() = Some(msg.clone());
+                *s.suspended.lock() = Some(msg);
             }
         }
         let _g = s.cv_lock.lock();
