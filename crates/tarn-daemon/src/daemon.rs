@@ -1,0 +1,927 @@
+//! The daemon's state and its command handlers.
+//!
+//! Lock order: `pools` before `cache`. Handlers run on the client's thread;
+//! each is wrapped in `catch_unwind` by the server, so a failing command
+//! answers with an error and the daemon (and every other pool) carries on.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use serde_json::json;
+use tarn_ds::props::{self, Mountpoint};
+use tarn_ds::size::format_number;
+use tarn_obj::{ImportOptions, ObjPool, PoolCreate, TopKind, Tunables};
+
+use crate::cache::{CachedPool, PoolCache};
+use crate::mount::{self, Mounted};
+use crate::proto::*;
+use crate::scan;
+
+pub struct Imported {
+    pub ds: Arc<tarn_ds::Pool>,
+    pub devices: Vec<String>,
+    pub altroot: Option<String>,
+    pub mounts: BTreeMap<String, Mounted>,
+}
+
+pub struct Daemon {
+    pub state_dir: PathBuf,
+    pub socket: PathBuf,
+    pub tunables: Tunables,
+    pools: Mutex<BTreeMap<String, Imported>>,
+    cache: Mutex<PoolCache>,
+}
+
+type HandlerResult = Result<Response, String>;
+
+fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most buf.len() bytes into buf.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return "localhost".into();
+    }
+    let len = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..len]).into_owned()
+}
+
+/// zpool's pool name rules.
+pub fn validate_pool_name(name: &str) -> Result<(), String> {
+    let bad = |why: &str| Err(format!("invalid pool name '{name}': {why}"));
+    if name.is_empty() {
+        return bad("empty name");
+    }
+    if !name.starts_with(|c: char| c.is_ascii_alphabetic()) {
+        return bad("must begin with a letter");
+    }
+    if let Some(c) = name.chars().find(|c| !(c.is_ascii_alphanumeric() || "_.:-".contains(*c))) {
+        return bad(&format!("invalid character '{c}'"));
+    }
+    if ["mirror", "raidz", "spare", "log", "cache", "draid"].iter().any(|w| name.starts_with(w)) {
+        return bad("name is reserved");
+    }
+    if name.len() > 200 {
+        return bad("name is too long");
+    }
+    Ok(())
+}
+
+fn state_name(value: &serde_json::Value) -> String {
+    match value {
+        serde_json::Value::String(s) => s.to_ascii_uppercase(),
+        serde_json::Value::Object(map) => map.keys().next().map(|k| k.to_ascii_uppercase()).unwrap_or_default(),
+        other => other.to_string().to_ascii_uppercase(),
+    }
+}
+
+fn number(value: &serde_json::Value, keys: &[&str]) -> u64 {
+    keys.iter().find_map(|k| value.get(*k).and_then(|v| v.as_u64())).unwrap_or(0)
+}
+
+fn text(value: &serde_json::Value, keys: &[&str]) -> Option<String> {
+    keys.iter().find_map(|k| value.get(*k).and_then(|v| v.as_str()).map(String::from))
+}
+
+fn top_kind_name(kind: &TopKind) -> (String, bool) {
+    match kind {
+        TopKind::Disk => ("disk".into(), false),
+        TopKind::Mirror => ("mirror".into(), true),
+        TopKind::Raidz { parity } => (format!("raidz{parity}"), true),
+    }
+}
+
+impl Daemon {
+    pub fn new(state_dir: PathBuf, socket: PathBuf, tunables: Tunables) -> Result<Daemon, String> {
+        let cache = PoolCache::load(&state_dir.join("pools.json"))?;
+        Ok(Daemon { state_dir, socket, tunables, pools: Mutex::new(BTreeMap::new()), cache: Mutex::new(cache) })
+    }
+
+    fn cache_path(&self) -> PathBuf {
+        self.state_dir.join("pools.json")
+    }
+
+    fn save_cache(&self, cache: &PoolCache) -> String {
+        match cache.save(&self.cache_path()) {
+            Ok(()) => String::new(),
+            Err(e) => format!("warning: cannot record imported pools: {e}\n"),
+        }
+    }
+
+    /// Re-import the pools recorded in pools.json (at start). Returns log lines.
+    pub fn reimport_cached(&self) -> Vec<String> {
+        let cached = self.cache.lock().pools.clone();
+        let mut log = Vec::new();
+        for pool in cached {
+            let request = Request::PoolImport {
+                dirs: Vec::new(),
+                force: true,
+                rewind: false,
+                altroot: pool.altroot.clone(),
+                pool: Some(pool.guid.to_string()),
+            };
+            let paths = pool.devices.clone();
+            match self.import_from(&paths, request) {
+                Ok(response) => {
+                    log.push(format!("re-imported pool '{}'", pool.name));
+                    if !response.stderr.is_empty() {
+                        log.push(response.stderr.trim_end().to_string());
+                    }
+                }
+                Err(e) => log.push(format!("cannot re-import pool '{}': {e}", pool.name)),
+            }
+        }
+        log
+    }
+
+    /// Unmount everything, sync every pool, leave them active (they are
+    /// re-imported at the next start).
+    pub fn shutdown(&self) {
+        let mut pools = self.pools.lock();
+        for (name, imported) in pools.iter_mut() {
+            unmount_all(imported);
+            if let Err(e) = imported.ds.obj().sync() {
+                eprintln!("tarn daemon: sync of pool '{name}' failed: {e}");
+            }
+        }
+        let _ = std::fs::remove_file(&self.socket);
+    }
+
+    pub fn handle(&self, request: Request) -> Response {
+        let result = match request {
+            Request::Ping => Ok(Response::data(json!({
+                "version": env!("CARGO_PKG_VERSION"),
+                "protocol": PROTOCOL_VERSION,
+                "pid": std::process::id(),
+                "state_dir": self.state_dir,
+            }))),
+            Request::Shutdown => Ok(Response::text("")),
+            request @ Request::PoolCreate { .. } => self.pool_create(request),
+            request @ Request::PoolImport { .. } => self.pool_import(request),
+            Request::PoolExport { pool, .. } => self.pool_export(&pool, false),
+            Request::PoolDestroy { pool, .. } => self.pool_export(&pool, true),
+            Request::PoolList { pools, parsable } => self.pool_list(&pools, parsable),
+            Request::PoolStatus { pools } => self.pool_status(&pools),
+            Request::PoolSet { prop, value, pool } => self.pool_set(&prop, &value, &pool),
+            Request::Create { dataset, parents, props } => self.create(&dataset, parents, &props),
+            Request::Destroy { dataset, recursive, .. } => self.destroy(&dataset, recursive),
+            Request::Props { datasets, recursive, props, parsable } => {
+                self.dataset_props(&datasets, recursive, &props, parsable)
+            }
+            Request::Set { assignments, dataset } => self.set(&assignments, &dataset),
+            Request::Mount { dataset } => self.mount(dataset.as_deref()),
+            Request::Unmount { target, .. } => self.unmount(&target),
+            Request::DebugCheck { pool } => self.debug_check(&pool),
+        };
+        result.unwrap_or_else(Response::error)
+    }
+
+    fn pool_create(&self, request: Request) -> HandlerResult {
+        let Request::PoolCreate { pool, vdevs, force, dry_run, mountpoint, altroot, ashift, pool_props, fs_props } =
+            request
+        else {
+            unreachable!()
+        };
+        let fail = |why: String| format!("cannot create '{pool}': {why}");
+        validate_pool_name(&pool).map_err(fail)?;
+        let ashift = ashift.unwrap_or(12);
+        if !(9..=16).contains(&ashift) {
+            return Err(fail(format!("ashift {ashift} is out of range (9..16)")));
+        }
+        for (prop, value) in &pool_props {
+            props::validate_pool_prop(prop, value).map_err(|e| fail(e.to_string()))?;
+        }
+        let mut root_props = Vec::new();
+        for (prop, value) in &fs_props {
+            props::validate(prop, value).map_err(|e| fail(e.to_string()))?;
+            root_props.push((prop.clone(), value.clone()));
+        }
+        if let Some(mountpoint) = &mountpoint {
+            props::validate("mountpoint", mountpoint).map_err(|e| fail(e.to_string()))?;
+            root_props.push(("mountpoint".to_string(), mountpoint.clone()));
+        }
+        if let Some(root) = &altroot {
+            if !root.starts_with('/') {
+                return Err(fail(format!("altroot '{root}' must be an absolute path")));
+            }
+        }
+        if vdevs.is_empty() {
+            return Err(fail("no devices given".into()));
+        }
+        let mut seen = Vec::new();
+        for group in &vdevs {
+            let needed = match group.kind {
+                VdevKind::Disk => 1,
+                VdevKind::Mirror => 2,
+                VdevKind::Raidz { parity } => parity as usize + 1,
+            };
+            if group.devices.len() < needed {
+                return Err(fail(format!("{} needs at least {needed} devices", describe_group(group))));
+            }
+            for device in &group.devices {
+                if seen.contains(device) {
+                    return Err(fail(format!("device '{device}' is given more than once")));
+                }
+                seen.push(device.clone());
+            }
+        }
+        let mut pools = self.pools.lock();
+        if pools.contains_key(&pool) {
+            return Err(fail("a pool with that name already exists".into()));
+        }
+        // Open and inspect every device.
+        let mut tops = Vec::new();
+        for group in &vdevs {
+            let mut opened = Vec::new();
+            for path in &group.devices {
+                let meta = std::fs::metadata(path).map_err(|e| fail(format!("cannot open '{path}': {e}")))?;
+                use std::os::unix::fs::FileTypeExt;
+                if !(meta.is_file() || meta.file_type().is_block_device()) {
+                    return Err(fail(format!("'{path}' is not a regular file or block device")));
+                }
+                let device = scan::open_device(path).map_err(|e| fail(format!("cannot use '{path}': {e}")))?;
+                if let Ok(label) = tarn_vdev::read_label(&*device) {
+                    if label.config.state != tarn_vdev::PoolState::Destroyed && !force {
+                        let state = match label.config.state {
+                            tarn_vdev::PoolState::Exported => "exported",
+                            _ => "potentially active",
+                        };
+                        return Err(fail(format!(
+                            "'{path}' is part of {state} pool '{}' (use -f to override)",
+                            label.config.name
+                        )));
+                    }
+                }
+                opened.push((path.clone(), device));
+            }
+            if !force && opened.len() > 1 {
+                let sizes: Vec<u64> = opened.iter().map(|(_, d)| d.size()).collect();
+                let (min, max) = (*sizes.iter().min().unwrap_or(&0), *sizes.iter().max().unwrap_or(&0));
+                if max - min > max / 100 {
+                    return Err(fail(format!(
+                        "{} contains devices of different sizes (use -f to override)",
+                        describe_group(group)
+                    )));
+                }
+            }
+            let kind = match group.kind {
+                VdevKind::Disk => TopKind::Disk,
+                VdevKind::Mirror => TopKind::Mirror,
+                VdevKind::Raidz { parity } => TopKind::Raidz { parity },
+            };
+            tops.push((kind, opened));
+        }
+        if !force {
+            let redundancy = |g: &VdevGroup| match g.kind {
+                VdevKind::Disk => "no redundancy".to_string(),
+                VdevKind::Mirror => format!("{}-way mirror", g.devices.len()),
+                VdevKind::Raidz { parity } => format!("raidz{parity}"),
+            };
+            let first = redundancy(&vdevs[0]);
+            if let Some(other) = vdevs.iter().map(redundancy).find(|r| *r != first) {
+                return Err(fail(format!(
+                    "mismatched replication level: both {first} and {other} are present (use -f to override)"
+                )));
+            }
+        }
+        if dry_run {
+            let mut out = format!("would create '{pool}' with the following layout:\n\n\t{pool}\n");
+            for group in &vdevs {
+                match group.kind {
+                    VdevKind::Disk => out.push_str(&format!("\t  {}\n", group.devices[0])),
+                    _ => {
+                        out.push_str(&format!("\t  {}\n", describe_group(group)));
+                        for device in &group.devices {
+                            out.push_str(&format!("\t    {device}\n"));
+                        }
+                    }
+                }
+            }
+            return Ok(Response::text(out));
+        }
+        let all_paths: Vec<String> = seen;
+        let obj = ObjPool::create(PoolCreate {
+            name: pool.clone(),
+            tops,
+            ashift,
+            properties: pool_props.iter().cloned().collect(),
+            hostname: hostname(),
+        })
+        .map_err(|e| fail(e.to_string()))?;
+        obj.set_tunables(self.tunables);
+        let ds = match tarn_ds::Pool::create(obj.clone(), &root_props, &mount::format) {
+            Ok(ds) => ds,
+            Err(e) => {
+                let _ = obj.export();
+                drop(obj);
+                clear_labels(&all_paths);
+                return Err(fail(e.to_string()));
+            }
+        };
+        let mut warnings = String::new();
+        for (prop, value) in &pool_props {
+            if let Err(e) = ds.set_pool_property(prop, value) {
+                warnings.push_str(&format!("warning: {e}\n"));
+            }
+        }
+        let mut imported = Imported { ds, devices: all_paths.clone(), altroot, mounts: BTreeMap::new() };
+        warnings.push_str(&mount_all(&mut imported));
+        let guid = imported.ds.obj().guid();
+        let cached = CachedPool { name: pool.clone(), guid, devices: all_paths, altroot: imported.altroot.clone() };
+        pools.insert(pool, imported);
+        let mut cache = self.cache.lock();
+        cache.remember(cached);
+        warnings.push_str(&self.save_cache(&cache));
+        Ok(Response { stderr: warnings, ..Response::text("") })
+    }
+
+    fn pool_import(&self, request: Request) -> HandlerResult {
+        let Request::PoolImport { dirs, .. } = &request else { unreachable!() };
+        let mut extra = Vec::new();
+        let dirs = if dirs.is_empty() {
+            extra = self.cache.lock().known_devices.clone();
+            vec!["/dev".to_string()]
+        } else {
+            dirs.clone()
+        };
+        let paths = scan::candidate_paths(&dirs, &extra);
+        self.import_from(&paths, request)
+    }
+
+    fn import_from(&self, paths: &[String], request: Request) -> HandlerResult {
+        let Request::PoolImport { force, rewind, altroot, pool: target, .. } = request else { unreachable!() };
+        // Hold the pool table while scanning so no create/import races us.
+        let mut pools = self.pools.lock();
+        let mut candidates = scan::scan(paths);
+        let Some(target) = target else {
+            return Ok(Response::text(describe_candidates(&candidates)));
+        };
+        let fail = |why: String| format!("cannot import '{target}': {why}");
+        if let Some(root) = &altroot {
+            if !root.starts_with('/') {
+                return Err(fail(format!("altroot '{root}' must be an absolute path")));
+            }
+        }
+        let matching: Vec<u64> = candidates
+            .iter()
+            .filter(|(guid, c)| c.config.name == target || guid.to_string() == target)
+            .map(|(guid, _)| *guid)
+            .collect();
+        let guid = match matching.as_slice() {
+            [] => {
+                if pools.contains_key(&target) {
+                    return Err(fail("a pool with that name is already imported".into()));
+                }
+                return Err(fail("no such pool available".into()));
+            }
+            [guid] => *guid,
+            _ => return Err(fail("more than one matching pool; import by numeric id".into())),
+        };
+        let candidate = candidates.remove(&guid).expect("matched candidate");
+        let name = candidate.config.name.clone();
+        if pools.contains_key(&name) {
+            return Err(fail(format!("a pool named '{name}' is already imported")));
+        }
+        let device_paths: Vec<String> = candidate.devices.iter().map(|d| d.path.clone()).collect();
+        let devices = candidate.devices.into_iter().map(|d| d.device).collect();
+        let options = ImportOptions { rewind, force, hostname: hostname(), readonly: false };
+        let obj = ObjPool::import(devices, options).map_err(|e| fail(e.to_string()))?;
+        obj.set_tunables(self.tunables);
+        let ds = tarn_ds::Pool::open(obj).map_err(|e| fail(e.to_string()))?;
+        let mut imported = Imported { ds, devices: device_paths.clone(), altroot, mounts: BTreeMap::new() };
+        let mut warnings = mount_all(&mut imported);
+        let cached = CachedPool { name: name.clone(), guid, devices: device_paths, altroot: imported.altroot.clone() };
+        pools.insert(name, imported);
+        let mut cache = self.cache.lock();
+        cache.remember(cached);
+        warnings.push_str(&self.save_cache(&cache));
+        Ok(Response { stderr: warnings, ..Response::text("") })
+    }
+
+    fn pool_export(&self, pool: &str, destroy: bool) -> HandlerResult {
+        let verb = if destroy { "destroy" } else { "export" };
+        let mut pools = self.pools.lock();
+        let Some(mut imported) = pools.remove(pool) else {
+            return Err(format!("cannot {verb} '{pool}': no such pool"));
+        };
+        unmount_all(&mut imported);
+        if let Err(e) = imported.ds.obj().export() {
+            let message = format!("cannot {verb} '{pool}': {e}");
+            pools.insert(pool.to_string(), imported);
+            return Err(message);
+        }
+        let devices = imported.devices.clone();
+        drop(imported);
+        if destroy {
+            clear_labels(&devices);
+        }
+        let mut cache = self.cache.lock();
+        cache.forget(pool);
+        let warnings = self.save_cache(&cache);
+        Ok(Response { stderr: warnings, ..Response::text("") })
+    }
+
+    fn selected_pools<'a>(
+        pools: &'a BTreeMap<String, Imported>,
+        names: &[String],
+    ) -> Result<Vec<(&'a String, &'a Imported)>, String> {
+        if names.is_empty() {
+            return Ok(pools.iter().collect());
+        }
+        names
+            .iter()
+            .map(|n| pools.get_key_value(n).ok_or_else(|| format!("cannot open '{n}': no such pool")))
+            .collect()
+    }
+
+    fn pool_list(&self, names: &[String], parsable: bool) -> HandlerResult {
+        let pools = self.pools.lock();
+        let mut rows = Vec::new();
+        for (name, imported) in Self::selected_pools(&pools, names)? {
+            let obj = imported.ds.obj();
+            let space = obj.space();
+            let status = obj.status();
+            let health = state_name(&serde_json::to_value(status.state).unwrap_or_default());
+            let config = obj.config();
+            let n = |v: u64| if parsable { v.to_string() } else { format_number(v) };
+            let capacity = (space.alloc as u128 * 100).checked_div(space.size as u128).unwrap_or(0) as u64;
+            let fixed = |property: &str, value: String| PropCell {
+                property: property.into(),
+                value,
+                source: "-".into(),
+                source_type: "NONE".into(),
+                source_data: "-".into(),
+            };
+            let stored = |property: &str| {
+                let (value, source) = imported.ds.pool_property(property);
+                PropCell {
+                    property: property.into(),
+                    value,
+                    source: source.display(),
+                    source_type: source.json_type().into(),
+                    source_data: source.json_data(),
+                }
+            };
+            let altroot = match &imported.altroot {
+                Some(root) => PropCell {
+                    property: "altroot".into(),
+                    value: root.clone(),
+                    source: "local".into(),
+                    source_type: "LOCAL".into(),
+                    source_data: "-".into(),
+                },
+                None => PropCell {
+                    property: "altroot".into(),
+                    value: "-".into(),
+                    source: "default".into(),
+                    source_type: "DEFAULT".into(),
+                    source_data: "-".into(),
+                },
+            };
+            let ashift = config.top.first().map(|t| t.ashift).unwrap_or(12);
+            let props = vec![
+                fixed("name", name.clone()),
+                fixed("size", n(space.size)),
+                fixed("allocated", n(space.alloc)),
+                fixed("free", n(space.free)),
+                fixed("capacity", if parsable { capacity.to_string() } else { format!("{capacity}%") }),
+                fixed("health", health.clone()),
+                fixed("guid", obj.guid().to_string()),
+                fixed("ashift", ashift.to_string()),
+                altroot,
+                stored("comment"),
+                stored("failmode"),
+            ];
+            rows.push(PoolRow { name: name.clone(), guid: obj.guid(), state: health, txg: status.txg, props });
+        }
+        Ok(Response::data(serde_json::to_value(rows).map_err(|e| e.to_string())?))
+    }
+
+    fn pool_status(&self, names: &[String]) -> HandlerResult {
+        let pools = self.pools.lock();
+        let mut out = Vec::new();
+        for (name, imported) in Self::selected_pools(&pools, names)? {
+            let obj = imported.ds.obj();
+            let status = obj.status();
+            let config = obj.config();
+            let value = serde_json::to_value(&status).map_err(|e| e.to_string())?;
+            let state = state_name(&value["state"]);
+            let empty = Vec::new();
+            let tops_json = value["tops"].as_array().unwrap_or(&empty);
+            let mut tops = Vec::new();
+            for (index, top_json) in tops_json.iter().enumerate() {
+                let top_config = config.top.get(index);
+                let (kind, grouped) = top_config.map(|t| top_kind_name(&t.kind)).unwrap_or(("disk".into(), false));
+                let children_json = top_json
+                    .get("children")
+                    .or_else(|| top_json.get("leaves"))
+                    .and_then(|c| c.as_array())
+                    .cloned()
+                    .unwrap_or_default();
+                let leaves: Vec<VdevStatus> = children_json
+                    .iter()
+                    .enumerate()
+                    .map(|(i, leaf)| VdevStatus {
+                        name: text(leaf, &["path", "name"])
+                            .or_else(|| top_config.and_then(|t| t.children.get(i)).map(|c| c.path.clone()))
+                            .unwrap_or_default(),
+                        vdev_type: "file".into(),
+                        guid: top_config.and_then(|t| t.children.get(i)).map(|c| c.guid).unwrap_or(0),
+                        state: state_name(&leaf["state"]),
+                        read_errors: number(leaf, &["read_errors", "read"]),
+                        write_errors: number(leaf, &["write_errors", "write"]),
+                        checksum_errors: number(leaf, &["checksum_errors", "cksum", "checksum"]),
+                        children: Vec::new(),
+                    })
+                    .collect();
+                let top = VdevStatus {
+                    name: format!("{kind}-{index}"),
+                    vdev_type: kind.trim_end_matches(char::is_numeric).to_string(),
+                    guid: top_config.map(|t| t.guid).unwrap_or(0),
+                    state: state_name(&top_json["state"]),
+                    read_errors: number(top_json, &["read_errors", "read"]),
+                    write_errors: number(top_json, &["write_errors", "write"]),
+                    checksum_errors: number(top_json, &["checksum_errors", "cksum", "checksum"]),
+                    children: leaves,
+                };
+                if grouped || top.children.len() != 1 {
+                    tops.push(top);
+                } else {
+                    // A plain device is its own top-level vdev.
+                    let mut leaf = top.children.into_iter().next().expect("one leaf");
+                    leaf.read_errors = leaf.read_errors.max(top.read_errors);
+                    leaf.write_errors = leaf.write_errors.max(top.write_errors);
+                    leaf.checksum_errors = leaf.checksum_errors.max(top.checksum_errors);
+                    tops.push(leaf);
+                }
+            }
+            let root = VdevStatus {
+                name: name.clone(),
+                vdev_type: "root".into(),
+                guid: status.guid,
+                state: state.clone(),
+                read_errors: tops.iter().map(|t| t.read_errors).sum(),
+                write_errors: tops.iter().map(|t| t.write_errors).sum(),
+                checksum_errors: tops.iter().map(|t| t.checksum_errors).sum(),
+                children: tops,
+            };
+            out.push(PoolStatusData {
+                name: name.clone(),
+                guid: status.guid,
+                state,
+                txg: status.txg,
+                data_errors: status.data_errors,
+                root,
+            });
+        }
+        Ok(Response::data(serde_json::to_value(out).map_err(|e| e.to_string())?))
+    }
+
+    fn pool_set(&self, prop: &str, value: &str, pool: &str) -> HandlerResult {
+        let pools = self.pools.lock();
+        let imported = pools.get(pool).ok_or_else(|| format!("cannot set property for '{pool}': no such pool"))?;
+        imported.ds.set_pool_property(prop, value).map_err(|e| format!("cannot set property for '{pool}': {e}"))?;
+        Ok(Response::text(""))
+    }
+
+    fn create(&self, dataset: &str, parents: bool, properties: &[(String, String)]) -> HandlerResult {
+        let fail = |why: String| format!("cannot create '{dataset}': {why}");
+        tarn_ds::validate_dataset_name(dataset).map_err(|e| fail(e.to_string()))?;
+        let pool_name = dataset.split('/').next().unwrap_or_default();
+        let mut pools = self.pools.lock();
+        let imported = pools.get_mut(pool_name).ok_or_else(|| fail(format!("no such pool '{pool_name}'")))?;
+        if !dataset.contains('/') {
+            return Err(fail("a pool's root dataset is created with 'tarn pool create'".into()));
+        }
+        let created = imported.ds.create_dataset(dataset, properties, parents, &mount::format).map_err(|e| match e {
+            tarn_ds::DsError::NoParent(_) => fail("parent does not exist (use -p to create parents)".into()),
+            tarn_ds::DsError::Exists(_) => fail("dataset already exists".into()),
+            other => fail(other.to_string()),
+        })?;
+        let mut warnings = String::new();
+        for name in &created {
+            if let Err(e) = mount_dataset(imported, name) {
+                warnings.push_str(&format!("warning: filesystem '{name}' created but not mounted: {e}\n"));
+            }
+        }
+        Ok(Response { stderr: warnings, ..Response::text("") })
+    }
+
+    fn destroy(&self, dataset: &str, recursive: bool) -> HandlerResult {
+        let fail = |why: String| format!("cannot destroy '{dataset}': {why}");
+        let pool_name = dataset.split('/').next().unwrap_or_default();
+        let mut pools = self.pools.lock();
+        let imported = pools.get_mut(pool_name).ok_or_else(|| fail("dataset does not exist".into()))?;
+        let plan = imported.ds.destroy_plan(dataset, recursive).map_err(|e| match e {
+            tarn_ds::DsError::NotFound(_) => fail("dataset does not exist".into()),
+            tarn_ds::DsError::HasChildren(_) => fail("filesystem has children (use -r to destroy them too)".into()),
+            tarn_ds::DsError::IsPoolRoot(_) => fail("it is the pool's root dataset (use 'tarn pool destroy')".into()),
+            other => fail(other.to_string()),
+        })?;
+        for name in &plan {
+            if let Some(mounted) = imported.mounts.remove(name) {
+                mounted.unmount();
+            }
+        }
+        imported.ds.destroy_dataset(dataset, recursive).map_err(|e| fail(e.to_string()))?;
+        Ok(Response::text(""))
+    }
+
+    fn dataset_props(&self, datasets: &[String], recursive: bool, wanted: &[String], parsable: bool) -> HandlerResult {
+        let mut names: Vec<String> = Vec::new();
+        for prop in wanted.iter().filter(|p| p.as_str() != "all") {
+            props::lookup(prop).map_err(|e| e.to_string())?;
+        }
+        let wanted: Vec<String> = if wanted.is_empty() || wanted.iter().any(|p| p == "all") {
+            props::PROPERTIES.iter().map(|p| p.name.to_string()).collect()
+        } else {
+            wanted.to_vec()
+        };
+        let pools = self.pools.lock();
+        if datasets.is_empty() {
+            for imported in pools.values() {
+                names.extend(imported.ds.list());
+            }
+        } else {
+            for dataset in datasets {
+                let pool_name = dataset.split('/').next().unwrap_or_default();
+                let imported = pools
+                    .get(pool_name)
+                    .filter(|p| p.ds.exists(dataset))
+                    .ok_or_else(|| format!("cannot open '{dataset}': dataset does not exist"))?;
+                if recursive {
+                    names.extend(imported.ds.subtree(dataset));
+                } else {
+                    names.push(dataset.clone());
+                }
+            }
+        }
+        let mut rows = Vec::new();
+        for name in names {
+            let pool_name = name.split('/').next().unwrap_or_default().to_string();
+            let Some(imported) = pools.get(&pool_name) else { continue };
+            let record = imported.ds.record(&name).map_err(|e| e.to_string())?;
+            let mut cells = Vec::new();
+            for prop in &wanted {
+                let value = imported
+                    .ds
+                    .get_property(&name, prop, parsable, imported.altroot.as_deref())
+                    .map_err(|e| format!("cannot get '{prop}' of '{name}': {e}"))?;
+                cells.push(PropCell {
+                    property: value.property,
+                    value: value.value,
+                    source: value.source,
+                    source_type: value.source_type,
+                    source_data: value.source_data,
+                });
+            }
+            rows.push(DatasetRow { name, pool: pool_name, createtxg: record.createtxg, props: cells });
+        }
+        Ok(Response::data(serde_json::to_value(rows).map_err(|e| e.to_string())?))
+    }
+
+    fn set(&self, assignments: &[(String, String)], dataset: &str) -> HandlerResult {
+        let fail = |why: String| format!("cannot set property for '{dataset}': {why}");
+        for (prop, value) in assignments {
+            props::validate(prop, value).map_err(|e| fail(e.to_string()))?;
+        }
+        let pool_name = dataset.split('/').next().unwrap_or_default();
+        let mut pools = self.pools.lock();
+        let imported = pools
+            .get_mut(pool_name)
+            .filter(|p| p.ds.exists(dataset))
+            .ok_or_else(|| fail("dataset does not exist".into()))?;
+        let mut warnings = String::new();
+        for (prop, value) in assignments {
+            let (prop, affected) = imported.ds.set_property(dataset, prop, value).map_err(|e| fail(e.to_string()))?;
+            if prop == "mountpoint" {
+                for name in affected.iter().rev() {
+                    if let Some(mounted) = imported.mounts.remove(name) {
+                        mounted.unmount();
+                    }
+                }
+                for name in &affected {
+                    if let Err(e) = mount_dataset(imported, name) {
+                        warnings.push_str(&format!("warning: cannot mount '{name}': {e}\n"));
+                    }
+                }
+            } else {
+                for name in &affected {
+                    if let (Some(mounted), Ok(settings)) = (imported.mounts.get(name), imported.ds.settings(name)) {
+                        mounted.set_options(&settings);
+                    }
+                }
+            }
+        }
+        Ok(Response { stderr: warnings, ..Response::text("") })
+    }
+
+    fn mount(&self, dataset: Option<&str>) -> HandlerResult {
+        let mut pools = self.pools.lock();
+        let Some(dataset) = dataset else {
+            let mut out = String::new();
+            let rows: Vec<(String, String)> = pools
+                .values()
+                .flat_map(|p| p.mounts.iter().map(|(n, m)| (n.clone(), m.path.display().to_string())))
+                .collect();
+            let width = rows.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
+            for (name, path) in rows {
+                out.push_str(&format!("{name:<width$}  {path}\n"));
+            }
+            return Ok(Response::text(out));
+        };
+        let fail = |why: String| format!("cannot mount '{dataset}': {why}");
+        let pool_name = dataset.split('/').next().unwrap_or_default();
+        let imported = pools
+            .get_mut(pool_name)
+            .filter(|p| p.ds.exists(dataset))
+            .ok_or_else(|| fail("dataset does not exist".into()))?;
+        if imported.mounts.contains_key(dataset) {
+            return Err(fail("filesystem already mounted".into()));
+        }
+        match imported.ds.settings(dataset).map_err(|e| fail(e.to_string()))?.mountpoint {
+            Mountpoint::None => return Err(fail("no mountpoint set (mountpoint=none)".into())),
+            Mountpoint::Legacy => return Err(fail("legacy mountpoint: not mounted by tarn".into())),
+            Mountpoint::Path(_) => {}
+        }
+        mount_dataset(imported, dataset).map_err(fail)?;
+        Ok(Response::text(""))
+    }
+
+    fn unmount(&self, target: &str) -> HandlerResult {
+        let mut pools = self.pools.lock();
+        let fail = |why: &str| format!("cannot unmount '{target}': {why}");
+        for imported in pools.values_mut() {
+            let found = if target.starts_with('/') {
+                let wanted = Path::new(target);
+                imported.mounts.iter().find(|(_, m)| m.path == wanted).map(|(n, _)| n.clone())
+            } else {
+                imported.mounts.contains_key(target).then(|| target.to_string())
+            };
+            if let Some(name) = found {
+                let mounted = imported.mounts.remove(&name).expect("mount just found");
+                mounted.unmount();
+                return Ok(Response::text(""));
+            }
+        }
+        Err(fail("not currently mounted"))
+    }
+
+    fn debug_check(&self, pool: &str) -> HandlerResult {
+        let pools = self.pools.lock();
+        let imported = pools.get(pool).ok_or_else(|| format!("cannot open '{pool}': no such pool"))?;
+        let obj = imported.ds.obj().clone();
+        drop(pools);
+        let report = obj.check();
+        let mut out = format!(
+            "pool {pool}:\n\tobject sets:          {}\n\tblocks:               {}\n\tallocated bytes:      {}\n\tleaked bytes:         {}\n\tdouble-allocated:     {}\n\tdamaged blocks:       {}\n",
+            report.objsets,
+            report.blocks,
+            report.allocated_bytes,
+            report.leaked_bytes,
+            report.double_allocated_bytes,
+            report.damaged.len()
+        );
+        for damage in &report.damaged {
+            out.push_str(&format!("\tdamaged: {damage}\n"));
+        }
+        if report.ok() {
+            out.push_str("no damage, leaks or double allocations found\n");
+            let mut response = Response::text(out);
+            response.data = serde_json::to_value(&report).ok();
+            Ok(response)
+        } else {
+            Ok(Response {
+                ok: false,
+                exit: 1,
+                stdout: out,
+                error: Some(format!("pool '{pool}' failed the check")),
+                data: serde_json::to_value(&report).ok(),
+                ..Response::default()
+            })
+        }
+    }
+}
+
+fn describe_group(group: &VdevGroup) -> String {
+    match group.kind {
+        VdevKind::Disk => "stripe".into(),
+        VdevKind::Mirror => "mirror".into(),
+        VdevKind::Raidz { parity } => format!("raidz{parity}"),
+    }
+}
+
+fn clear_labels(paths: &[String]) {
+    for path in paths {
+        if let Ok(device) = scan::open_device(path) {
+            let _ = tarn_vdev::clear_labels(&*device);
+        }
+    }
+}
+
+fn mount_path(imported: &Imported, name: &str) -> Result<Option<PathBuf>, String> {
+    let settings = imported.ds.settings(name).map_err(|e| e.to_string())?;
+    Ok(match settings.mountpoint {
+        Mountpoint::Path(path) => Some(match imported.altroot.as_deref() {
+            Some(root) if root != "/" => PathBuf::from(format!("{}{}", root.trim_end_matches('/'), path)),
+            _ => PathBuf::from(path),
+        }),
+        Mountpoint::None | Mountpoint::Legacy => None,
+    })
+}
+
+/// Mount one dataset at its effective mountpoint (no-op for none/legacy).
+fn mount_dataset(imported: &mut Imported, name: &str) -> Result<(), String> {
+    let Some(path) = mount_path(imported, name)? else { return Ok(()) };
+    let settings = imported.ds.settings(name).map_err(|e| e.to_string())?;
+    let os = imported.ds.objset(name).map_err(|e| e.to_string())?;
+    let mounted = Mounted::mount(imported.ds.obj().clone(), os, &settings, name, &path)?;
+    imported.mounts.insert(name.to_string(), mounted);
+    Ok(())
+}
+
+/// Mount every dataset of a pool, parents first; returns warning lines.
+fn mount_all(imported: &mut Imported) -> String {
+    let mut warnings = String::new();
+    for name in imported.ds.list() {
+        if let Err(e) = mount_dataset(imported, &name) {
+            warnings.push_str(&format!("warning: cannot mount '{name}': {e}\n"));
+        }
+    }
+    warnings
+}
+
+fn unmount_all(imported: &mut Imported) {
+    while let Some((_, mounted)) = imported.mounts.pop_last() {
+        mounted.unmount();
+    }
+}
+
+fn describe_candidates(candidates: &BTreeMap<u64, scan::Candidate>) -> String {
+    if candidates.is_empty() {
+        return "no pools available to import\n".into();
+    }
+    let mut out = String::new();
+    for (guid, candidate) in candidates {
+        let config = &candidate.config;
+        let mut lines = Vec::new();
+        let mut missing_tops = 0;
+        for (index, top) in config.top.iter().enumerate() {
+            let (kind, grouped) = top_kind_name(&top.kind);
+            let present: Vec<bool> =
+                top.children.iter().map(|c| candidate.devices.iter().any(|d| d.leaf_guid == c.guid)).collect();
+            let missing = present.iter().filter(|p| !**p).count();
+            let tolerated = match top.kind {
+                TopKind::Disk => 0,
+                TopKind::Mirror => top.children.len().saturating_sub(1),
+                TopKind::Raidz { parity } => parity as usize,
+            };
+            let top_state = if missing == 0 {
+                "ONLINE"
+            } else if missing <= tolerated {
+                "DEGRADED"
+            } else {
+                missing_tops += 1;
+                "UNAVAIL"
+            };
+            if grouped {
+                lines.push((format!("  {kind}-{index}"), top_state.to_string()));
+            }
+            for (child, present) in top.children.iter().zip(&present) {
+                let path = candidate
+                    .devices
+                    .iter()
+                    .find(|d| d.leaf_guid == child.guid)
+                    .map(|d| d.path.clone())
+                    .unwrap_or_else(|| child.path.clone());
+                let indent = if grouped { "    " } else { "  " };
+                lines.push((format!("{indent}{path}"), if *present { "ONLINE" } else { "UNAVAIL" }.to_string()));
+            }
+        }
+        let degraded = lines.iter().any(|(_, s)| s != "ONLINE");
+        let state = if missing_tops > 0 {
+            "UNAVAIL"
+        } else if degraded {
+            "DEGRADED"
+        } else {
+            "ONLINE"
+        };
+        let action = if missing_tops > 0 {
+            "The pool cannot be imported: too many devices are missing."
+        } else if config.state == tarn_vdev::PoolState::Active {
+            "The pool was not exported; import it with -f."
+        } else {
+            "The pool can be imported using its name or numeric identifier."
+        };
+        out.push_str(&format!("   pool: {}\n     id: {guid}\n  state: {state}\n action: {action}\n config:\n\n", config.name));
+        let width = lines.iter().map(|(n, _)| n.len()).max().unwrap_or(0).max(config.name.len()) + 2;
+        out.push_str(&format!("\t{:<width$}{state}\n", config.name));
+        for (name, state) in lines {
+            out.push_str(&format!("\t{name:<width$}{state}\n"));
+        }
+        out.push('\n');
+    }
+    out
+}
+

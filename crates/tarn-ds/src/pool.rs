@@ -1,0 +1,578 @@
+//! The dataset tree of one pool, kept in the MOS.
+//!
+//! On disk (all in the MOS):
+//! - object 1, the *pool directory* (type [`DS_DIRECTORY`]): its bonus holds
+//!   `magic "TARNDSD1" | version u64 | datasets ZAP id u64 | pool props ZAP id u64`
+//!   (little-endian).
+//! - the *datasets ZAP* (type [`DS_ZAP`]): full dataset name → JSON
+//!   [`DatasetRecord`] (object set id, guid, creation time, creation txg,
+//!   locally set properties).
+//! - the *pool properties ZAP*: property name → value (`comment`, `failmode`).
+//!
+//! In memory the records are mirrored in a map so listing never touches disk;
+//! every change is written through to the ZAP in one transaction and synced
+//! before the call returns (like a ZFS sync task).
+//!
+//! Lock order: `change` (serializes modifications) before `state`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use parking_lot::{Mutex, RwLock};
+use serde::{Deserialize, Serialize};
+use tarn_obj::zap::Zap;
+use tarn_obj::{ObjPool, ObjType, ObjectId, ObjectSet, ObjsetId, Tx, WriteProps, BONUS_LEN};
+
+use crate::props::{self, PropDef, Settings, Source};
+use crate::size::{format_bytes, format_ratio, ratio_hundredths};
+use crate::{DsError, Result};
+
+/// Object type of the pool directory (MOS object 1).
+pub const DS_DIRECTORY: ObjType = ObjType(32);
+/// Object type of the dataset and pool-property maps.
+pub const DS_ZAP: ObjType = ObjType(33);
+const DIRECTORY_OBJECT: ObjectId = ObjectId(1);
+const DIRECTORY_MAGIC: &[u8; 8] = b"TARNDSD1";
+const DIRECTORY_VERSION: u64 = 1;
+
+/// One dataset as stored in the datasets ZAP.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct DatasetRecord {
+    pub objset: u64,
+    pub guid: u64,
+    /// Unix seconds.
+    pub creation: u64,
+    pub createtxg: u64,
+    /// Locally set properties, normalized (see `props`).
+    pub props: BTreeMap<String, String>,
+}
+
+/// An effective property value, ready to print.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PropValue {
+    pub property: String,
+    /// As `zfs get` prints it (`-p` form when asked for).
+    pub value: String,
+    pub source: String,
+    /// OpenZFS JSON `source.type` / `source.data`.
+    pub source_type: String,
+    pub source_data: String,
+}
+
+struct State {
+    datasets: BTreeMap<String, DatasetRecord>,
+    objsets: HashMap<String, ObjectSet>,
+    pool_props: BTreeMap<String, String>,
+}
+
+/// Callback that lays out a fresh object set (the daemon passes the POSIX
+/// layer's `Fs::format`; tests may pass a no-op).
+pub type InitObjset<'a> = &'a dyn Fn(&ObjectSet, &Tx) -> std::result::Result<(), String>;
+
+pub struct Pool {
+    obj: Arc<ObjPool>,
+    datasets_zap: ObjectId,
+    props_zap: ObjectId,
+    /// Fraction of allocated bytes that hold data (raidz parity excluded),
+    /// as numerator/denominator, used to "deflate" dataset space like ZFS.
+    deflate: (u64, u64),
+    change: Mutex<()>,
+    state: RwLock<State>,
+}
+
+fn now_unix() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+fn new_guid() -> u64 {
+    loop {
+        let guid: u64 = rand::random();
+        if guid != 0 {
+            return guid;
+        }
+    }
+}
+
+/// Check a dataset name: `pool/a/b`, components of `[A-Za-z0-9_.:-]`, the
+/// first starting with a letter.
+pub fn validate_dataset_name(name: &str) -> Result<()> {
+    let bad = |why: &str| Err(DsError::BadName { name: name.to_string(), why: why.to_string() });
+    if name.is_empty() {
+        return bad("empty name");
+    }
+    if name.len() > 255 {
+        return bad("name is too long");
+    }
+    if name.contains('@') || name.contains('#') {
+        return bad("snapshots and bookmarks are not yet supported");
+    }
+    for component in name.split('/') {
+        if component.is_empty() {
+            return bad("empty component");
+        }
+        if component == "." || component == ".." {
+            return bad("'.' and '..' are not allowed");
+        }
+        if let Some(c) = component.chars().find(|c| !(c.is_ascii_alphanumeric() || "_.:-".contains(*c))) {
+            return bad(&format!("invalid character '{c}'"));
+        }
+    }
+    if !name.starts_with(|c: char| c.is_ascii_alphabetic()) {
+        return bad("must begin with a letter");
+    }
+    Ok(())
+}
+
+fn write_props_of(settings: &Settings) -> WriteProps {
+    WriteProps { compression: settings.compression, checksum: settings.checksum, copies: settings.copies }
+}
+
+fn deflate_ratio(config: &tarn_vdev::PoolConfig) -> (u64, u64) {
+    let mut data = 0u128;
+    let mut total = 0u128;
+    for top in &config.top {
+        let children = top.children.len().max(1) as u128;
+        let parity = match top.kind {
+            tarn_vdev::TopKind::Raidz { parity } => parity as u128,
+            _ => 0,
+        };
+        let asize = top.asize.max(1) as u128;
+        total += asize * children;
+        data += asize * children.saturating_sub(parity).max(1);
+    }
+    if total == 0 {
+        return (1, 1);
+    }
+    // Keep the numbers small enough to multiply u64 byte counts by.
+    let scale = 1u128 << 20;
+    (((data * scale) / total).max(1) as u64, scale as u64)
+}
+
+impl Pool {
+    /// Lay out the dataset tree of a freshly created pool: the directory,
+    /// the maps and the root dataset named after the pool.
+    pub fn create(obj: Arc<ObjPool>, root_props: &[(String, String)], init: InitObjset) -> Result<Arc<Pool>> {
+        let name = obj.name();
+        let mut local = BTreeMap::new();
+        for (prop, value) in root_props {
+            let (prop, stored) = props::validate(prop, value)?;
+            local.insert(prop.to_string(), stored);
+        }
+        let mos = obj.mos();
+        let tx = obj.begin();
+        let datasets_zap = Zap::create(&mos, &tx, DS_ZAP)?;
+        let props_zap = Zap::create(&mos, &tx, DS_ZAP)?;
+        let mut bonus = [0u8; BONUS_LEN];
+        bonus[0..8].copy_from_slice(DIRECTORY_MAGIC);
+        bonus[8..16].copy_from_slice(&DIRECTORY_VERSION.to_le_bytes());
+        bonus[16..24].copy_from_slice(&datasets_zap.0.to_le_bytes());
+        bonus[24..32].copy_from_slice(&props_zap.0.to_le_bytes());
+        mos.create_with_id(&tx, DIRECTORY_OBJECT, DS_DIRECTORY, 512, &bonus)?;
+        let objset = obj.create_objset(&tx)?;
+        let os = obj.open_objset(objset)?;
+        init(&os, &tx).map_err(DsError::Init)?;
+        let record = DatasetRecord { objset: objset.0, guid: new_guid(), creation: now_unix(), createtxg: tx.txg(), props: local };
+        let encoded = serde_json::to_vec(&record).map_err(|e| DsError::Corrupt(e.to_string()))?;
+        Zap::insert(&mos, &tx, datasets_zap, name.as_bytes(), &encoded)?;
+        drop(tx);
+        obj.sync()?;
+        let deflate = deflate_ratio(&obj.config());
+        let pool = Pool {
+            obj,
+            datasets_zap,
+            props_zap,
+            deflate,
+            change: Mutex::new(()),
+            state: RwLock::new(State {
+                datasets: BTreeMap::from([(name.clone(), record)]),
+                objsets: HashMap::from([(name.clone(), os)]),
+                pool_props: BTreeMap::new(),
+            }),
+        };
+        pool.apply_write_props(&name)?;
+        Ok(Arc::new(pool))
+    }
+
+    /// Read the dataset tree of an imported pool.
+    pub fn open(obj: Arc<ObjPool>) -> Result<Arc<Pool>> {
+        let mos = obj.mos();
+        let bonus = mos
+            .bonus(DIRECTORY_OBJECT)
+            .map_err(|e| DsError::Corrupt(format!("pool directory (MOS object 1): {e}")))?;
+        if &bonus[0..8] != DIRECTORY_MAGIC {
+            return Err(DsError::Corrupt("pool directory has a bad magic number".into()));
+        }
+        let word = |i: usize| {
+            let mut bytes = [0u8; 8];
+            bytes.copy_from_slice(&bonus[i..i + 8]);
+            u64::from_le_bytes(bytes)
+        };
+        if word(8) != DIRECTORY_VERSION {
+            return Err(DsError::Corrupt(format!("unsupported dataset directory version {}", word(8))));
+        }
+        let datasets_zap = ObjectId(word(16));
+        let props_zap = ObjectId(word(24));
+        let mut datasets = BTreeMap::new();
+        let mut decode_error = None;
+        Zap::iterate(&mos, datasets_zap, 0, &mut |_, key, value| {
+            match (std::str::from_utf8(key), serde_json::from_slice::<DatasetRecord>(value)) {
+                (Ok(name), Ok(record)) => {
+                    datasets.insert(name.to_string(), record);
+                    true
+                }
+                _ => {
+                    decode_error = Some(String::from_utf8_lossy(key).into_owned());
+                    false
+                }
+            }
+        })?;
+        if let Some(key) = decode_error {
+            return Err(DsError::Corrupt(format!("dataset record '{key}' does not decode")));
+        }
+        let mut pool_props = BTreeMap::new();
+        Zap::iterate(&mos, props_zap, 0, &mut |_, key, value| {
+            pool_props.insert(String::from_utf8_lossy(key).into_owned(), String::from_utf8_lossy(value).into_owned());
+            true
+        })?;
+        let mut objsets = HashMap::new();
+        for (name, record) in &datasets {
+            objsets.insert(name.clone(), obj.open_objset(ObjsetId(record.objset))?);
+        }
+        let deflate = deflate_ratio(&obj.config());
+        let pool = Pool {
+            obj,
+            datasets_zap,
+            props_zap,
+            deflate,
+            change: Mutex::new(()),
+            state: RwLock::new(State { datasets, objsets, pool_props }),
+        };
+        let names: Vec<String> = pool.state.read().datasets.keys().cloned().collect();
+        for name in names {
+            pool.apply_write_props(&name)?;
+        }
+        Ok(Arc::new(pool))
+    }
+
+    pub fn obj(&self) -> &Arc<ObjPool> {
+        &self.obj
+    }
+
+    /// The pool's name, which is also its root dataset's name.
+    pub fn name(&self) -> String {
+        self.obj.name()
+    }
+
+    /// All dataset names, parents before children.
+    pub fn list(&self) -> Vec<String> {
+        self.state.read().datasets.keys().cloned().collect()
+    }
+
+    pub fn exists(&self, name: &str) -> bool {
+        self.state.read().datasets.contains_key(name)
+    }
+
+    pub fn record(&self, name: &str) -> Result<DatasetRecord> {
+        self.state.read().datasets.get(name).cloned().ok_or_else(|| DsError::NotFound(name.to_string()))
+    }
+
+    /// `name` and all its descendants, parents first.
+    pub fn subtree(&self, name: &str) -> Vec<String> {
+        let state = self.state.read();
+        let prefix = format!("{name}/");
+        state
+            .datasets
+            .keys()
+            .filter(|n| n.as_str() == name || n.starts_with(&prefix))
+            .cloned()
+            .collect()
+    }
+
+    /// The object set of a dataset (one shared handle per dataset, so write
+    /// properties set here reach every user of it).
+    pub fn objset(&self, name: &str) -> Result<ObjectSet> {
+        self.state.read().objsets.get(name).cloned().ok_or_else(|| DsError::NotFound(name.to_string()))
+    }
+
+    fn local_lookup(state: &State) -> impl Fn(&str, &str) -> Option<String> + '_ {
+        move |dataset: &str, prop: &str| state.datasets.get(dataset).and_then(|r| r.props.get(prop).cloned())
+    }
+
+    /// Effective typed settings.
+    pub fn settings(&self, name: &str) -> Result<Settings> {
+        let state = self.state.read();
+        if !state.datasets.contains_key(name) {
+            return Err(DsError::NotFound(name.to_string()));
+        }
+        let lookup = Self::local_lookup(&state);
+        let settings = props::settings(name, &lookup);
+        Ok(settings)
+    }
+
+    fn apply_write_props(&self, name: &str) -> Result<()> {
+        let settings = self.settings(name)?;
+        self.objset(name)?.set_write_props(write_props_of(&settings));
+        Ok(())
+    }
+
+    fn store_record(&self, tx: &Tx, name: &str, record: &DatasetRecord) -> Result<()> {
+        let encoded = serde_json::to_vec(record).map_err(|e| DsError::Corrupt(e.to_string()))?;
+        Zap::update(&self.obj.mos(), tx, self.datasets_zap, name.as_bytes(), &encoded)?;
+        Ok(())
+    }
+
+    /// Create a dataset (and with `parents`, its missing ancestors). Returns
+    /// the names created, parents first.
+    pub fn create_dataset(
+        &self,
+        name: &str,
+        properties: &[(String, String)],
+        parents: bool,
+        init: InitObjset,
+    ) -> Result<Vec<String>> {
+        validate_dataset_name(name)?;
+        let pool_name = self.name();
+        if name.split('/').next() != Some(pool_name.as_str()) {
+            return Err(DsError::NoSuchPool(name.split('/').next().unwrap_or("").to_string()));
+        }
+        let mut local = BTreeMap::new();
+        for (prop, value) in properties {
+            let (prop, stored) = props::validate(prop, value)?;
+            local.insert(prop.to_string(), stored);
+        }
+        let _change = self.change.lock();
+        if self.exists(name) {
+            return Err(DsError::Exists(name.to_string()));
+        }
+        // Missing ancestors, nearest to the root first.
+        let mut missing = Vec::new();
+        let mut current = props::parent_name(name);
+        while let Some(parent) = current {
+            if self.exists(parent) {
+                break;
+            }
+            missing.push(parent.to_string());
+            current = props::parent_name(parent);
+        }
+        if !missing.is_empty() && !parents {
+            return Err(DsError::NoParent(name.to_string()));
+        }
+        missing.reverse();
+        let mut created = Vec::new();
+        let tx = self.obj.begin();
+        for dataset in missing.iter().map(String::as_str).chain(std::iter::once(name)) {
+            let objset = self.obj.create_objset(&tx)?;
+            let os = self.obj.open_objset(objset)?;
+            init(&os, &tx).map_err(DsError::Init)?;
+            let record = DatasetRecord {
+                objset: objset.0,
+                guid: new_guid(),
+                creation: now_unix(),
+                createtxg: tx.txg(),
+                props: if dataset == name { local.clone() } else { BTreeMap::new() },
+            };
+            self.store_record(&tx, dataset, &record)?;
+            let mut state = self.state.write();
+            state.datasets.insert(dataset.to_string(), record);
+            state.objsets.insert(dataset.to_string(), os);
+            created.push(dataset.to_string());
+        }
+        drop(tx);
+        for dataset in &created {
+            self.apply_write_props(dataset)?;
+        }
+        self.obj.sync()?;
+        Ok(created)
+    }
+
+    /// What `destroy` would remove, deepest first; errors if the dataset is
+    /// the pool's root or has children and `recursive` is false.
+    pub fn destroy_plan(&self, name: &str, recursive: bool) -> Result<Vec<String>> {
+        if !self.exists(name) {
+            return Err(DsError::NotFound(name.to_string()));
+        }
+        if props::parent_name(name).is_none() {
+            return Err(DsError::IsPoolRoot(name.to_string()));
+        }
+        let mut subtree = self.subtree(name);
+        if subtree.len() > 1 && !recursive {
+            return Err(DsError::HasChildren(name.to_string()));
+        }
+        subtree.reverse();
+        Ok(subtree)
+    }
+
+    /// Destroy a dataset (with `recursive`, its descendants too). The caller
+    /// unmounts first. Returns the names destroyed, deepest first.
+    pub fn destroy_dataset(&self, name: &str, recursive: bool) -> Result<Vec<String>> {
+        let _change = self.change.lock();
+        let plan = self.destroy_plan(name, recursive)?;
+        let mos = self.obj.mos();
+        let tx = self.obj.begin();
+        for dataset in &plan {
+            let record = self.record(dataset)?;
+            self.obj.destroy_objset(&tx, ObjsetId(record.objset))?;
+            Zap::remove(&mos, &tx, self.datasets_zap, dataset.as_bytes())?;
+            let mut state = self.state.write();
+            state.datasets.remove(dataset);
+            state.objsets.remove(dataset);
+        }
+        drop(tx);
+        self.obj.sync()?;
+        Ok(plan)
+    }
+
+    /// Set a property; returns the canonical property name and the datasets
+    /// whose effective value may have changed (the dataset and, for
+    /// inheritable properties, its descendants).
+    pub fn set_property(&self, name: &str, prop: &str, value: &str) -> Result<(&'static str, Vec<String>)> {
+        let (prop, stored) = props::validate(prop, value)?;
+        let _change = self.change.lock();
+        let mut record = self.record(name)?;
+        if prop == "quota" {
+            if let Ok(quota) = stored.parse::<u64>() {
+                let used = self.used_bytes(name);
+                if quota < used {
+                    return Err(DsError::BadValue(format!(
+                        "cannot set quota of '{name}' to {}: below its current usage of {}",
+                        format_bytes(quota),
+                        format_bytes(used)
+                    )));
+                }
+            }
+        }
+        record.props.insert(prop.to_string(), stored);
+        let tx = self.obj.begin();
+        self.store_record(&tx, name, &record)?;
+        drop(tx);
+        self.state.write().datasets.insert(name.to_string(), record);
+        let affected = if props::lookup(prop)?.inheritable { self.subtree(name) } else { vec![name.to_string()] };
+        for dataset in &affected {
+            self.apply_write_props(dataset)?;
+        }
+        self.obj.sync()?;
+        Ok((prop, affected))
+    }
+
+    fn deflated(&self, bytes: u64) -> u64 {
+        ((bytes as u128 * self.deflate.0 as u128) / self.deflate.1 as u128) as u64
+    }
+
+    /// Space used by the dataset and its descendants (bytes, parity excluded).
+    pub fn used_bytes(&self, name: &str) -> u64 {
+        let state = self.state.read();
+        let prefix = format!("{name}/");
+        let raw: u64 = state
+            .objsets
+            .iter()
+            .filter(|(n, _)| n.as_str() == name || n.starts_with(&prefix))
+            .map(|(_, os)| os.used_bytes())
+            .sum();
+        self.deflated(raw)
+    }
+
+    fn logical_bytes(&self, name: &str) -> u64 {
+        let state = self.state.read();
+        let prefix = format!("{name}/");
+        state
+            .objsets
+            .iter()
+            .filter(|(n, _)| n.as_str() == name || n.starts_with(&prefix))
+            .map(|(_, os)| os.logical_bytes())
+            .sum()
+    }
+
+    fn referenced_bytes(&self, name: &str) -> u64 {
+        self.objset(name).map(|os| self.deflated(os.used_bytes())).unwrap_or(0)
+    }
+
+    /// Space the dataset can still use: the pool's free space, capped by
+    /// the quota of the dataset and of every ancestor.
+    pub fn available_bytes(&self, name: &str) -> u64 {
+        let mut available = self.deflated(self.obj.space().free);
+        let mut current = Some(name);
+        while let Some(dataset) = current {
+            let quota = self.state.read().datasets.get(dataset).and_then(|r| r.props.get("quota").cloned());
+            if let Some(quota) = quota.and_then(|q| q.parse::<u64>().ok()) {
+                available = available.min(quota.saturating_sub(self.used_bytes(dataset)));
+            }
+            current = props::parent_name(dataset);
+        }
+        available
+    }
+
+    /// One property of a dataset as `zfs get` shows it. `altroot` prefixes
+    /// mountpoints.
+    pub fn get_property(&self, name: &str, prop: &str, parsable: bool, altroot: Option<&str>) -> Result<PropValue> {
+        let def: &PropDef = props::lookup(prop)?;
+        let record = self.record(name)?;
+        let number = |bytes: u64| if parsable { bytes.to_string() } else { format_bytes(bytes) };
+        let (value, source) = if def.settable {
+            let (stored, source) = {
+                let state = self.state.read();
+                let lookup = Self::local_lookup(&state);
+                props::effective(def, name, &lookup)
+            };
+            let mut value = props::display_value(def.name, &stored, parsable);
+            if def.name == "mountpoint" && value.starts_with('/') {
+                if let Some(root) = altroot.filter(|r| !r.is_empty() && *r != "/") {
+                    value = if value == "/" { root.to_string() } else { format!("{}{}", root.trim_end_matches('/'), value) };
+                }
+            }
+            (value, source)
+        } else {
+            let value = match def.name {
+                "name" => name.to_string(),
+                "type" => "filesystem".to_string(),
+                "creation" => {
+                    if parsable {
+                        record.creation.to_string()
+                    } else {
+                        crate::time::format_creation(record.creation)
+                    }
+                }
+                "used" => number(self.used_bytes(name)),
+                "available" => number(self.available_bytes(name)),
+                "referenced" => number(self.referenced_bytes(name)),
+                "logicalused" => number(self.logical_bytes(name)),
+                "compressratio" => {
+                    let ratio = ratio_hundredths(self.logical_bytes(name), self.used_bytes(name));
+                    if parsable {
+                        format!("{}.{:02}", ratio / 100, ratio % 100)
+                    } else {
+                        format_ratio(ratio)
+                    }
+                }
+                other => return Err(DsError::Prop(props::PropError::Unknown(other.to_string()))),
+            };
+            (value, Source::None)
+        };
+        Ok(PropValue {
+            property: def.name.to_string(),
+            value,
+            source: source.display(),
+            source_type: source.json_type().to_string(),
+            source_data: source.json_data(),
+        })
+    }
+
+    /// A stored pool property (`comment`, `failmode`), or its default.
+    pub fn pool_property(&self, prop: &str) -> (String, Source) {
+        match self.state.read().pool_props.get(prop) {
+            Some(value) => (value.clone(), Source::Local),
+            None => (props::pool_prop_default(prop).to_string(), Source::Default),
+        }
+    }
+
+    pub fn set_pool_property(&self, prop: &str, value: &str) -> Result<()> {
+        let prop = props::validate_pool_prop(prop, value)?;
+        let _change = self.change.lock();
+        let tx = self.obj.begin();
+        Zap::update(&self.obj.mos(), &tx, self.props_zap, prop.as_bytes(), value.as_bytes())?;
+        drop(tx);
+        self.state.write().pool_props.insert(prop.to_string(), value.to_string());
+        self.obj.sync()?;
+        Ok(())
+    }
+}

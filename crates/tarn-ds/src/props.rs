@@ -1,0 +1,500 @@
+//! Dataset properties: names, validation, defaults, inheritance and the
+//! `SOURCE` column, exactly as `zfs get` shows them.
+//!
+//! Stored form: each dataset keeps only its *locally set* properties, as a
+//! map from property name to a normalized string (sizes in exact bytes,
+//! everything else as the user spelled a valid value). The effective value
+//! of a property is found by walking from the dataset up to the pool's root
+//! dataset; the first local setting wins (`local` on the dataset itself,
+//! `inherited from X` on an ancestor), else the default (`default`).
+//! Read-only properties have source `-`.
+
+use tarn_block::{ChecksumKind, Compression};
+
+use crate::size::{format_bytes, parse_size};
+
+/// One property's definition.
+#[derive(Clone, Copy, Debug)]
+pub struct PropDef {
+    pub name: &'static str,
+    /// Settable by `tarn set` / `tarn create -o`.
+    pub settable: bool,
+    /// Descendants inherit a local setting.
+    pub inheritable: bool,
+    /// Stored form of the default (settable properties only).
+    pub default: &'static str,
+}
+
+const fn settable(name: &'static str, inheritable: bool, default: &'static str) -> PropDef {
+    PropDef { name, settable: true, inheritable, default }
+}
+const fn readonly(name: &'static str) -> PropDef {
+    PropDef { name, settable: false, inheritable: false, default: "-" }
+}
+
+/// Every dataset property, in the order `tarn get all` prints them.
+pub const PROPERTIES: &[PropDef] = &[
+    readonly("type"),
+    readonly("creation"),
+    readonly("used"),
+    readonly("available"),
+    readonly("referenced"),
+    readonly("compressratio"),
+    settable("quota", false, "none"),
+    settable("recordsize", true, "131072"),
+    settable("mountpoint", true, "-"),
+    settable("checksum", true, "on"),
+    settable("compression", true, "lz4"),
+    settable("atime", true, "on"),
+    settable("copies", true, "1"),
+    settable("readonly", true, "off"),
+    readonly("logicalused"),
+];
+
+/// `name` is a property too (for `-o name,...`) but not part of `all`.
+const NAME: PropDef = readonly("name");
+
+/// Default column set of `tarn list`.
+pub const LIST_DEFAULT_COLUMNS: &[&str] = &["name", "used", "available", "referenced", "mountpoint"];
+
+/// Column header for a property (`tarn list`), as zfs prints it.
+pub fn column_header(prop: &str) -> String {
+    match prop {
+        "available" => "AVAIL".into(),
+        "referenced" => "REFER".into(),
+        "compressratio" => "RATIO".into(),
+        "recordsize" => "RECSIZE".into(),
+        "compression" => "COMPRESS".into(),
+        "readonly" => "RDONLY".into(),
+        "logicalused" => "LUSED".into(),
+        other => other.to_ascii_uppercase(),
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PropError {
+    #[error("bad property '{0}'")]
+    Unknown(String),
+    #[error("bad value '{value}' for property '{prop}': {why}")]
+    BadValue { prop: String, value: String, why: String },
+    #[error("cannot set property '{0}': read-only property")]
+    ReadOnly(String),
+    #[error("bad property assignment '{0}': expected PROPERTY=VALUE")]
+    Syntax(String),
+}
+
+/// Resolve a property name or its zfs abbreviation to the definition.
+pub fn lookup(name: &str) -> Result<&'static PropDef, PropError> {
+    let canonical = match name {
+        "avail" => "available",
+        "refer" => "referenced",
+        "ratio" => "compressratio",
+        "recsize" => "recordsize",
+        "compress" => "compression",
+        "rdonly" => "readonly",
+        "lused" => "logicalused",
+        other => other,
+    };
+    if canonical == "name" {
+        return Ok(&NAME);
+    }
+    PROPERTIES
+        .iter()
+        .find(|p| p.name == canonical)
+        .ok_or_else(|| PropError::Unknown(name.to_string()))
+}
+
+/// Split `prop=value` (for `-o` and `set`).
+pub fn split_assignment(text: &str) -> Result<(&str, &str), PropError> {
+    match text.split_once('=') {
+        Some((prop, value)) if !prop.is_empty() => Ok((prop, value)),
+        _ => Err(PropError::Syntax(text.to_string())),
+    }
+}
+
+fn bad(prop: &str, value: &str, why: &str) -> PropError {
+    PropError::BadValue { prop: prop.into(), value: value.into(), why: why.into() }
+}
+
+/// Validate a value for a settable property; returns the canonical
+/// property name and the normalized stored value.
+pub fn validate(prop: &str, value: &str) -> Result<(&'static str, String), PropError> {
+    let def = lookup(prop)?;
+    if !def.settable {
+        return Err(PropError::ReadOnly(def.name.to_string()));
+    }
+    let name = def.name;
+    let stored = match name {
+        "recordsize" => {
+            let why = "must be a power of 2 from 512 to 1M";
+            let bytes = parse_size(value).ok_or_else(|| bad(name, value, why))?;
+            if !(512..=1 << 20).contains(&bytes) || !bytes.is_power_of_two() {
+                return Err(bad(name, value, why));
+            }
+            bytes.to_string()
+        }
+        "compression" => {
+            Compression::parse(value)
+                .ok_or_else(|| bad(name, value, "must be off, on, lz4, zstd or zstd-1 .. zstd-19"))?;
+            value.to_string()
+        }
+        "checksum" => {
+            ChecksumKind::parse(value)
+                .ok_or_else(|| bad(name, value, "must be on, fletcher4, sha256 or blake3"))?;
+            value.to_string()
+        }
+        "copies" => match value {
+            "1" | "2" | "3" => value.to_string(),
+            _ => return Err(bad(name, value, "must be 1, 2 or 3")),
+        },
+        "atime" | "readonly" => match value {
+            "on" | "off" => value.to_string(),
+            _ => return Err(bad(name, value, "must be on or off")),
+        },
+        "quota" => {
+            if value == "none" {
+                "none".to_string()
+            } else {
+                let bytes = parse_size(value)
+                    .ok_or_else(|| bad(name, value, "must be 'none' or a size such as 10G"))?;
+                if bytes == 0 {
+                    "none".to_string()
+                } else {
+                    bytes.to_string()
+                }
+            }
+        }
+        "mountpoint" => match value {
+            "none" | "legacy" => value.to_string(),
+            path if path.starts_with('/') && !path.contains('\0') => {
+                if path.split('/').any(|c| c == "." || c == "..") {
+                    return Err(bad(name, value, "must not contain '.' or '..' components"));
+                }
+                let trimmed = path.trim_end_matches('/');
+                if trimmed.is_empty() {
+                    "/".to_string()
+                } else {
+                    trimmed.to_string()
+                }
+            }
+            _ => return Err(bad(name, value, "must be an absolute path, 'none' or 'legacy'")),
+        },
+        _ => unreachable!("settable property {name} without a validator"),
+    };
+    Ok((name, stored))
+}
+
+/// Where an effective value came from (the `SOURCE` column).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Source {
+    Local,
+    Default,
+    Inherited(String),
+    /// Read-only properties.
+    None,
+}
+
+impl Source {
+    /// As `zfs get` prints it.
+    pub fn display(&self) -> String {
+        match self {
+            Source::Local => "local".into(),
+            Source::Default => "default".into(),
+            Source::Inherited(from) => format!("inherited from {from}"),
+            Source::None => "-".into(),
+        }
+    }
+    /// OpenZFS 2.3 JSON `source.type`.
+    pub fn json_type(&self) -> &'static str {
+        match self {
+            Source::Local => "LOCAL",
+            Source::Default => "DEFAULT",
+            Source::Inherited(_) => "INHERITED",
+            Source::None => "NONE",
+        }
+    }
+    /// OpenZFS 2.3 JSON `source.data`.
+    pub fn json_data(&self) -> String {
+        match self {
+            Source::Inherited(from) => from.clone(),
+            _ => "-".into(),
+        }
+    }
+}
+
+/// The parent of a dataset name (`tank/a/b` → `tank/a`), `None` for a root.
+pub fn parent_name(name: &str) -> Option<&str> {
+    name.rsplit_once('/').map(|(parent, _)| parent)
+}
+
+fn join_mountpoint(base: &str, relative: &str) -> String {
+    if relative.is_empty() {
+        base.to_string()
+    } else if base == "/" {
+        format!("/{relative}")
+    } else {
+        format!("{base}/{relative}")
+    }
+}
+
+/// Effective stored value and source of a settable property of dataset
+/// `name`. `local(dataset, prop)` returns that dataset's local setting.
+pub fn effective(
+    prop: &PropDef,
+    name: &str,
+    local: &dyn Fn(&str, &str) -> Option<String>,
+) -> (String, Source) {
+    debug_assert!(prop.settable);
+    let mut current = Some(name);
+    while let Some(dataset) = current {
+        if let Some(value) = local(dataset, prop.name) {
+            let source = if dataset == name { Source::Local } else { Source::Inherited(dataset.to_string()) };
+            let value = if prop.name == "mountpoint" && value.starts_with('/') {
+                join_mountpoint(&value, name.get(dataset.len() + 1..).unwrap_or(""))
+            } else {
+                value
+            };
+            return (value, source);
+        }
+        if !prop.inheritable {
+            break;
+        }
+        current = parent_name(dataset);
+    }
+    if prop.name == "mountpoint" {
+        return (format!("/{name}"), Source::Default);
+    }
+    (prop.default.to_string(), Source::Default)
+}
+
+/// Human or exact (`-p`) form of a settable property's stored value.
+pub fn display_value(prop: &str, stored: &str, parsable: bool) -> String {
+    match prop {
+        "recordsize" => match stored.parse::<u64>() {
+            Ok(bytes) if !parsable => format_bytes(bytes),
+            _ => stored.to_string(),
+        },
+        "quota" => match stored.parse::<u64>() {
+            Ok(bytes) if !parsable => format_bytes(bytes),
+            Ok(_) => stored.to_string(),
+            Err(_) if parsable => "0".to_string(),
+            Err(_) => stored.to_string(),
+        },
+        _ => stored.to_string(),
+    }
+}
+
+/// Where a dataset mounts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Mountpoint {
+    Path(String),
+    None,
+    Legacy,
+}
+
+/// The effective settings that drive the object set and the file system.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settings {
+    pub recordsize: u32,
+    pub compression: Compression,
+    pub checksum: ChecksumKind,
+    pub copies: u8,
+    pub atime: bool,
+    pub readonly: bool,
+    pub quota: Option<u64>,
+    pub mountpoint: Mountpoint,
+}
+
+/// Effective typed settings of dataset `name`.
+pub fn settings(name: &str, local: &dyn Fn(&str, &str) -> Option<String>) -> Settings {
+    let value = |prop: &str| {
+        let def = lookup(prop).expect("known property");
+        effective(def, name, local).0
+    };
+    let mountpoint = match value("mountpoint").as_str() {
+        "none" => Mountpoint::None,
+        "legacy" => Mountpoint::Legacy,
+        path => Mountpoint::Path(path.to_string()),
+    };
+    Settings {
+        recordsize: value("recordsize").parse().unwrap_or(128 * 1024),
+        compression: Compression::parse(&value("compression")).unwrap_or(Compression::Lz4),
+        checksum: ChecksumKind::parse(&value("checksum")).unwrap_or(ChecksumKind::Fletcher4),
+        copies: value("copies").parse().unwrap_or(1),
+        atime: value("atime") == "on",
+        readonly: value("readonly") == "on",
+        quota: value("quota").parse().ok(),
+        mountpoint,
+    }
+}
+
+/// Pool properties (`tarn pool get/set`), in `all` order.
+pub const POOL_PROPERTIES: &[&str] =
+    &["name", "size", "allocated", "free", "capacity", "health", "guid", "ashift", "altroot", "comment", "failmode"];
+
+/// Validate a settable pool property; returns the canonical name.
+pub fn validate_pool_prop(prop: &str, value: &str) -> Result<&'static str, PropError> {
+    match lookup_pool_prop(prop)? {
+        "comment" => {
+            if value.len() > 32 || value.chars().any(|c| c.is_control()) {
+                return Err(bad(prop, value, "must be at most 32 printable characters"));
+            }
+            Ok("comment")
+        }
+        "failmode" => match value {
+            "wait" | "continue" => Ok("failmode"),
+            _ => Err(bad(prop, value, "must be wait or continue")),
+        },
+        "altroot" => Err(PropError::ReadOnly("altroot (set it with -R at create or import)".into())),
+        other => Err(PropError::ReadOnly(other.to_string())),
+    }
+}
+
+/// Canonical pool property name (accepts `alloc` and `cap`).
+pub fn lookup_pool_prop(prop: &str) -> Result<&'static str, PropError> {
+    let canonical = match prop {
+        "alloc" => "allocated",
+        "cap" => "capacity",
+        other => other,
+    };
+    POOL_PROPERTIES
+        .iter()
+        .copied()
+        .find(|p| *p == canonical)
+        .ok_or_else(|| PropError::Unknown(prop.to_string()))
+}
+
+/// Defaults of the stored pool properties.
+pub fn pool_prop_default(prop: &str) -> &'static str {
+    match prop {
+        "failmode" => "wait",
+        _ => "-",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn locals(entries: &[(&str, &str, &str)]) -> BTreeMap<(String, String), String> {
+        entries.iter().map(|(d, p, v)| ((d.to_string(), p.to_string()), v.to_string())).collect()
+    }
+
+    #[test]
+    fn validates_recordsize() {
+        assert_eq!(validate("recordsize", "128K").unwrap(), ("recordsize", "131072".into()));
+        assert_eq!(validate("recordsize", "1M").unwrap().1, "1048576");
+        assert_eq!(validate("recordsize", "131072").unwrap().1, "131072");
+        assert_eq!(validate("recsize", "512").unwrap(), ("recordsize", "512".into()));
+        for bad_value in ["256", "2M", "100K", "abc", "", "0"] {
+            let err = validate("recordsize", bad_value).unwrap_err();
+            assert!(matches!(err, PropError::BadValue { .. }), "{bad_value}: {err}");
+            assert!(err.to_string().contains("recordsize"));
+        }
+    }
+
+    #[test]
+    fn validates_enumerations() {
+        for ok in ["off", "on", "lz4", "zstd", "zstd-1", "zstd-19"] {
+            assert_eq!(validate("compression", ok).unwrap().1, ok);
+        }
+        for no in ["zstd-0", "zstd-20", "gzip", "LZ4"] {
+            assert!(validate("compression", no).is_err(), "{no}");
+        }
+        for ok in ["on", "fletcher4", "sha256", "blake3"] {
+            assert!(validate("checksum", ok).is_ok());
+        }
+        assert!(validate("checksum", "md5").is_err());
+        assert!(validate("copies", "0").is_err());
+        assert!(validate("copies", "4").is_err());
+        assert_eq!(validate("copies", "3").unwrap().1, "3");
+        assert!(validate("atime", "yes").is_err());
+        assert_eq!(validate("readonly", "on").unwrap().1, "on");
+    }
+
+    #[test]
+    fn validates_quota_and_mountpoint() {
+        assert_eq!(validate("quota", "none").unwrap().1, "none");
+        assert_eq!(validate("quota", "10G").unwrap().1, (10u64 << 30).to_string());
+        assert_eq!(validate("quota", "0").unwrap().1, "none");
+        assert!(validate("quota", "lots").is_err());
+        assert_eq!(validate("mountpoint", "/mnt/x/").unwrap().1, "/mnt/x");
+        assert_eq!(validate("mountpoint", "/").unwrap().1, "/");
+        assert_eq!(validate("mountpoint", "none").unwrap().1, "none");
+        assert_eq!(validate("mountpoint", "legacy").unwrap().1, "legacy");
+        assert!(validate("mountpoint", "relative").is_err());
+        assert!(validate("mountpoint", "/a/../b").is_err());
+    }
+
+    #[test]
+    fn unknown_and_readonly_properties() {
+        assert_eq!(validate("foo", "1").unwrap_err().to_string(), "bad property 'foo'");
+        assert_eq!(validate("used", "1").unwrap_err(), PropError::ReadOnly("used".into()));
+        assert!(lookup("avail").is_ok());
+        assert_eq!(lookup("refer").unwrap().name, "referenced");
+        assert!(split_assignment("novalue").is_err());
+        assert!(split_assignment("=x").is_err());
+        assert_eq!(split_assignment("a=b=c").unwrap(), ("a", "b=c"));
+    }
+
+    #[test]
+    fn inheritance_and_source() {
+        let map = locals(&[
+            ("tank", "compression", "zstd"),
+            ("tank/a", "recordsize", "16384"),
+            ("tank", "quota", "1073741824"),
+        ]);
+        let local = |d: &str, p: &str| map.get(&(d.to_string(), p.to_string())).cloned();
+        let compression = lookup("compression").unwrap();
+        assert_eq!(effective(compression, "tank", &local), ("zstd".into(), Source::Local));
+        assert_eq!(effective(compression, "tank/a/b", &local), ("zstd".into(), Source::Inherited("tank".into())));
+        let recordsize = lookup("recordsize").unwrap();
+        assert_eq!(effective(recordsize, "tank", &local), ("131072".into(), Source::Default));
+        assert_eq!(effective(recordsize, "tank/a/b", &local).1, Source::Inherited("tank/a".into()));
+        // quota is not inherited
+        let quota = lookup("quota").unwrap();
+        assert_eq!(effective(quota, "tank/a", &local), ("none".into(), Source::Default));
+        assert_eq!(effective(quota, "tank", &local).1, Source::Local);
+        assert_eq!(Source::Inherited("tank".into()).display(), "inherited from tank");
+        assert_eq!(Source::None.display(), "-");
+    }
+
+    #[test]
+    fn mountpoint_inherits_as_parent_path_plus_name() {
+        let map = locals(&[("tank", "mountpoint", "/mnt/tank"), ("tank/x", "mountpoint", "none"), ("pool", "mountpoint", "/")]);
+        let local = |d: &str, p: &str| map.get(&(d.to_string(), p.to_string())).cloned();
+        let mountpoint = lookup("mountpoint").unwrap();
+        assert_eq!(effective(mountpoint, "tank", &local), ("/mnt/tank".into(), Source::Local));
+        assert_eq!(
+            effective(mountpoint, "tank/media/photos", &local),
+            ("/mnt/tank/media/photos".into(), Source::Inherited("tank".into()))
+        );
+        assert_eq!(effective(mountpoint, "tank/x/y", &local).0, "none");
+        assert_eq!(effective(mountpoint, "pool/a", &local).0, "/a");
+        assert_eq!(effective(mountpoint, "other/a", &local), ("/other/a".into(), Source::Default));
+        let s = settings("tank/x/y", &local);
+        assert_eq!(s.mountpoint, Mountpoint::None);
+        assert_eq!(s.recordsize, 131072);
+        assert_eq!(s.compression, Compression::Lz4);
+    }
+
+    #[test]
+    fn display_forms() {
+        assert_eq!(display_value("recordsize", "131072", false), "128K");
+        assert_eq!(display_value("recordsize", "131072", true), "131072");
+        assert_eq!(display_value("quota", "none", false), "none");
+        assert_eq!(display_value("quota", "none", true), "0");
+        assert_eq!(display_value("quota", "1073741824", false), "1G");
+        assert_eq!(column_header("available"), "AVAIL");
+    }
+
+    #[test]
+    fn pool_props() {
+        assert_eq!(validate_pool_prop("failmode", "continue").unwrap(), "failmode");
+        assert!(validate_pool_prop("failmode", "panic").is_err());
+        assert!(matches!(validate_pool_prop("size", "1"), Err(PropError::ReadOnly(_))));
+        assert!(matches!(validate_pool_prop("bogus", "1"), Err(PropError::Unknown(_))));
+        assert_eq!(lookup_pool_prop("cap").unwrap(), "capacity");
+    }
+}

@@ -1,0 +1,36 @@
+//! Talking to the daemon: find its socket, send one request, read one
+//! response.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+
+use tarn_daemon::proto::{Request, Response};
+
+/// `--socket`, then `TARN_SOCKET`, then `<state dir>/tarn.sock`.
+pub fn socket_path(flag: Option<&Path>) -> PathBuf {
+    if let Some(path) = flag {
+        return path.to_path_buf();
+    }
+    if let Some(path) = std::env::var_os("TARN_SOCKET").filter(|p| !p.is_empty()) {
+        return PathBuf::from(path);
+    }
+    tarn_daemon::default_state_dir().join("tarn.sock")
+}
+
+pub fn call(socket: &Path, request: &Request) -> Result<Response, String> {
+    let stream = UnixStream::connect(socket).map_err(|e| {
+        format!("cannot connect to tarn daemon at {}: {e} (is `tarn daemon` running?)", socket.display())
+    })?;
+    let mut writer = stream.try_clone().map_err(|e| e.to_string())?;
+    let mut line = serde_json::to_string(request).map_err(|e| e.to_string())?;
+    line.push('\n');
+    writer.write_all(line.as_bytes()).map_err(|e| format!("cannot talk to the daemon: {e}"))?;
+    let mut reader = BufReader::new(stream);
+    let mut answer = String::new();
+    reader.read_line(&mut answer).map_err(|e| format!("cannot read the daemon's answer: {e}"))?;
+    if answer.is_empty() {
+        return Err("the daemon closed the connection without answering".into());
+    }
+    serde_json::from_str(&answer).map_err(|e| format!("bad answer from the daemon: {e}"))
+}

@@ -1,0 +1,313 @@
+//! Turning parsed command lines into daemon requests and responses into
+//! output.
+
+use std::path::Path;
+
+use tarn_daemon::proto::{DatasetRow, PoolRow, PoolStatusData, Request, Response};
+use tarn_ds::props;
+
+use crate::cli::{Cli, Command, DebugCommand, PoolCommand};
+use crate::up::absolute;
+use crate::{client, output, up, vdevspec, Failure};
+
+fn path_string(path: &Path) -> String {
+    absolute(path).to_string_lossy().into_owned()
+}
+
+/// A device as zpool takes it: a path, or a name under /dev.
+fn resolve_device(name: &str) -> String {
+    let path = Path::new(name);
+    if !name.contains('/') && !path.exists() && Path::new("/dev").join(name).exists() {
+        return format!("/dev/{name}");
+    }
+    path_string(path)
+}
+
+fn send(socket: &Path, request: &Request) -> Result<Response, Failure> {
+    let response = client::call(socket, request)?;
+    print!("{}", response.stdout);
+    eprint!("{}", response.stderr);
+    if !response.ok {
+        return Err(Failure { message: response.error.unwrap_or_else(|| "failed".into()), exit: response.exit.max(1) });
+    }
+    Ok(response)
+}
+
+fn data<T: serde::de::DeserializeOwned>(response: Response) -> Result<T, Failure> {
+    serde_json::from_value(response.data.unwrap_or_default())
+        .map_err(|e| Failure::from(format!("bad answer from the daemon: {e}")))
+}
+
+fn print_json(value: &serde_json::Value) {
+    println!("{}", serde_json::to_string_pretty(value).unwrap_or_default());
+}
+
+fn check_props(names: &[String]) -> Result<(), Failure> {
+    for name in names {
+        if name != "all" {
+            props::lookup(name).map_err(|e| Failure::usage(e.to_string()))?;
+        }
+    }
+    Ok(())
+}
+
+fn canonical(prop: &str) -> String {
+    props::lookup(prop).map(|d| d.name.to_string()).unwrap_or_else(|_| prop.to_string())
+}
+
+fn get_fields(fields: Option<crate::cli::CommaList>) -> Result<Vec<String>, Failure> {
+    let fields = fields.map(|f| f.0).unwrap_or_else(|| ["name", "property", "value", "source"].map(String::from).to_vec());
+    for field in &fields {
+        if !["name", "property", "value", "source"].contains(&field.as_str()) {
+            return Err(Failure::usage(format!("bad field '{field}' for -o (name, property, value, source)")));
+        }
+    }
+    Ok(fields)
+}
+
+fn get_table(rows: Vec<(String, Vec<tarn_daemon::proto::PropCell>)>, fields: &[String], scripted: bool) -> String {
+    let headers: Vec<String> = fields.iter().map(|f| f.to_ascii_uppercase()).collect();
+    let mut lines = Vec::new();
+    for (name, cells) in rows {
+        for cell in cells {
+            lines.push(
+                fields
+                    .iter()
+                    .map(|f| match f.as_str() {
+                        "name" => name.clone(),
+                        "property" => cell.property.clone(),
+                        "value" => cell.value.clone(),
+                        _ => cell.source.clone(),
+                    })
+                    .collect(),
+            );
+        }
+    }
+    output::table(&headers, &lines, scripted)
+}
+
+pub fn run(cli: Cli) -> Result<i32, Failure> {
+    let socket = client::socket_path(cli.socket.as_deref());
+    match cli.command {
+        Command::Daemon { state_dir, config } => {
+            let options = tarn_daemon::DaemonOptions {
+                state_dir: state_dir.map(|d| absolute(&d)).unwrap_or_else(tarn_daemon::default_state_dir),
+                socket: cli.socket.map(|s| absolute(&s)),
+                config,
+            };
+            tarn_daemon::run(options)?;
+            Ok(0)
+        }
+        Command::Version => {
+            println!("tarn {}", env!("CARGO_PKG_VERSION"));
+            Ok(0)
+        }
+        Command::Up { home } => up::up(home.as_deref()),
+        Command::Down { home } => up::down(home.as_deref()),
+        Command::Pool(command) => pool(&socket, command),
+        Command::Create { parents, props, dataset } => {
+            send(&socket, &Request::Create { dataset, parents, props })?;
+            Ok(0)
+        }
+        Command::Destroy { recursive, force, dataset } => {
+            send(&socket, &Request::Destroy { dataset, recursive, force })?;
+            Ok(0)
+        }
+        Command::List { recursive, scripted, parsable, json, columns, types, datasets } => {
+            let columns = columns.map(|c| c.0).unwrap_or_else(|| props::LIST_DEFAULT_COLUMNS.iter().map(|s| s.to_string()).collect());
+            check_props(&columns)?;
+            let mut want_filesystems = true;
+            if let Some(types) = types.map(|t| t.0) {
+                for kind in &types {
+                    if !["filesystem", "fs", "all", "snapshot", "snap", "volume", "vol", "bookmark"].contains(&kind.as_str()) {
+                        return Err(Failure::usage(format!("invalid type '{kind}'")));
+                    }
+                }
+                want_filesystems = types.iter().any(|t| ["filesystem", "fs", "all"].contains(&t.as_str()));
+            }
+            let columns: Vec<String> = columns.iter().map(|c| canonical(c)).collect();
+            let response = send(&socket, &Request::Props { datasets, recursive, props: columns.clone(), parsable })?;
+            let mut rows: Vec<DatasetRow> = data(response)?;
+            if !want_filesystems {
+                rows.clear();
+            }
+            if json {
+                print_json(&output::datasets_json("zfs list", &rows));
+            } else {
+                let headers: Vec<String> = columns.iter().map(|c| props::column_header(c)).collect();
+                let lines: Vec<Vec<String>> =
+                    rows.iter().map(|r| r.props.iter().map(|c| c.value.clone()).collect()).collect();
+                print!("{}", output::table(&headers, &lines, scripted));
+            }
+            Ok(0)
+        }
+        Command::Get { scripted, parsable, json, recursive, fields, props: wanted, datasets } => {
+            let fields = get_fields(fields)?;
+            let wanted: Vec<String> = wanted.0;
+            check_props(&wanted)?;
+            let wanted: Vec<String> = wanted.iter().map(|p| canonical(p)).collect();
+            let response = send(&socket, &Request::Props { datasets, recursive, props: wanted, parsable })?;
+            let rows: Vec<DatasetRow> = data(response)?;
+            if json {
+                print_json(&output::datasets_json("zfs get", &rows));
+            } else {
+                let rows = rows.into_iter().map(|r| (r.name, r.props)).collect();
+                print!("{}", get_table(rows, &fields, scripted));
+            }
+            Ok(0)
+        }
+        Command::Set { mut args } => {
+            let dataset = args.pop().unwrap_or_default();
+            let mut assignments = Vec::new();
+            for arg in &args {
+                assignments.push(crate::cli::assignment(arg).map_err(Failure::usage)?);
+            }
+            send(&socket, &Request::Set { assignments, dataset })?;
+            Ok(0)
+        }
+        Command::Mount { dataset } => {
+            send(&socket, &Request::Mount { dataset })?;
+            Ok(0)
+        }
+        Command::Unmount { force, target } => {
+            let target = if target.contains('/') && target.starts_with(['/', '.']) { path_string(Path::new(&target)) } else { target };
+            send(&socket, &Request::Unmount { target, force })?;
+            Ok(0)
+        }
+        Command::Debug(DebugCommand::Check { pool }) => {
+            send(&socket, &Request::DebugCheck { pool })?;
+            Ok(0)
+        }
+    }
+}
+
+fn pool(socket: &Path, command: PoolCommand) -> Result<i32, Failure> {
+    match command {
+        PoolCommand::Create { force, dry_run, mountpoint, altroot, pool_props, fs_props, pool, vdevs } => {
+            let mut groups = vdevspec::parse_vdev_spec(&vdevs).map_err(|e| Failure::from(format!("cannot create '{pool}': {e}")))?;
+            for group in &mut groups {
+                for device in &mut group.devices {
+                    *device = resolve_device(device);
+                }
+            }
+            let mut ashift = None;
+            let mut other = Vec::new();
+            for (prop, value) in pool_props {
+                if prop == "ashift" {
+                    let value: u8 = value
+                        .parse()
+                        .ok()
+                        .filter(|v| (9..=16).contains(v))
+                        .ok_or_else(|| Failure::from(format!("cannot create '{pool}': bad value '{value}' for property 'ashift': must be 9..16")))?;
+                    ashift = Some(value);
+                } else {
+                    other.push((prop, value));
+                }
+            }
+            send(
+                socket,
+                &Request::PoolCreate {
+                    pool,
+                    vdevs: groups,
+                    force,
+                    dry_run,
+                    mountpoint,
+                    altroot: altroot.map(|p| path_string(&p)),
+                    ashift,
+                    pool_props: other,
+                    fs_props,
+                },
+            )?;
+            Ok(0)
+        }
+        PoolCommand::Import { dirs, force, rewind, altroot, pool } => {
+            let dirs = dirs.iter().map(|d| path_string(d)).collect();
+            send(socket, &Request::PoolImport { dirs, force, rewind, altroot: altroot.map(|p| path_string(&p)), pool })?;
+            Ok(0)
+        }
+        PoolCommand::Export { force, pool } => {
+            send(socket, &Request::PoolExport { pool, force })?;
+            Ok(0)
+        }
+        PoolCommand::Destroy { force, pool } => {
+            send(socket, &Request::PoolDestroy { pool, force })?;
+            Ok(0)
+        }
+        PoolCommand::List { scripted, parsable, json, columns, pools } => {
+            let columns = columns.map(|c| c.0).unwrap_or_else(|| ["name", "size", "alloc", "free", "cap", "health"].map(String::from).to_vec());
+            let columns: Vec<String> = columns
+                .iter()
+                .map(|c| props::lookup_pool_prop(c).map(String::from).map_err(|e| Failure::usage(e.to_string())))
+                .collect::<Result<_, _>>()?;
+            let response = send(socket, &Request::PoolList { pools, parsable })?;
+            let rows: Vec<PoolRow> = data(response)?;
+            let rows: Vec<PoolRow> = rows
+                .into_iter()
+                .map(|mut r| {
+                    r.props = columns.iter().filter_map(|c| r.props.iter().find(|p| &p.property == c).cloned()).collect();
+                    r
+                })
+                .collect();
+            if json {
+                print_json(&output::pools_json("zpool list", &rows));
+            } else {
+                let headers: Vec<String> = columns
+                    .iter()
+                    .map(|c| match c.as_str() {
+                        "allocated" => "ALLOC".into(),
+                        "capacity" => "CAP".into(),
+                        other => other.to_ascii_uppercase(),
+                    })
+                    .collect();
+                let lines: Vec<Vec<String>> = rows.iter().map(|r| r.props.iter().map(|p| p.value.clone()).collect()).collect();
+                print!("{}", output::table(&headers, &lines, scripted));
+            }
+            Ok(0)
+        }
+        PoolCommand::Status { verbose, json, pools } => {
+            let response = send(socket, &Request::PoolStatus { pools })?;
+            let pools: Vec<PoolStatusData> = data(response)?;
+            if json {
+                print_json(&output::status_json(&pools));
+            } else if pools.is_empty() {
+                println!("no pools available");
+            } else {
+                print!("{}", output::status_text(&pools, verbose));
+            }
+            Ok(0)
+        }
+        PoolCommand::Get { scripted, parsable, json, fields, props: wanted, pools } => {
+            let fields = get_fields(fields)?;
+            let wanted: Vec<String> = wanted.0;
+            let wanted: Vec<String> = if wanted.iter().any(|p| p == "all") {
+                props::POOL_PROPERTIES.iter().map(|s| s.to_string()).collect()
+            } else {
+                wanted
+                    .iter()
+                    .map(|p| props::lookup_pool_prop(p).map(String::from).map_err(|e| Failure::usage(e.to_string())))
+                    .collect::<Result<_, _>>()?
+            };
+            let response = send(socket, &Request::PoolList { pools, parsable })?;
+            let rows: Vec<PoolRow> = data(response)?;
+            let rows: Vec<PoolRow> = rows
+                .into_iter()
+                .map(|mut r| {
+                    r.props = wanted.iter().filter_map(|c| r.props.iter().find(|p| &p.property == c).cloned()).collect();
+                    r
+                })
+                .collect();
+            if json {
+                print_json(&output::pools_json("zpool get", &rows));
+            } else {
+                let rows = rows.into_iter().map(|r| (r.name, r.props)).collect();
+                print!("{}", get_table(rows, &fields, scripted));
+            }
+            Ok(0)
+        }
+        PoolCommand::Set { assignment: (prop, value), pool } => {
+            send(socket, &Request::PoolSet { prop, value, pool })?;
+            Ok(0)
+        }
+    }
+}
+

@@ -1,0 +1,66 @@
+//! `tarn`: the command-line client of the tarn daemon (and the daemon
+//! itself, via `tarn daemon`).
+//!
+//! Exit status: 0 ok, 1 failure, 2 usage. Errors are one line on stderr,
+//! prefixed `tarn: `.
+
+mod cli;
+mod client;
+mod commands;
+mod output;
+mod up;
+mod vdevspec;
+
+use clap::Parser;
+
+/// An error with the exit status it maps to.
+pub struct Failure {
+    pub message: String,
+    pub exit: i32,
+}
+
+impl Failure {
+    pub fn usage(message: impl Into<String>) -> Failure {
+        Failure { message: message.into(), exit: 2 }
+    }
+}
+
+impl From<String> for Failure {
+    fn from(message: String) -> Failure {
+        Failure { message, exit: 1 }
+    }
+}
+
+fn main() {
+    std::panic::set_hook(Box::new(|info| {
+        let what = info
+            .payload()
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| info.payload().downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "unknown".into());
+        eprintln!("tarn: internal error: {what}");
+    }));
+    let cli = match cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            if e.use_stderr() {
+                let text = e.to_string();
+                let first = text.lines().next().unwrap_or("bad usage").trim_start_matches("error: ");
+                eprintln!("tarn: {first} (try 'tarn --help')");
+                std::process::exit(2);
+            }
+            let _ = e.print();
+            std::process::exit(0);
+        }
+    };
+    let code = match std::panic::catch_unwind(|| commands::run(cli)) {
+        Ok(Ok(code)) => code,
+        Ok(Err(failure)) => {
+            eprintln!("tarn: {}", failure.message);
+            failure.exit
+        }
+        Err(_) => 1,
+    };
+    std::process::exit(code);
+}
