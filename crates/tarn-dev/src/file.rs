@@ -1,0 +1,192 @@
+//! File and block-device backend.
+//!
+//! Positional I/O through `std::os::unix::fs::FileExt`; `flush` is
+//! `fdatasync`. The size is fixed at open time (file length, or the
+//! `BLKGETSIZE64` ioctl for block devices) and every operation is checked
+//! against it. The open takes `flock(LOCK_EX | LOCK_NB)`, so a second open
+//! of the same device — from this process or another — fails with
+//! [`DevError::Busy`]; the lock goes away when the device is dropped.
+
+use std::fs::{File, OpenOptions};
+use std::io::ErrorKind;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileExt, FileTypeExt};
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::{check_range, DevError, Device, Result};
+
+/// `_IOR(0x12, 114, size_t)`: size of a block device in bytes.
+const BLKGETSIZE64: libc::c_ulong = 0x8008_1272;
+
+pub struct FileDevice {
+    file: File,
+    path: String,
+    size: u64,
+    is_block: bool,
+}
+
+impl FileDevice {
+    /// Opens `path` read-write and locks it exclusively. With
+    /// `create_size = Some(n)` a missing regular file is created, and a
+    /// regular file shorter than `n` is extended to `n` (never shrunk).
+    pub fn open(path: &Path, create_size: Option<u64>) -> Result<Arc<FileDevice>> {
+        let name = path.display().to_string();
+        let open_err = |reason: String| DevError::Open { path: name.clone(), reason };
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(create_size.is_some())
+            .truncate(false)
+            .open(path)
+            .map_err(|e| match e.kind() {
+                ErrorKind::NotFound => open_err("no such file or device (pass a size to create a file)".into()),
+                ErrorKind::PermissionDenied => open_err(format!("permission denied: {e}")),
+                _ => open_err(format!("cannot open: {e}")),
+            })?;
+        // SAFETY: flock on a descriptor we own; no memory is passed.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if rc != 0 {
+            let err = std::io::Error::last_os_error();
+            if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+                return Err(DevError::Busy { path: name });
+            }
+            return Err(open_err(format!("flock failed: {err}")));
+        }
+        let meta = file.metadata().map_err(|e| open_err(format!("stat failed: {e}")))?;
+        let file_type = meta.file_type();
+        let (size, is_block) = if file_type.is_block_device() {
+            let mut bytes: u64 = 0;
+            // SAFETY: BLKGETSIZE64 writes one u64 through the pointer, which
+            // points to a live local.
+            let rc = unsafe { libc::ioctl(file.as_raw_fd(), BLKGETSIZE64 as _, &mut bytes as *mut u64) };
+            if rc != 0 {
+                return Err(open_err(format!("BLKGETSIZE64 failed: {}", std::io::Error::last_os_error())));
+            }
+            (bytes, true)
+        } else if file_type.is_file() {
+            let mut len = meta.len();
+            if let Some(want) = create_size {
+                if len < want {
+                    file.set_len(want).map_err(|e| open_err(format!("cannot size file to {want}: {e}")))?;
+                    len = want;
+                }
+            }
+            (len, false)
+        } else {
+            return Err(open_err("not a regular file or block device".into()));
+        };
+        Ok(Arc::new(FileDevice { file, path: name, size, is_block }))
+    }
+
+    fn io_err(&self, op: &'static str, offset: u64, source: std::io::Error) -> DevError {
+        DevError::Io { path: self.path.clone(), op, offset, source }
+    }
+}
+
+impl Device for FileDevice {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        check_range(&self.path, offset, buf.len() as u64, self.size)?;
+        self.file.read_exact_at(buf, offset).map_err(|e| {
+            if e.kind() == ErrorKind::UnexpectedEof {
+                // The file shrank under us: report it as a range error.
+                DevError::OutOfRange { path: self.path.clone(), offset, len: buf.len() as u64, size: self.size }
+            } else {
+                self.io_err("read", offset, e)
+            }
+        })
+    }
+
+    fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
+        check_range(&self.path, offset, buf.len() as u64, self.size)?;
+        self.file.write_all_at(buf, offset).map_err(|e| self.io_err("write", offset, e))
+    }
+
+    fn flush(&self) -> Result<()> {
+        self.file.sync_data().map_err(|e| self.io_err("flush", 0, e))
+    }
+
+    fn size(&self) -> u64 {
+        self.size
+    }
+
+    fn trim(&self, offset: u64, len: u64) -> Result<()> {
+        check_range(&self.path, offset, len, self.size)?;
+        if self.is_block || len == 0 {
+            return Ok(()); // discard on block devices is left to a later change
+        }
+        let (Ok(off), Ok(l)) = (i64::try_from(offset), i64::try_from(len)) else {
+            return Ok(());
+        };
+        // SAFETY: fallocate on a descriptor we own; no memory is passed.
+        let rc = unsafe {
+            libc::fallocate(self.file.as_raw_fd(), libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, off, l)
+        };
+        if rc != 0 {
+            let err = std::io::Error::last_os_error();
+            if err.raw_os_error() == Some(libc::EOPNOTSUPP) {
+                return Ok(());
+            }
+            return Err(self.io_err("trim", offset, err));
+        }
+        Ok(())
+    }
+
+    fn path(&self) -> &str {
+        &self.path
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn create_roundtrip_bounds() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("d0");
+        let dev = FileDevice::open(&p, Some(1 << 20)).unwrap();
+        assert_eq!(dev.size(), 1 << 20);
+        dev.write_at(b"hello", 4090).unwrap();
+        dev.flush().unwrap();
+        let mut buf = [0u8; 5];
+        dev.read_at(&mut buf, 4090).unwrap();
+        assert_eq!(&buf, b"hello");
+        assert!(matches!(dev.read_at(&mut buf, (1 << 20) - 4), Err(DevError::OutOfRange { .. })));
+        assert!(matches!(dev.write_at(&buf, u64::MAX - 1), Err(DevError::OutOfRange { .. })));
+        assert!(dev.trim(1 << 20, 1).is_err());
+        dev.trim(0, 8192).unwrap();
+        dev.read_at(&mut buf, 4090).unwrap();
+        assert_eq!(buf, [0; 5]);
+    }
+
+    #[test]
+    fn missing_file_is_open_error() {
+        let dir = tempfile::tempdir().unwrap();
+        match FileDevice::open(&dir.path().join("nope"), None) {
+            Err(DevError::Open { reason, .. }) => assert!(reason.contains("no such file")),
+            Err(e) => panic!("wrong error {e}"),
+            Ok(_) => panic!("opened a missing file"),
+        }
+    }
+
+    #[test]
+    fn second_open_is_busy_until_drop() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("d0");
+        let a = FileDevice::open(&p, Some(65536)).unwrap();
+        assert!(matches!(FileDevice::open(&p, None), Err(DevError::Busy { .. })));
+        drop(a);
+        FileDevice::open(&p, None).unwrap();
+    }
+
+    #[test]
+    fn shrunk_file_reads_out_of_range_not_panic() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("d0");
+        let dev = FileDevice::open(&p, Some(65536)).unwrap();
+        std::fs::OpenOptions::new().write(true).open(&p).unwrap().set_len(1000).unwrap();
+        let mut buf = [0u8; 100];
+        assert!(matches!(dev.read_at(&mut buf, 2000), Err(DevError::OutOfRange { .. })));
+    }
+}
