@@ -1,5 +1,7 @@
 //! Labels (pool config, four copies per device) and the uberblock ring.
 
+#![deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -195,6 +197,7 @@ pub fn read_uberblocks(dev: &dyn Device) -> Vec<Uberblock> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing)]
 mod tests {
     use super::*;
 

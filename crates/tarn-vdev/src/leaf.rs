@@ -1,5 +1,7 @@
 //! A leaf vdev: one device, its health and its error counters.
 
+#![deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 

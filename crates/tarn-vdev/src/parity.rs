@@ -4,6 +4,8 @@
 //! Shard order everywhere in this trait: the data shards, then the parity
 //! shards; all shards of one call have the same length.
 
+#![deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -114,6 +116,7 @@ impl ParityCodec for ReedSolomonCodec {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing)]
 mod tests {
     use super::*;
 

@@ -20,6 +20,8 @@
 //! - Parity is computed over shards of `rows` sectors; shorter data columns
 //!   are zero-padded in memory (the padding is not stored).
 
+#![deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct Column {
     pub child: usize,
@@ -84,6 +86,7 @@ pub fn alloc_size(psize: u64, children: usize, parity: usize, ashift: u8) -> u64
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing)]
 mod tests {
     use super::*;
 

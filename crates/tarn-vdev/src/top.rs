@@ -12,6 +12,8 @@
 //! names the bad columns. Nothing verifying is `Unrecoverable`, never
 //! wrong data.
 
+#![deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -483,6 +485,7 @@ fn combinations(items: &[usize], k: usize) -> Vec<Vec<usize>> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing)]
 mod tests {
     use super::combinations;
 
