@@ -1,0 +1,57 @@
+//! POSIX conformance through the real mount.
+//!
+//! The same suite (`posix/suite.rs`) runs twice: on tmpfs, as the reference
+//! that proves its expectations are POSIX and not tarn's habits, and on a
+//! tarn pool mounted through FUSE by the real daemon.
+
+mod common;
+#[path = "posix/suite.rs"]
+mod suite;
+
+use std::process::Command;
+
+use common::{path_str, Harness};
+
+/// Unmounts the reference tmpfs even when the suite fails.
+struct TmpfsMount(std::path::PathBuf);
+
+impl Drop for TmpfsMount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn posix_suite_on_tmpfs_reference() {
+    let tmp = tempfile::Builder::new().prefix("tarn-posix-ref-").tempdir().expect("temp dir");
+    let root = tmp.path().join("tmpfs");
+    std::fs::create_dir(&root).unwrap();
+    let status = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=8g,mode=0755", "tarn-posix-ref"])
+        .arg(&root)
+        .status()
+        .expect("run mount");
+    assert!(status.success(), "mount -t tmpfs failed (the tests run as root)");
+    let _mount = TmpfsMount(root.clone());
+    suite::run_posix_suite(&root);
+}
+
+#[test]
+fn posix_suite_through_tarn_mount() {
+    let harness = Harness::start();
+    let devices = harness.vdev_files("vdevs", 4, 1 << 30);
+    let mut spec = vec!["raidz1".to_string()];
+    spec.extend(devices.iter().map(|p| path_str(p)));
+    let mountpoint = harness.create_pool("posix", &spec);
+    suite::run_posix_suite(&mountpoint);
+    // The pool the suite just exercised must verify clean.
+    harness.export("posix");
+    harness.import("posix", &harness.dir.join("vdevs"));
+    let out = harness.tarn(&["debug", "check", "posix"]);
+    assert!(
+        out.status.success(),
+        "tarn debug check after the POSIX suite failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
