@@ -82,6 +82,10 @@ impl DnodeState {
 pub(crate) struct Dnode {
     pub id: ObjectId,
     pub st: Mutex<DnodeState>,
+    /// Sequential-read detection: the block after the last read.
+    pub next_read: AtomicU64,
+    /// Blocks below this have been handed to the prefetcher.
+    pub prefetched_to: AtomicU64,
 }
 
 /// What a dirty txg says about one block, newest first.
@@ -107,6 +111,7 @@ pub(crate) struct ObjsetInner {
 }
 
 pub(crate) const HANDLE_CACHE_MAX: usize = 65536;
+const PREFETCH_BYTES: u64 = 8 << 20;
 
 impl ObjsetInner {
     pub fn new(id: ObjsetId, phys: ObjsetPhys, props: WriteProps, root_bp: BlockPtr) -> Arc<ObjsetInner> {
@@ -145,7 +150,12 @@ impl ObjsetInner {
             map.retain(|_, h| Arc::strong_count(h) > 1 || !h.st.lock().dirty.is_empty());
         }
         let phys = self.load_phys(io, id)?;
-        let h = Arc::new(Dnode { id, st: Mutex::new(DnodeState { committed: phys, dirty: BTreeMap::new() }) });
+        let h = Arc::new(Dnode {
+            id,
+            st: Mutex::new(DnodeState { committed: phys, dirty: BTreeMap::new() }),
+            next_read: AtomicU64::new(u64::MAX),
+            prefetched_to: AtomicU64::new(0),
+        });
         map.insert(id, h.clone());
         Ok(h)
     }
@@ -347,6 +357,9 @@ impl ObjectSet {
 
     pub fn read(&self, id: ObjectId, offset: u64, buf: &mut [u8]) -> Result<()> {
         let dn = self.dnode(id)?;
+        if !buf.is_empty() {
+            self.maybe_prefetch(&dn, offset, buf.len() as u64);
+        }
         let mut pos = 0usize;
         while pos < buf.len() {
             let (view, bs) = {
@@ -383,6 +396,52 @@ impl ObjectSet {
             pos += n;
         }
         Ok(())
+    }
+
+    /// Sequential reads warm the cache ahead of the reader: when a read
+    /// starts where the previous one ended, the next `PREFETCH_BYTES` worth
+    /// of blocks are read in the background (each at most once per stream).
+    fn maybe_prefetch(&self, dn: &Arc<Dnode>, offset: u64, len: u64) {
+        let (bs, nblocks) = {
+            let st = dn.st.lock();
+            let a = st.attrs();
+            (a.block_size.max(512) as u64, st.nblocks())
+        };
+        let first = offset / bs;
+        let last = (offset + len - 1) / bs;
+        let expected = dn.next_read.swap(last + 1, Ordering::Relaxed);
+        let sequential = first <= expected && expected <= last + 1;
+        if !sequential {
+            dn.prefetched_to.store(last + 1, Ordering::Relaxed);
+            return;
+        }
+        let window = (PREFETCH_BYTES / bs).clamp(2, 256);
+        let from = dn.prefetched_to.load(Ordering::Relaxed).max(last + 1);
+        let to = (last + 1 + window).min(nblocks);
+        if from >= to {
+            return;
+        }
+        dn.prefetched_to.store(to, Ordering::Relaxed);
+        let os = self.clone();
+        let dn = dn.clone();
+        self.shared.prefetch(Box::new(move || {
+            for blkid in from..to {
+                let phys = {
+                    let st = dn.st.lock();
+                    match os.block_view(&st, blkid) {
+                        Ok(Found::Committed(p)) => p,
+                        _ => continue,
+                    }
+                };
+                match os.read_committed(&phys, blkid) {
+                    Ok(Some(_)) => {
+                        os.shared.prefetched_blocks.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Ok(None) => {}
+                    Err(_) => break,
+                }
+            }
+        }));
     }
 
     /// Apply `f` to block `blkid` of txg `txg` (made from the newest version).

@@ -66,7 +66,13 @@ pub(crate) struct Shared {
     /// Set when a txg could not be written: the pool stops syncing and
     /// refuses changes; what is on disk stays as of the last synced txg.
     pub suspended: Mutex<Option<String>>,
+    /// Background readers for prefetch (plain threads; see par.rs for why not rayon).
+    pub prefetch_queue: Mutex<Option<std::sync::mpsc::Sender<PrefetchJob>>>,
+    pub prefetched_blocks: AtomicU64,
 }
+
+pub(crate) type PrefetchJob = Box<dyn FnOnce() + Send>;
+const PREFETCH_THREADS: usize = 4;
 
 #[derive(Default)]
 pub(crate) struct SyncSignal {
@@ -90,6 +96,29 @@ impl Shared {
             return Err(ObjError::NoSpace);
         }
         Ok(())
+    }
+
+    /// Queue a prefetch job; workers start on first use.
+    pub fn prefetch(&self, job: PrefetchJob) {
+        let mut q = self.prefetch_queue.lock();
+        if q.is_none() {
+            let (tx, rx) = std::sync::mpsc::channel::<PrefetchJob>();
+            let rx = Arc::new(Mutex::new(rx));
+            for i in 0..PREFETCH_THREADS {
+                let rx = rx.clone();
+                let _ = std::thread::Builder::new().name(format!("tarn-prefetch-{i}")).spawn(move || loop {
+                    let job = rx.lock().recv();
+                    match job {
+                        Ok(job) => job(),
+                        Err(_) => return,
+                    }
+                });
+            }
+            *q = Some(tx);
+        }
+        if let Some(tx) = q.as_ref() {
+            let _ = tx.send(job);
+        }
     }
 
     pub fn add_dirty(&self, n: u64) {
@@ -225,6 +254,8 @@ impl ObjPool {
             destroyed_objsets: Mutex::new(BTreeMap::new()),
             last_error: Mutex::new(None),
             suspended: Mutex::new(None),
+            prefetch_queue: Mutex::new(None),
+            prefetched_blocks: AtomicU64::new(0),
         })
     }
 
@@ -490,6 +521,7 @@ impl ObjPool {
     }
 
     fn stop_thread(&self) {
+        self.shared.prefetch_queue.lock().take();
         self.shared.shutdown.store(true, Ordering::Relaxed);
         self.shared.cv_sync.notify_all();
         if let Some(t) = self.thread.lock().take() {
@@ -544,6 +576,11 @@ impl ObjPool {
 
     pub fn tunables(&self) -> Tunables {
         *self.shared.tunables.lock()
+    }
+
+    /// Blocks read ahead of a sequential reader since import.
+    pub fn prefetched_blocks(&self) -> u64 {
+        self.shared.prefetched_blocks.load(Ordering::Relaxed)
     }
 
     pub fn last_synced_txg(&self) -> Txg {

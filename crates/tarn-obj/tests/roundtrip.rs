@@ -67,3 +67,33 @@ fn write_export_import_check() {
         assert!(os.used_bytes() < 1 << 20, "used {} after freeing all", os.used_bytes());
     }
 }
+
+#[test]
+fn sequential_reads_prefetch_ahead() {
+    let mem = mem_devs(4, 64 << 20);
+    let pool = create(&as_dyn(&mem), TopKind::Raidz { parity: 1 });
+    let osid = { let tx = pool.begin(); pool.create_objset(&tx).unwrap() };
+    let os = pool.open_objset(osid).unwrap();
+    let id = { let tx = pool.begin(); os.create(&tx, ObjType(20), 131072, &[0; BONUS_LEN]).unwrap() };
+    let data: Vec<u8> = (0..16u32 << 20).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+    { let tx = pool.begin(); os.write(&tx, id, 0, &data).unwrap(); }
+    pool.export().unwrap();
+    drop(os);
+    drop(pool);
+    let pool = import(as_dyn(&mem), false).unwrap();
+    let os = pool.open_objset(osid).unwrap();
+    let mut back = vec![0u8; data.len()];
+    for (i, chunk) in back.chunks_mut(128 << 10).enumerate() {
+        os.read(id, (i as u64) << 17, chunk).unwrap();
+    }
+    assert!(back == data, "sequential read returns the data");
+    assert!(pool.prefetched_blocks() > 0, "a sequential reader is read ahead of");
+    // Random reads do not trigger read-ahead.
+    let before = pool.prefetched_blocks();
+    let mut b = [0u8; 4096];
+    for off in [9u64 << 20, 1 << 20, 13 << 20, 3 << 20] {
+        os.read(id, off, &mut b).unwrap();
+    }
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    assert_eq!(pool.prefetched_blocks(), before);
+}
