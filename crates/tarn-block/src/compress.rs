@@ -4,10 +4,37 @@
 
 use crate::Compression;
 
+/// Bytes of each of the three samples the incompressibility probe compresses.
+const PROBE_SAMPLE: usize = 4096;
+
+/// Cheap early abort for large blocks: lz4 over three 4 KiB samples (start,
+/// middle, end). If they save less than 1/16 the block is almost surely
+/// incompressible (media, encrypted or already-compressed files) and is not
+/// worth compressing whole.
+fn looks_incompressible(data: &[u8]) -> bool {
+    if data.len() < 8 * PROBE_SAMPLE {
+        return false;
+    }
+    let mid = data.len() / 2 - PROBE_SAMPLE / 2;
+    let end = data.len() - PROBE_SAMPLE;
+    let mut input = 0usize;
+    let mut output = 0usize;
+    for start in [0, mid, end] {
+        let sample = &data[start..start + PROBE_SAMPLE];
+        input += sample.len();
+        output += lz4_flex::block::compress(sample).len();
+    }
+    output > input - input / 16
+}
+
 /// Compress `data`; `None` when it does not save at least 1/8 (the block is
-/// then stored uncompressed). zstd first tries lz4 as a cheap probe and gives
-/// up when lz4 cannot save 1/8 either (early abort on incompressible data).
+/// then stored uncompressed). Large blocks are probed first (see
+/// `looks_incompressible`); zstd also tries lz4 on the whole block as a
+/// cheap probe and gives up when lz4 cannot save 1/8 either.
 pub fn compress(c: Compression, data: &[u8]) -> Option<Vec<u8>> {
+    if c == Compression::Off || looks_incompressible(data) {
+        return None;
+    }
     let limit = data.len() - data.len() / 8;
     let payload = match c {
         Compression::Off => return None,

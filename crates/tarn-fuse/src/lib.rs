@@ -546,16 +546,8 @@ impl fuser::Filesystem for TarnFuse {
         }
     }
 
-    fn flush(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _lock_owner: fuser::LockOwner,
-        reply: ReplyEmpty,
-    ) {
-        reply.ok()
-    }
+    // No `flush`: answering ENOSYS once makes the kernel stop sending a
+    // FLUSH on every close; nothing is buffered here between write and close.
 
     fn fsync(
         &self,

@@ -86,6 +86,8 @@ pub(crate) struct Dnode {
     pub next_read: AtomicU64,
     /// Blocks below this have been handed to the prefetcher.
     pub prefetched_to: AtomicU64,
+    /// Consecutive sequential reads seen (a stream starts at 2).
+    pub seq_hits: AtomicU64,
 }
 
 /// What a dirty txg says about one block, newest first.
@@ -155,6 +157,7 @@ impl ObjsetInner {
             st: Mutex::new(DnodeState { committed: phys, dirty: BTreeMap::new() }),
             next_read: AtomicU64::new(u64::MAX),
             prefetched_to: AtomicU64::new(0),
+            seq_hits: AtomicU64::new(0),
         });
         map.insert(id, h.clone());
         Ok(h)
@@ -273,7 +276,7 @@ impl ObjectSet {
             return Err(ObjError::NotFound(id.0));
         }
         let used = if st.dirty.values().any(|d| d.freed) { 0 } else { st.committed.used_bytes };
-        let dirty: u64 = st.dirty.values().map(|d| d.blocks.values().map(|b| b.len() as u64).sum::<u64>()).sum();
+        let dirty: u64 = st.dirty.values().map(|d| d.dirty_bytes).sum();
         Ok(ObjInfo { otype: ObjType(a.otype), block_size: a.block_size, length: st.nblocks() * a.block_size as u64, used_bytes: used + dirty, bonus: a.bonus })
     }
 
@@ -410,9 +413,17 @@ impl ObjectSet {
         let first = offset / bs;
         let last = (offset + len - 1) / bs;
         let expected = dn.next_read.swap(last + 1, Ordering::Relaxed);
+        if last + 1 == expected && first < expected {
+            // Still inside the last block read: neither a step forward nor a jump.
+            return;
+        }
         let sequential = first <= expected && expected <= last + 1;
         if !sequential {
+            dn.seq_hits.store(0, Ordering::Relaxed);
             dn.prefetched_to.store(last + 1, Ordering::Relaxed);
+            return;
+        }
+        if dn.seq_hits.fetch_add(1, Ordering::Relaxed) < 2 {
             return;
         }
         let window = (PREFETCH_BYTES / bs).clamp(2, 256);

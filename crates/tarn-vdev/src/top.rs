@@ -400,7 +400,10 @@ impl TopVdev {
         }
         let data_complete = cols.iter().skip(p).all(Option::is_some);
         if data_complete {
-            let data: Vec<u8> = cols.iter().skip(p).flatten().flatten().copied().collect();
+            let mut data = Vec::with_capacity(psize as usize);
+            for col in cols.iter().skip(p).flatten() {
+                data.extend_from_slice(col);
+            }
             if verify(&data) {
                 return Ok(ReadOutcome { data, repaired_bytes: 0 });
             }
@@ -443,7 +446,10 @@ impl TopVdev {
                 if codec.reconstruct(&mut shards, &present, map.data_columns()).is_err() {
                     continue;
                 }
-                let data: Vec<u8> = (p..ncols).flat_map(|c| Self::column_bytes(&map, &shards, c)).copied().collect();
+                let mut data = Vec::with_capacity(psize as usize);
+                for c in p..ncols {
+                    data.extend_from_slice(Self::column_bytes(&map, &shards, c));
+                }
                 if !verify(&data) {
                     continue;
                 }

@@ -31,6 +31,12 @@ impl From<String> for Failure {
     }
 }
 
+/// mimalloc: the daemon allocates and frees block-sized buffers from many
+/// threads; glibc malloc spent a fifth of a metadata-heavy run in
+/// `malloc_consolidate` and friends (measured with perf, docs/benchmarks.md).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     std::panic::set_hook(Box::new(|info| {
         let what = info
