@@ -129,24 +129,7 @@ fn write_props_of(settings: &Settings) -> WriteProps {
 }
 
 fn deflate_ratio(config: &tarn_vdev::PoolConfig) -> (u64, u64) {
-    let mut data = 0u128;
-    let mut total = 0u128;
-    for top in &config.top {
-        let children = top.children.len().max(1) as u128;
-        let parity = match top.kind {
-            tarn_vdev::TopKind::Raidz { parity } => parity as u128,
-            _ => 0,
-        };
-        let asize = top.asize.max(1) as u128;
-        total += asize * children;
-        data += asize * children.saturating_sub(parity).max(1);
-    }
-    if total == 0 {
-        return (1, 1);
-    }
-    // Keep the numbers small enough to multiply u64 byte counts by.
-    let scale = 1u128 << 20;
-    (((data * scale) / total).max(1) as u64, scale as u64)
+    tarn_obj::deflate_ratio(config)
 }
 
 impl Pool {

@@ -454,7 +454,8 @@ impl Fs {
 
     fn check_quota(&self, extra: u64) -> Result<()> {
         if let Some(q) = self.opts.read().quota {
-            if self.os.used_bytes().saturating_add(extra) > q {
+            // `used` as `tarn get used` shows it: deflated by raidz parity.
+            if self.pool.deflate(self.os.used_bytes()).saturating_add(extra) > q {
                 return Err(FsError::Quota);
             }
         }
@@ -1364,10 +1365,12 @@ impl Fs {
 
     pub fn statfs(&self) -> Result<StatFs> {
         let bs = 4096u64;
+        // Deflated like `tarn list`: raidz parity is not space users can fill.
         let space = self.pool.space();
-        let used = self.os.used_bytes();
-        let mut total = used.saturating_add(space.free);
-        let mut avail = space.free;
+        let used = self.pool.deflate(self.os.used_bytes());
+        let free = self.pool.deflate(space.free);
+        let mut total = used.saturating_add(free);
+        let mut avail = free;
         if let Some(q) = self.opts.read().quota {
             total = total.min(q);
             avail = avail.min(q.saturating_sub(used));

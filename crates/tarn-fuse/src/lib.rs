@@ -36,8 +36,10 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tarn_fs::{Attr, Cred, FileKind, Fs, FsError, SetAttr, TimeSet};
 
-/// How long the kernel may cache attributes and directory entries.
-pub const TTL: Duration = Duration::from_secs(1);
+/// How long the kernel may cache attributes and directory entries. Every
+/// change reaches the file system through this mount, so the kernel's copy
+/// only goes stale for what the daemon changes on its own (atime).
+pub const TTL: Duration = Duration::from_secs(10);
 /// Largest write and readahead the kernel is asked to use.
 pub const MAX_IO: u32 = 1 << 20;
 /// Worker threads serving requests.

@@ -99,7 +99,7 @@ mod pool;
 mod tree;
 
 pub use objset::ObjectSet;
-pub use pool::{ObjPool, MOS_OBJSET_TABLE};
+pub use pool::{deflate_ratio, ObjPool, MOS_OBJSET_TABLE};
 
 pub use tarn_vdev::{DevState, TopKind};
 

@@ -455,6 +455,27 @@ impl ObjectSet {
         }));
     }
 
+    /// The newest version of data block `blkid`, shared (no copy); `None`
+    /// for a hole or a block past the end. Its length is the block size.
+    pub fn read_block(&self, id: ObjectId, blkid: u64) -> Result<Option<Arc<Vec<u8>>>> {
+        let dn = self.dnode(id)?;
+        let view = {
+            let st = dn.st.lock();
+            if !st.attrs().exists {
+                return Err(ObjError::NotFound(id.0));
+            }
+            if blkid >= st.nblocks() {
+                return Ok(None);
+            }
+            self.block_view(&st, blkid)?
+        };
+        match view {
+            Found::Data(d) => Ok(Some(d)),
+            Found::Hole => Ok(None),
+            Found::Committed(phys) => self.read_committed(&phys, blkid),
+        }
+    }
+
     /// Apply `f` to block `blkid` of txg `txg` (made from the newest version).
     fn modify_block(&self, dn: &Arc<Dnode>, txg: Txg, blkid: u64, whole: bool, f: &mut dyn FnMut(&mut [u8])) -> Result<()> {
         let mut st = dn.st.lock();

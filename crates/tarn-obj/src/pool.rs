@@ -171,6 +171,30 @@ fn random_guid() -> u64 {
     g.max(1)
 }
 
+/// Data share of the raw space, as numerator/denominator: raidz parity is
+/// not space users can fill, so user-facing sizes are "deflated" by it, as
+/// in ZFS.
+pub fn deflate_ratio(config: &tarn_vdev::PoolConfig) -> (u64, u64) {
+    let mut data = 0u128;
+    let mut total = 0u128;
+    for top in &config.top {
+        let children = top.children.len().max(1) as u128;
+        let parity = match top.kind {
+            tarn_vdev::TopKind::Raidz { parity } => parity as u128,
+            _ => 0,
+        };
+        let asize = top.asize.max(1) as u128;
+        total += asize * children;
+        data += asize * children.saturating_sub(parity).max(1);
+    }
+    if total == 0 {
+        return (1, 1);
+    }
+    // Keep the numbers small enough to multiply u64 byte counts by.
+    let scale = 1u128 << 20;
+    (((data * scale) / total).max(1) as u64, scale as u64)
+}
+
 pub(crate) fn default_props() -> WriteProps {
     WriteProps { compression: Compression::Lz4, checksum: ChecksumKind::Fletcher4, copies: 1 }
 }
@@ -576,6 +600,12 @@ impl ObjPool {
 
     pub fn tunables(&self) -> Tunables {
         *self.shared.tunables.lock()
+    }
+
+    /// `raw` bytes of pool space expressed as space users can fill.
+    pub fn deflate(&self, raw: u64) -> u64 {
+        let (n, d) = deflate_ratio(&self.shared.config.lock());
+        ((raw as u128 * n as u128) / d.max(1) as u128) as u64
     }
 
     /// Blocks read ahead of a sequential reader since import.

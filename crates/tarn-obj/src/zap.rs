@@ -295,6 +295,24 @@ impl Leaf {
 
     /// Decode a leaf reached through table slot `slot` at global depth `g`.
     fn decode(obj: ObjectId, b: &[u8], slot: u64, g: u32) -> Result<Leaf> {
+        let mut entries = Vec::new();
+        let (depth, prefix) = Self::scan(obj, b, slot, g, &mut |h48, cd, key, value| {
+            entries.push(Entry { h48, cd, key: key.to_vec(), value: value.to_vec() });
+            true
+        })?;
+        Ok(Leaf { depth, prefix, entries })
+    }
+
+    /// Walk a raw leaf in place, validating as it goes; `f` returns false
+    /// to stop early (the rest of the leaf is then not checked). Returns
+    /// the leaf's (depth, prefix).
+    fn scan(
+        obj: ObjectId,
+        b: &[u8],
+        slot: u64,
+        g: u32,
+        f: &mut dyn FnMut(u64, u16, &[u8], &[u8]) -> bool,
+    ) -> Result<(u32, u64)> {
         let bad = |w: &str| corrupt(obj, w);
         if b.len() != BS || b.get(0..4) != Some(&LEAF_MAGIC[..]) {
             return Err(bad("bad leaf magic"));
@@ -310,7 +328,6 @@ impl Leaf {
             return Err(bad("leaf used bytes out of range"));
         }
         let end = LEAF_HDR + used;
-        let mut entries = Vec::with_capacity(n);
         let mut off = LEAF_HDR;
         let mut last: Option<(u64, u16)> = None;
         for _ in 0..n {
@@ -342,21 +359,14 @@ impl Leaf {
                 .filter(|_| off + vl <= end)
                 .ok_or_else(|| bad("value past end"))?;
             off += vl;
-            entries.push(Entry {
-                h48,
-                cd,
-                key: key.to_vec(),
-                value: value.to_vec(),
-            });
+            if !f(h48, cd, key, value) {
+                return Ok((depth, prefix));
+            }
         }
         if off != end {
             return Err(bad("leaf used bytes do not match entries"));
         }
-        Ok(Leaf {
-            depth,
-            prefix,
-            entries,
-        })
+        Ok((depth, prefix))
     }
 
     /// Index of the entry with this key, if present.
@@ -439,9 +449,13 @@ fn read_table(os: &ObjectSet, obj: ObjectId, h: &Header) -> Result<Vec<u64>> {
         .collect())
 }
 
+/// The newest version of a leaf block, shared rather than copied.
+fn leaf_block(os: &ObjectSet, obj: ObjectId, blk: u64) -> Result<std::sync::Arc<Vec<u8>>> {
+    Ok(os.read_block(obj, blk)?.unwrap_or_else(|| std::sync::Arc::new(vec![0u8; BS])))
+}
+
 fn read_leaf(os: &ObjectSet, obj: ObjectId, blk: u64, slot: u64, g: u32) -> Result<Leaf> {
-    let mut b = vec![0u8; BS];
-    os.read(obj, block_off(blk), &mut b)?;
+    let b = leaf_block(os, obj, blk)?;
     Leaf::decode(obj, &b, slot, g)
 }
 
@@ -607,10 +621,16 @@ impl Zap {
         let h48 = hash48(h.seed, key);
         let slot = h.slot_of(h48);
         let blk = get_slot(os, obj, &h, slot)?;
-        let mut leaf = read_leaf(os, obj, blk, slot, h.depth)?;
-        Ok(leaf
-            .find(h48, key)
-            .map(|i| std::mem::take(&mut leaf.entries[i].value)))
+        // Scan the shared block in place: no copy, no per-entry allocation.
+        let b = leaf_block(os, obj, blk)?;
+        let mut found = None;
+        Leaf::scan(obj, &b, slot, h.depth, &mut |eh, _cd, k, v| {
+            if eh == h48 && k == key {
+                found = Some(v.to_vec());
+            }
+            found.is_none() && eh <= h48
+        })?;
+        Ok(found)
     }
 
     pub fn insert(os: &ObjectSet, tx: &Tx, obj: ObjectId, key: &[u8], value: &[u8]) -> Result<()> {
