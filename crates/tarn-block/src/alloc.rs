@@ -73,8 +73,9 @@ impl VdevSpace {
     /// Remove [start, start+len) from the free tree. Returns false if any of
     /// it was not free (the caller treats that as corruption).
     pub fn remove_free(&mut self, start: u64, len: u64) -> bool {
+        let Some(end) = start.checked_add(len).filter(|&e| e <= self.asize) else { return false };
         let Some((&s, &l)) = self.free.range(..=start).next_back() else { return false };
-        if s + l < start + len {
+        if s + l < end {
             return false;
         }
         self.free.remove(&s);
@@ -91,7 +92,7 @@ impl VdevSpace {
     /// Add [start, start+len) to the free tree, merging neighbours. Returns
     /// false (and changes nothing) if it overlaps free space: a double free.
     pub fn add_free(&mut self, start: u64, len: u64) -> bool {
-        if start + len > self.asize {
+        if start.checked_add(len).is_none_or(|end| end > self.asize) {
             return false;
         }
         let mut new_start = start;
@@ -222,7 +223,10 @@ impl Allocator {
                 }
             }
             RecordKind::Free(txg) => {
-                if txg + DEFER_TXGS > ub_txg {
+                if r.extent.offset.checked_add(r.extent.len).is_none_or(|end| end > v.asize) {
+                    return Err(format!("space map frees {:?} past the end of the vdev", r.extent));
+                }
+                if txg.saturating_add(DEFER_TXGS) > ub_txg {
                     self.deferred.entry(txg).or_default().push(r.extent);
                 } else if !v.add_free(r.extent.offset, r.extent.len) {
                     return Err(format!("space map frees {:?} twice", r.extent));

@@ -26,7 +26,9 @@ impl Walker<'_> {
         }
     }
 
-    fn tree(&mut self, what: &str, phys: &DnodePhys) -> Result<Vec<Vec<u8>>> {
+    /// Walk and verify one tree; level-0 contents are kept only if asked
+    /// (dnode blocks of the meta-dnode), so a huge file costs no memory.
+    fn tree(&mut self, what: &str, phys: &DnodePhys, keep_level0: bool) -> Result<Vec<Vec<u8>>> {
         let mut level0 = Vec::new();
         let io = &self.s.io;
         let mut seen = Vec::new();
@@ -34,7 +36,8 @@ impl Walker<'_> {
             seen.push(*bp);
             if level == 0 {
                 match io.read_uncached(bp) {
-                    Ok(d) => level0.push(d),
+                    Ok(d) if keep_level0 => level0.push(d),
+                    Ok(_) => {}
                     Err(e) => return Err(ObjError::Io(e.to_string())),
                 }
             }
@@ -60,11 +63,10 @@ impl Walker<'_> {
         };
         let os = ObjsetPhys::decode(&data)?;
         self.report.objsets += 1;
-        let meta_blocks = self.tree(&format!("{name} meta-dnode"), &os.meta)?;
+        let meta_blocks = self.tree(&format!("{name} meta-dnode"), &os.meta, true)?;
         let mut table = Vec::new();
         // Dnode blocks are read in order, so block ids follow tree order.
         let mut blkids = Vec::new();
-        tree::walk(&self.s.io, &os.meta, &mut |_bp, _l| Ok(())).ok();
         for blkid in 0..os.meta.nblocks {
             let bp = tree::lookup(&self.s.io, &os.meta, blkid)?;
             if !bp.is_hole() {
@@ -76,9 +78,14 @@ impl Walker<'_> {
                 let id = blkid * crate::format::DNODES_PER_BLOCK + i as u64;
                 match DnodePhys::decode(chunk) {
                     Ok(d) if d.in_use() => {
-                        let l0 = self.tree(&format!("{name} object {id}"), &d)?;
+                        self.tree(&format!("{name} object {id}"), &d, false)?;
                         if keep_level0_of_table && id == MOS_OBJSET_TABLE.0 {
-                            let mut all = vec![0u8; (d.nblocks * d.block_size as u64) as usize];
+                            let len = d.nblocks.saturating_mul(d.block_size as u64);
+                            if len > 1 << 30 {
+                                self.report.damaged.push(format!("{name} object-set table claims {len} bytes"));
+                                continue;
+                            }
+                            let mut all = vec![0u8; len as usize];
                             for b in 0..d.nblocks {
                                 let bp = tree::lookup(&self.s.io, &d, b)?;
                                 if !bp.is_hole() {
@@ -89,7 +96,6 @@ impl Walker<'_> {
                                 }
                             }
                             table = all;
-                            let _ = l0;
                         }
                     }
                     Ok(_) => {}

@@ -113,12 +113,16 @@ impl DnodePhys {
         }
         let mut bonus = [0u8; BONUS_LEN];
         bonus.copy_from_slice(&b[416..512]);
+        let nblocks = u64::from_le_bytes(b[8..16].try_into().map_err(|_| ObjError::Corrupt("dnode".into()))?);
+        if nblocks > capacity(nlevels) || nblocks.checked_mul(block_size as u64).is_none() {
+            return Err(ObjError::Corrupt(format!("dnode claims {nblocks} blocks with {nlevels} levels")));
+        }
         Ok(DnodePhys {
             otype: b[0],
             nlevels,
             flags: b[3],
             block_size,
-            nblocks: u64::from_le_bytes(b[8..16].try_into().map_err(|_| ObjError::Corrupt("dnode".into()))?),
+            nblocks,
             used_bytes: u64::from_le_bytes(b[16..24].try_into().map_err(|_| ObjError::Corrupt("dnode".into()))?),
             bps,
             bonus,

@@ -131,7 +131,8 @@ impl ObjsetInner {
     }
 
     /// Read the on-disk DnodePhys of `id` from the committed meta tree.
-    pub fn load_phys(&self, io: &BlockIo, id: ObjectId) -> Result<DnodePhys> {
+    pub fn load_phys(&self, io: &BlockIo, gate: &parking_lot::RwLock<()>, id: ObjectId) -> Result<DnodePhys> {
+        let _gate = gate.read();
         let meta = self.committed.lock().meta.clone();
         let blkid = id.0 / DNODES_PER_BLOCK;
         let bp = tree::lookup(io, &meta, blkid)?;
@@ -143,7 +144,7 @@ impl ObjsetInner {
         DnodePhys::decode(data.get(slot..slot + DNODE_SIZE).ok_or_else(|| ObjError::Corrupt("short dnode block".into()))?)
     }
 
-    pub fn handle(&self, io: &BlockIo, id: ObjectId) -> Result<Arc<Dnode>> {
+    pub fn handle(&self, io: &BlockIo, gate: &parking_lot::RwLock<()>, id: ObjectId) -> Result<Arc<Dnode>> {
         let mut map = self.handles.lock();
         if let Some(h) = map.get(&id) {
             return Ok(h.clone());
@@ -151,7 +152,7 @@ impl ObjsetInner {
         if map.len() >= HANDLE_CACHE_MAX {
             map.retain(|_, h| Arc::strong_count(h) > 1 || !h.st.lock().dirty.is_empty());
         }
-        let phys = self.load_phys(io, id)?;
+        let phys = self.load_phys(io, gate, id)?;
         let h = Arc::new(Dnode {
             id,
             st: Mutex::new(DnodeState { committed: phys, dirty: BTreeMap::new() }),
@@ -199,13 +200,20 @@ impl ObjectSet {
     }
 
     fn dnode(&self, id: ObjectId) -> Result<Arc<Dnode>> {
-        self.inner.handle(self.io(), id)
+        self.inner.handle(self.io(), &self.shared.reader_gate, id)
     }
 
     /// The dirty record of `txg`, created from the newest view if needed.
     fn dirty_for<'a>(&self, dn: &Arc<Dnode>, st: &'a mut DnodeState, txg: Txg) -> &'a mut TxgDirty {
         if !st.dirty.contains_key(&txg) {
-            let attrs = st.attrs();
+            let attrs = match st.dirty.range(..txg).next_back() {
+                Some((_, d)) => d.attrs.clone(),
+                None if st.dirty.is_empty() => st.attrs(),
+                None => {
+                    let c = &st.committed;
+                    Attrs { exists: c.in_use(), otype: c.otype, block_size: c.block_size, bonus: c.bonus }
+                }
+            };
             st.dirty.insert(txg, TxgDirty { blocks: BTreeMap::new(), frees: Vec::new(), attrs, freed: false, dirty_bytes: 0 });
             self.inner.dirty.lock().entry(txg).or_default().insert(dn.id, dn.clone());
             self.shared.note_dirty_objset(txg, self.inner.id);
@@ -339,7 +347,12 @@ impl ObjectSet {
 
     /// Where the newest version of block `blkid` lives.
     fn block_view(&self, st: &DnodeState, blkid: u64) -> Result<Found> {
-        for d in st.dirty.values().rev() {
+        self.block_view_upto(st, blkid, Txg::MAX)
+    }
+
+    /// Where block `blkid` lives as txg `txg` sees it (records <= txg).
+    fn block_view_upto(&self, st: &DnodeState, blkid: u64, txg: Txg) -> Result<Found> {
+        for (_, d) in st.dirty.range(..=txg).rev() {
             if let Some(b) = d.blocks.get(&blkid) {
                 return Ok(Found::Data(b.clone()));
             }
@@ -351,6 +364,8 @@ impl ObjectSet {
     }
 
     fn read_committed(&self, phys: &DnodePhys, blkid: u64) -> Result<Option<Arc<Vec<u8>>>> {
+        // Frees are not released while a reader walks a committed snapshot.
+        let _gate = self.shared.reader_gate.read();
         let bp = tree::lookup(self.io(), phys, blkid)?;
         if bp.is_hole() {
             return Ok(None);
@@ -477,24 +492,34 @@ impl ObjectSet {
     }
 
     /// Apply `f` to block `blkid` of txg `txg` (made from the newest version).
-    fn modify_block(&self, dn: &Arc<Dnode>, txg: Txg, blkid: u64, whole: bool, f: &mut dyn FnMut(&mut [u8])) -> Result<()> {
+    ///
+    /// A syncing-context write may target a txg older than the newest dirty
+    /// record: T's copy is then built from what T sees (records <= T, then
+    /// the committed tree), and the same change is applied to every newer
+    /// record holding the block, so no later txg rolls it back.
+    /// `expect_bs` is the block size the caller split its range with; if it
+    /// changed meanwhile the call fails rather than write at wrong offsets.
+    fn modify_block(&self, dn: &Arc<Dnode>, txg: Txg, blkid: u64, expect_bs: u64, whole: bool, f: &mut dyn FnMut(&mut [u8])) -> Result<()> {
         let mut st = dn.st.lock();
         let bs = st.attrs().block_size as usize;
-        let base: Vec<u8> = if whole {
-            vec![0u8; bs]
-        } else if let Some(b) = st.dirty.get(&txg).and_then(|d| d.blocks.get(&blkid)) {
-            let _ = b;
-            Vec::new() // modified in place below
+        if bs as u64 != expect_bs {
+            return Err(ObjError::Invalid("block size changed during the write".into()));
+        }
+        let base: Vec<u8> = if whole || st.dirty.get(&txg).is_some_and(|d| d.blocks.contains_key(&blkid)) {
+            Vec::new() // whole: zeros below; present: modified in place below
         } else {
-            match self.block_view(&st, blkid)? {
+            match self.block_view_upto(&st, blkid, txg)? {
                 Found::Data(b) => b.as_ref().clone(),
                 Found::Hole => vec![0u8; bs],
                 Found::Committed(phys) => {
                     drop(st);
                     let d = self.read_committed(&phys, blkid)?;
                     st = dn.st.lock();
+                    if st.attrs().block_size as usize != bs {
+                        return Err(ObjError::Invalid("block size changed during the write".into()));
+                    }
                     // Another writer may have dirtied it meanwhile: prefer that.
-                    match self.block_view(&st, blkid)? {
+                    match self.block_view_upto(&st, blkid, txg)? {
                         Found::Data(b) => b.as_ref().clone(),
                         Found::Hole => vec![0u8; bs],
                         Found::Committed(_) => d.map(|x| x.as_ref().clone()).unwrap_or_else(|| vec![0u8; bs]),
@@ -502,23 +527,32 @@ impl ObjectSet {
                 }
             }
         };
-        let bs = st.attrs().block_size as usize;
         let d = self.dirty_for(dn, &mut st, txg);
-        if let (false, Some(b)) = (whole, d.blocks.get_mut(&blkid)) {
-            let b = Arc::make_mut(b);
-            b.resize(bs, 0);
-            f(b);
-            return Ok(());
+        match (whole, d.blocks.get_mut(&blkid)) {
+            (false, Some(b)) => {
+                let b = Arc::make_mut(b);
+                b.resize(bs, 0);
+                f(b);
+            }
+            _ => {
+                let mut data = base;
+                data.resize(bs, 0);
+                f(&mut data);
+                if let Some(prev) = d.blocks.insert(blkid, Arc::new(data)) {
+                    d.dirty_bytes -= prev.len() as u64;
+                    self.shared.undirty(prev.len() as u64);
+                }
+                d.dirty_bytes += bs as u64;
+                self.shared.add_dirty(bs as u64);
+            }
         }
-        let mut data = base;
-        data.resize(bs, 0);
-        f(&mut data);
-        if let Some(prev) = d.blocks.insert(blkid, Arc::new(data)) {
-            d.dirty_bytes -= prev.len() as u64;
-            self.shared.undirty(prev.len() as u64);
+        for (_, newer) in st.dirty.range_mut(txg + 1..) {
+            if let Some(b) = newer.blocks.get_mut(&blkid) {
+                let b = Arc::make_mut(b);
+                b.resize(bs, 0);
+                f(b);
+            }
         }
-        d.dirty_bytes += bs as u64;
-        self.shared.add_dirty(bs as u64);
         Ok(())
     }
 
@@ -547,7 +581,7 @@ impl ObjectSet {
             let in_blk = (off % bs) as usize;
             let n = (bs as usize - in_blk).min(data.len() - pos);
             let src = &data[pos..pos + n];
-            self.modify_block(&dn, tx.txg(), blkid, n == bs as usize, &mut |b| b[in_blk..in_blk + n].copy_from_slice(src))?;
+            self.modify_block(&dn, tx.txg(), blkid, bs, n == bs as usize, &mut |b| b[in_blk..in_blk + n].copy_from_slice(src))?;
             pos += n;
         }
         Ok(())
@@ -578,12 +612,12 @@ impl ObjectSet {
             let blkid = offset / bs;
             let from = (offset % bs) as usize;
             let to = if end / bs == blkid { (end % bs) as usize } else { bs as usize };
-            self.modify_block(&dn, tx.txg(), blkid, false, &mut |b| b[from..to].fill(0))?;
+            self.modify_block(&dn, tx.txg(), blkid, bs, false, &mut |b| b[from..to].fill(0))?;
         }
         if len.is_some() && end % bs != 0 && end / bs >= first_full {
             let blkid = end / bs;
             let to = (end % bs) as usize;
-            self.modify_block(&dn, tx.txg(), blkid, false, &mut |b| b[..to].fill(0))?;
+            self.modify_block(&dn, tx.txg(), blkid, bs, false, &mut |b| b[..to].fill(0))?;
         }
         if first_full < last_full {
             let mut st = dn.st.lock();
@@ -642,4 +676,76 @@ pub(crate) struct SyncItem {
     pub base: DnodePhys,
     /// Block pointers of freshly written data blocks.
     pub written: BTreeMap<u64, BlockPtr>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{ObjPool, PoolCreate, TopKind};
+    use tarn_dev::{Device, MemDevice};
+
+    fn pool() -> Arc<ObjPool> {
+        let d = MemDevice::new("m", 64 << 20) as Arc<dyn Device>;
+        ObjPool::create(PoolCreate {
+            name: "t".into(),
+            tops: vec![(TopKind::Disk, vec![("m".into(), d)])],
+            ashift: 12,
+            properties: Default::default(),
+            hostname: "h".into(),
+        })
+        .unwrap()
+    }
+
+    /// The story: the sync thread records object-set roots in the MOS table
+    /// in the syncing txg T while a user change to the same table block
+    /// already sits in T+1. T's copy used to be built from the newest (T+1)
+    /// view, so T committed T+1's change early, and T+1 then wrote back the
+    /// root T had replaced. A syncing-context write must see only what T
+    /// sees, and newer records must receive its change too.
+    #[test]
+    fn syncing_context_write_into_an_older_txg_keeps_both_histories_apart() {
+        let pool = pool();
+        let mos = pool.mos();
+        let id = {
+            let tx = pool.begin();
+            mos.create(&tx, ObjType(30), 4096, &[0; BONUS_LEN]).unwrap()
+        };
+        pool.sync().unwrap();
+        let newer = pool.begin();
+        let t_new = newer.txg();
+        mos.write(&newer, id, 0, b"user-T+1").unwrap();
+        drop(newer);
+        let older = Tx { txg: t_new - 1, _hold: None };
+        mos.write(&older, id, 128, b"sync-T").unwrap();
+        let dn = mos.dnode(id).unwrap();
+        let st = dn.st.lock();
+        let t = st.dirty.get(&(t_new - 1)).unwrap().blocks.get(&0).unwrap();
+        assert_eq!(&t[128..134], b"sync-T");
+        assert_eq!(&t[0..8], &[0u8; 8], "T must not see T+1's change");
+        let n = st.dirty.get(&t_new).unwrap().blocks.get(&0).unwrap();
+        assert_eq!(&n[0..8], b"user-T+1");
+        assert_eq!(&n[128..134], b"sync-T", "T+1 must not roll T's change back");
+    }
+
+    #[test]
+    fn destroying_a_dataset_with_unsynced_changes_returns_its_dirty_bytes() {
+        let pool = pool();
+        pool.sync().unwrap();
+        let osid = {
+            let tx = pool.begin();
+            pool.create_objset(&tx).unwrap()
+        };
+        pool.sync().unwrap();
+        let os = pool.open_objset(osid).unwrap();
+        {
+            let tx = pool.begin();
+            let id = os.create(&tx, ObjType(30), 131072, &[0; BONUS_LEN]).unwrap();
+            os.write(&tx, id, 0, &vec![7u8; 1 << 20]).unwrap();
+            assert!(pool.dirty_bytes() >= 1 << 20);
+            pool.destroy_objset(&tx, osid).unwrap();
+        }
+        pool.sync().unwrap();
+        assert_eq!(pool.dirty_bytes(), 0);
+        assert!(pool.check().ok());
+    }
 }

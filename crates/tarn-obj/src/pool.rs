@@ -69,6 +69,10 @@ pub(crate) struct Shared {
     /// Background readers for prefetch (plain threads; see par.rs for why not rayon).
     pub prefetch_queue: Mutex<Option<std::sync::mpsc::Sender<PrefetchJob>>>,
     pub prefetched_blocks: AtomicU64,
+    /// Readers of committed trees hold this shared; releasing deferred
+    /// frees (which makes their space reusable) takes it exclusively, so no
+    /// reader can follow a stale pointer into reallocated space.
+    pub reader_gate: RwLock<()>,
 }
 
 pub(crate) type PrefetchJob = Box<dyn FnOnce() + Send>;
@@ -280,6 +284,7 @@ impl ObjPool {
             suspended: Mutex::new(None),
             prefetch_queue: Mutex::new(None),
             prefetched_blocks: AtomicU64::new(0),
+            reader_gate: RwLock::new(()),
         })
     }
 
@@ -422,7 +427,7 @@ impl ObjPool {
         let mut waited = 0;
         loop {
             let dirty = s.dirty_bytes.load(Ordering::Relaxed);
-            if dirty < max * 6 / 10 || s.shutdown.load(Ordering::Relaxed) {
+            if dirty < max * 6 / 10 || s.shutdown.load(Ordering::Relaxed) || s.suspended.lock().is_some() {
                 break;
             }
             s.kick(0);
@@ -489,10 +494,8 @@ impl ObjPool {
         os.inner.destroyed.store(true, Ordering::Relaxed);
         self.shared.objsets.lock().remove(&id);
         self.shared.destroyed_objsets.lock().entry(tx.txg()).or_default().push((id, os.inner.clone()));
+        // The table entry is cleared by the sync of this txg (syncing context).
         self.shared.note_dirty_objset(tx.txg(), MOS_OBJSET_ID);
-        // Make sure the MOS gets synced in this txg.
-        let table = self.mos();
-        table.write(tx, MOS_OBJSET_TABLE, id.0 * tarn_block::BP_SIZE as u64, &[0u8; tarn_block::BP_SIZE])?;
         Ok(())
     }
 
@@ -606,6 +609,11 @@ impl ObjPool {
     pub fn deflate(&self, raw: u64) -> u64 {
         let (n, d) = deflate_ratio(&self.shared.config.lock());
         ((raw as u128 * n as u128) / d.max(1) as u128) as u64
+    }
+
+    /// Bytes of changes not yet written out (what the write throttle counts).
+    pub fn dirty_bytes(&self) -> u64 {
+        self.shared.dirty_bytes.load(Ordering::Relaxed)
     }
 
     /// Blocks read ahead of a sequential reader since import.
@@ -723,11 +731,22 @@ fn sync_txg(s: &Arc<Shared>, txg: Txg) -> Result<Txg> {
     };
     let mut ctx = TreeCtx { io: &s.io, txg, meta_spec: s.meta_spec(1), used_delta: 0, logical_delta: 0 };
     // Destroyed object sets: free their whole trees.
-    for (_, inner) in &destroyed {
+    let mos_handle = ObjectSet { shared: s.clone(), inner: s.mos.clone() };
+    for (id, inner) in &destroyed {
         let phys = inner.committed.lock().clone();
         free_objset_tree(&mut ctx, &phys)?;
         let root = *inner.root_bp.lock();
         ctx.free(&root);
+        mos_write_in_txg(&mos_handle, txg, id.0 * tarn_block::BP_SIZE as u64, &[0u8; tarn_block::BP_SIZE])?;
+        // Its unsynced changes die with it: give back their dirty accounting.
+        let dnodes: Vec<Arc<crate::objset::Dnode>> =
+            std::mem::take(&mut *inner.dirty.lock()).into_values().flat_map(|m| m.into_values()).collect();
+        for dn in dnodes {
+            let mut st = dn.st.lock();
+            for (_, d) in std::mem::take(&mut st.dirty) {
+                s.undirty(d.dirty_bytes);
+            }
+        }
     }
     let dataset_ids: Vec<ObjsetId> = {
         let map = s.objsets.lock();
@@ -779,7 +798,18 @@ fn sync_txg(s: &Arc<Shared>, txg: Txg) -> Result<Txg> {
     for r in synced.into_iter().chain(std::iter::once(mos_sync)) {
         publish(s, r, txg);
     }
-    s.io.alloc.lock().release_deferred(txg);
+    {
+        let _no_readers = s.reader_gate.write();
+        s.io.alloc.lock().release_deferred(txg);
+    }
+    // Bookkeeping writes of this txg may have noted objsets dirty in it.
+    {
+        let mut d = s.dirty_objsets.lock();
+        let done: Vec<Txg> = d.range(..=txg).map(|(&t, _)| t).collect();
+        for t in done {
+            d.remove(&t);
+        }
+    }
     s.synced_txg.store(txg, Ordering::Release);
     Ok(txg)
 }
