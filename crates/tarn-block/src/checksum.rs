@@ -46,29 +46,28 @@ pub fn fletcher4(data: &[u8]) -> [u8; 32] {
             .wrapping_add(lb.wrapping_mul(4 + 4 * k + 2 * k * k))
             .wrapping_sub(la.wrapping_mul(choose3));
     }
-    let mut chunks = data[quads * 16..].chunks_exact(4);
-    for w in &mut chunks {
-        let x = u32::from_le_bytes([w[0], w[1], w[2], w[3]]) as u64;
-        a = a.wrapping_add(x);
-        b = b.wrapping_add(a);
-        c = c.wrapping_add(b);
-        d = d.wrapping_add(c);
+    to_bytes(fold_serial([a, b, c, d], &data[quads * 16..]))
+}
+
+/// The definition itself: continue the running sums (a, b, c, d) over
+/// `bytes`, a trailing partial word zero-padded.
+fn fold_serial(mut s: [u64; 4], bytes: &[u8]) -> [u64; 4] {
+    for w in bytes.chunks(4) {
+        let mut x = [0u8; 4];
+        x[..w.len()].copy_from_slice(w);
+        s[0] = s[0].wrapping_add(u32::from_le_bytes(x) as u64);
+        s[1] = s[1].wrapping_add(s[0]);
+        s[2] = s[2].wrapping_add(s[1]);
+        s[3] = s[3].wrapping_add(s[2]);
     }
-    let rest = chunks.remainder();
-    if !rest.is_empty() {
-        let mut w = [0u8; 4];
-        w[..rest.len()].copy_from_slice(rest);
-        let x = u32::from_le_bytes(w) as u64;
-        a = a.wrapping_add(x);
-        b = b.wrapping_add(a);
-        c = c.wrapping_add(b);
-        d = d.wrapping_add(c);
-    }
+    s
+}
+
+fn to_bytes(s: [u64; 4]) -> [u8; 32] {
     let mut out = [0u8; 32];
-    out[0..8].copy_from_slice(&a.to_le_bytes());
-    out[8..16].copy_from_slice(&b.to_le_bytes());
-    out[16..24].copy_from_slice(&c.to_le_bytes());
-    out[24..32].copy_from_slice(&d.to_le_bytes());
+    for (i, v) in s.iter().enumerate() {
+        out[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
+    }
     out
 }
 
@@ -80,24 +79,11 @@ pub fn compute(kind: ChecksumKind, data: &[u8]) -> [u8; 32] {
     }
 }
 
-/// The plain serial definition, kept as the reference for tests.
+/// The plain serial definition over the whole input: the reference the
+/// lane version is tested against.
 #[cfg(test)]
 fn fletcher4_serial(data: &[u8]) -> [u8; 32] {
-    let (mut a, mut b, mut c, mut d) = (0u64, 0u64, 0u64, 0u64);
-    for w in data.chunks(4) {
-        let mut x = [0u8; 4];
-        x[..w.len()].copy_from_slice(w);
-        let x = u32::from_le_bytes(x) as u64;
-        a = a.wrapping_add(x);
-        b = b.wrapping_add(a);
-        c = c.wrapping_add(b);
-        d = d.wrapping_add(c);
-    }
-    let mut out = [0u8; 32];
-    for (i, v) in [a, b, c, d].iter().enumerate() {
-        out[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
-    }
-    out
+    to_bytes(fold_serial([0; 4], data))
 }
 
 #[cfg(test)]
