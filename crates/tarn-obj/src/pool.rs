@@ -350,9 +350,12 @@ impl ObjPool {
         let newest_seen = ubs.first().map(|u| u.txg).ok_or_else(|| ObjError::Corrupt("no valid uberblock found".into()))?;
         let asizes: Vec<u64> = tops.iter().map(|t| t.asize()).collect();
         let io = BlockIo::new(tops, Allocator::new(&asizes), Tunables::default().arc_max);
-        let tries = if opts.rewind { (tarn_block::DEFER_TXGS as usize + 1).min(ubs.len()) } else { 1 };
+        // Slots poisoned by an earlier rewind are not candidates (but their
+        // txg numbers still count in `newest_seen`).
+        let candidates: Vec<&Uberblock> = ubs.iter().filter(|u| UberPayload::decode(&u.payload).is_ok()).collect();
+        let tries = if opts.rewind { (tarn_block::DEFER_TXGS as usize + 1).min(candidates.len()) } else { 1 };
         let mut last_err = None;
-        for ub in ubs.iter().take(tries) {
+        for ub in candidates.into_iter().take(tries) {
             match Self::load_root(&io, ub, &asizes) {
                 Ok((mos_phys, root, alloc, mos_root)) => {
                     *io.alloc.lock() = alloc;
@@ -364,6 +367,15 @@ impl ObjPool {
                             let mut l = l.clone();
                             l.config = config.clone();
                             tarn_vdev::write_label(d.as_ref(), &l)?;
+                        }
+                    }
+                    if !opts.readonly && ub.txg < newest_seen {
+                        // Rewound: poison the abandoned txgs' slots so a later
+                        // rewind can never land on history whose freed blocks
+                        // this pool is about to reuse.
+                        for stale in ubs.iter().filter(|u| u.txg > ub.txg) {
+                            let poison = Uberblock { txg: stale.txg, timestamp_ns: now_ns(), pool_guid: guid, payload: vec![0u8; 8] };
+                            tarn_vdev::write_uberblock(&devices, &poison)?;
                         }
                     }
                     let mos = ObjsetInner::new(MOS_OBJSET_ID, mos_phys, default_props(), mos_root);

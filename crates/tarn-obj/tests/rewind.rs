@@ -35,7 +35,14 @@ fn rewind_to_older_txg_when_newest_tree_is_damaged() {
     let err = import(as_dyn(&mem), false).err().expect("plain import must refuse a damaged newest txg");
     assert!(err.to_string().contains("-F"), "hint at -F: {err}");
     let pool = import(as_dyn(&mem), true).expect("import -F");
-    assert!(pool.last_synced_txg() < newest.txg);
+    let chosen = pool.last_synced_txg();
+    assert!(chosen < newest.txg);
+    // The abandoned txgs can no longer be chosen by a later rewind.
+    for ub in tarn_vdev::read_uberblocks(mem[0].as_ref()) {
+        if ub.txg > chosen && ub.txg <= newest.txg {
+            assert!(UberPayload::decode(&ub.payload).is_err(), "txg {} still looks usable", ub.txg);
+        }
+    }
     let os = pool.open_objset(osid).unwrap();
     let back = read_all(&os, id, 4096);
     assert!(back == vec![1u8; 4096] || back == vec![2u8; 4096], "data of an older intact txg");
