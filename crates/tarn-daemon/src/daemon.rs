@@ -326,14 +326,17 @@ impl Daemon {
             }
         }
         let mut imported = Imported { ds, devices: all_paths.clone(), altroot, mounts: BTreeMap::new() };
-        warnings.push_str(&mount_all(&mut imported));
+        let mount_failures = mount_all(&mut imported);
+        let exit = if mount_failures.is_empty() { 0 } else { 1 };
+        warnings.push_str(&mount_failures);
         let guid = imported.ds.obj().guid();
         let cached = CachedPool { name: pool.clone(), guid, devices: all_paths, altroot: imported.altroot.clone() };
         pools.insert(pool, imported);
         let mut cache = self.cache.lock();
         cache.remember(cached);
         warnings.push_str(&self.save_cache(&cache));
-        Ok(Response { stderr: warnings, ..Response::text("") })
+        // Like zpool: the pool exists, but a dataset that did not mount is a failure.
+        Ok(Response { stderr: warnings, exit, ..Response::text("") })
     }
 
     fn pool_import(&self, request: Request) -> HandlerResult {
@@ -391,12 +394,13 @@ impl Daemon {
         let ds = tarn_ds::Pool::open(obj).map_err(|e| fail(e.to_string()))?;
         let mut imported = Imported { ds, devices: device_paths.clone(), altroot, mounts: BTreeMap::new() };
         let mut warnings = mount_all(&mut imported);
+        let exit = if warnings.is_empty() { 0 } else { 1 };
         let cached = CachedPool { name: name.clone(), guid, devices: device_paths, altroot: imported.altroot.clone() };
         pools.insert(name, imported);
         let mut cache = self.cache.lock();
         cache.remember(cached);
         warnings.push_str(&self.save_cache(&cache));
-        Ok(Response { stderr: warnings, ..Response::text("") })
+        Ok(Response { stderr: warnings, exit, ..Response::text("") })
     }
 
     fn pool_export(&self, pool: &str, destroy: bool) -> HandlerResult {
@@ -602,10 +606,12 @@ impl Daemon {
         let mut warnings = String::new();
         for name in &created {
             if let Err(e) = mount_dataset(imported, name) {
-                warnings.push_str(&format!("warning: filesystem '{name}' created but not mounted: {e}\n"));
+                warnings.push_str(&format!("tarn: filesystem '{name}' created, but not mounted: {e}\n"));
             }
         }
-        Ok(Response { stderr: warnings, ..Response::text("") })
+        // As in zfs: created, but a dataset that did not mount is a failure.
+        let exit = if warnings.is_empty() { 0 } else { 1 };
+        Ok(Response { stderr: warnings, exit, ..Response::text("") })
     }
 
     fn destroy(&self, dataset: &str, recursive: bool) -> HandlerResult {

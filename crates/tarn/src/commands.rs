@@ -23,10 +23,17 @@ fn resolve_device(name: &str) -> String {
     path_string(path)
 }
 
+/// Exit status owed by a command that succeeded in part (e.g. a dataset
+/// created but not mounted): its message is already on stderr.
+pub static PARTIAL_FAILURE_EXIT: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
 fn send(socket: &Path, request: &Request) -> Result<Response, Failure> {
     let response = client::call(socket, request)?;
     print!("{}", response.stdout);
     eprint!("{}", response.stderr);
+    if response.ok && response.exit != 0 {
+        PARTIAL_FAILURE_EXIT.fetch_max(response.exit, std::sync::atomic::Ordering::Relaxed);
+    }
     if !response.ok {
         return Err(Failure { message: response.error.unwrap_or_else(|| "failed".into()), exit: response.exit.max(1) });
     }

@@ -61,7 +61,7 @@ fn main() {
         }
     };
     let code = match std::panic::catch_unwind(|| commands::run(cli)) {
-        Ok(Ok(code)) => code,
+        Ok(Ok(code)) => code.max(commands::PARTIAL_FAILURE_EXIT.load(std::sync::atomic::Ordering::Relaxed)),
         Ok(Err(failure)) => {
             eprintln!("tarn: {}", failure.message);
             failure.exit

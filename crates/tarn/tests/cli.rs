@@ -240,3 +240,22 @@ fn wrong_arguments_are_usage_errors_and_never_panics() {
     witness.assert_serving(&mut harness, "wrong arguments");
     assert!(Path::new(&device).exists());
 }
+
+/// A dataset that is created but cannot be mounted is reported, as zfs
+/// does, with exit 1 and one line saying it exists but is not mounted; the
+/// dataset is kept and a normal create still succeeds afterwards.
+#[test]
+fn created_but_not_mounted_is_a_failure_exit() {
+    let harness = Harness::start();
+    let devices = harness.vdev_files("m", 1, common::VDEV_SIZE_BYTES);
+    harness.create_pool("mp", &spec(&[], &devices));
+    let out = harness.tarn(&["create", "-o", "mountpoint=/proc/tarn-cannot-exist", "mp/x"]);
+    assert_no_panic(&out, "create with an impossible mountpoint");
+    assert_eq!(out.status.code(), Some(1), "exit status of a create that could not mount");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.starts_with("tarn: ") && stderr.contains("created, but not mounted"), "stderr: {stderr}");
+    let list = harness.tarn_ok(&["list", "-H", "-o", "name"]);
+    assert!(list.lines().any(|l| l == "mp/x"), "the dataset exists: {list}");
+    let ok = harness.tarn(&["create", "mp/y"]);
+    assert_eq!(ok.status.code(), Some(0), "{}", String::from_utf8_lossy(&ok.stderr));
+}
