@@ -159,19 +159,19 @@ impl Daemon {
             Request::Shutdown => Ok(Response::text("")),
             request @ Request::PoolCreate { .. } => self.pool_create(request),
             request @ Request::PoolImport { .. } => self.pool_import(request),
-            Request::PoolExport { pool, .. } => self.pool_export(&pool, false),
-            Request::PoolDestroy { pool, .. } => self.pool_export(&pool, true),
+            Request::PoolExport { pool, force } => self.pool_export(&pool, false, force),
+            Request::PoolDestroy { pool, force } => self.pool_export(&pool, true, force),
             Request::PoolList { pools, parsable } => self.pool_list(&pools, parsable),
             Request::PoolStatus { pools } => self.pool_status(&pools),
             Request::PoolSet { prop, value, pool } => self.pool_set(&prop, &value, &pool),
             Request::Create { dataset, parents, props } => self.create(&dataset, parents, &props),
-            Request::Destroy { dataset, recursive, .. } => self.destroy(&dataset, recursive),
+            Request::Destroy { dataset, recursive, force } => self.destroy(&dataset, recursive, force),
             Request::Props { datasets, recursive, props, parsable } => {
                 self.dataset_props(&datasets, recursive, &props, parsable)
             }
             Request::Set { assignments, dataset } => self.set(&assignments, &dataset),
             Request::Mount { dataset } => self.mount(dataset.as_deref()),
-            Request::Unmount { target, .. } => self.unmount(&target),
+            Request::Unmount { target, force } => self.unmount(&target, force),
             Request::DebugCheck { pool } => self.debug_check(&pool),
         };
         result.unwrap_or_else(Response::error)
@@ -403,13 +403,16 @@ impl Daemon {
         Ok(Response { stderr: warnings, exit, ..Response::text("") })
     }
 
-    fn pool_export(&self, pool: &str, destroy: bool) -> HandlerResult {
+    fn pool_export(&self, pool: &str, destroy: bool, force: bool) -> HandlerResult {
         let verb = if destroy { "destroy" } else { "export" };
         let mut pools = self.pools.lock();
-        let Some(mut imported) = pools.remove(pool) else {
+        let Some(imported) = pools.get_mut(pool) else {
             return Err(format!("cannot {verb} '{pool}': no such pool"));
         };
-        unmount_all(&mut imported);
+        unmount_pool(imported, force).map_err(|e| format!("cannot {verb} '{pool}': {e}"))?;
+        let Some(imported) = pools.remove(pool) else {
+            return Err(format!("cannot {verb} '{pool}': no such pool"));
+        };
         if let Err(e) = imported.ds.obj().export() {
             let message = format!("cannot {verb} '{pool}': {e}");
             pools.insert(pool.to_string(), imported);
@@ -614,7 +617,7 @@ impl Daemon {
         Ok(Response { stderr: warnings, exit, ..Response::text("") })
     }
 
-    fn destroy(&self, dataset: &str, recursive: bool) -> HandlerResult {
+    fn destroy(&self, dataset: &str, recursive: bool, force: bool) -> HandlerResult {
         let fail = |why: String| format!("cannot destroy '{dataset}': {why}");
         let pool_name = dataset.split('/').next().unwrap_or_default();
         let mut pools = self.pools.lock();
@@ -625,9 +628,15 @@ impl Daemon {
             tarn_ds::DsError::IsPoolRoot(_) => fail("it is the pool's root dataset (use 'tarn pool destroy')".into()),
             other => fail(other.to_string()),
         })?;
-        for name in &plan {
-            if let Some(mounted) = imported.mounts.remove(name) {
-                mounted.unmount();
+        // Children first; a busy mount stops the destroy unless forced.
+        for name in plan.iter().rev() {
+            if let Some(mut mounted) = imported.mounts.remove(name) {
+                if force {
+                    mounted.unmount();
+                } else if let Err(e) = mounted.try_unmount() {
+                    imported.mounts.insert(name.clone(), mounted);
+                    return Err(fail(e));
+                }
             }
         }
         imported.ds.destroy_dataset(dataset, recursive).map_err(|e| fail(e.to_string()))?;
@@ -703,8 +712,11 @@ impl Daemon {
             let (prop, affected) = imported.ds.set_property(dataset, prop, value).map_err(|e| fail(e.to_string()))?;
             if prop == "mountpoint" {
                 for name in affected.iter().rev() {
-                    if let Some(mounted) = imported.mounts.remove(name) {
-                        mounted.unmount();
+                    if let Some(mut mounted) = imported.mounts.remove(name) {
+                        if let Err(e) = mounted.try_unmount() {
+                            imported.mounts.insert(name.clone(), mounted);
+                            return Err(fail(e));
+                        }
                     }
                 }
                 for name in &affected {
@@ -755,7 +767,7 @@ impl Daemon {
         Ok(Response::text(""))
     }
 
-    fn unmount(&self, target: &str) -> HandlerResult {
+    fn unmount(&self, target: &str, force: bool) -> HandlerResult {
         let mut pools = self.pools.lock();
         let fail = |why: &str| format!("cannot unmount '{target}': {why}");
         for imported in pools.values_mut() {
@@ -766,8 +778,13 @@ impl Daemon {
                 imported.mounts.contains_key(target).then(|| target.to_string())
             };
             if let Some(name) = found {
-                let mounted = imported.mounts.remove(&name).expect("mount just found");
-                mounted.unmount();
+                let Some(mut mounted) = imported.mounts.remove(&name) else { break };
+                if force {
+                    mounted.unmount();
+                } else if let Err(e) = mounted.try_unmount() {
+                    imported.mounts.insert(name, mounted);
+                    return Err(e);
+                }
                 return Ok(Response::text(""));
             }
         }
@@ -858,10 +875,26 @@ fn mount_all(imported: &mut Imported) -> String {
     warnings
 }
 
+/// Forced: unmount every dataset of a pool, deepest mountpoints first.
 fn unmount_all(imported: &mut Imported) {
-    while let Some((_, mounted)) = imported.mounts.pop_last() {
-        mounted.unmount();
+    let _ = unmount_pool(imported, true);
+}
+
+/// Unmount every dataset of a pool, deepest mountpoints first. Unforced, a
+/// busy mount stops it with an error (mounts already undone stay undone).
+fn unmount_pool(imported: &mut Imported, force: bool) -> Result<(), String> {
+    let mut names: Vec<String> = imported.mounts.keys().cloned().collect();
+    names.sort_by_key(|n| std::cmp::Reverse(imported.mounts.get(n).map_or(0, |m| m.path.components().count())));
+    for name in names {
+        let Some(mut mounted) = imported.mounts.remove(&name) else { continue };
+        if force {
+            mounted.unmount();
+        } else if let Err(e) = mounted.try_unmount() {
+            imported.mounts.insert(name, mounted);
+            return Err(e);
+        }
     }
+    Ok(())
 }
 
 fn describe_candidates(candidates: &BTreeMap<u64, scan::Candidate>) -> String {

@@ -51,10 +51,22 @@ impl Mounted {
         self.fs.set_options(fs_options(settings));
     }
 
+    /// Forced unmount: a busy mount is detached lazily.
     pub fn unmount(self) {
         let Mounted { handle, fs, .. } = self;
         #[allow(clippy::let_unit_value)]
         let _ = handle.unmount();
         drop(fs);
+    }
+
+    /// Unmount unless busy; a busy mount stays as it was.
+    pub fn try_unmount(&mut self) -> Result<(), String> {
+        self.handle.try_unmount().map_err(|e| {
+            if e.raw_os_error() == Some(libc::EBUSY) {
+                format!("cannot unmount '{}': target is busy (use -f to force)", self.path.display())
+            } else {
+                format!("cannot unmount '{}': {e}", self.path.display())
+            }
+        })
     }
 }

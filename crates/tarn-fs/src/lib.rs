@@ -406,7 +406,11 @@ impl Fs {
         for ino in inos {
             let tx = self.pool.begin();
             let _g = self.lock_set(&[ino]);
-            self.free_inode(&tx, ino)?;
+            // One inode that cannot be freed must not make the dataset
+            // unmountable: it stays in the set and is retried next mount.
+            if let Err(e) = self.free_inode(&tx, ino) {
+                eprintln!("tarn: cannot free unlinked inode {ino}: {e}");
+            }
         }
         Ok(())
     }
@@ -633,8 +637,13 @@ impl Fs {
         if !last || self.opts.read().readonly {
             return;
         }
-        if !matches!(self.inode(ino), Ok(p) if p.nlink == 0) {
-            return;
+        {
+            // Under the inode lock: an unlink deciding to park this inode
+            // holds it while it reads the references and writes nlink 0.
+            let _r = self.read_lock(ino);
+            if !matches!(self.inode(ino), Ok(p) if p.nlink == 0) {
+                return;
+            }
         }
         let tx = self.pool.begin();
         let _g = self.lock_set(&[ino]);
@@ -802,7 +811,7 @@ impl Fs {
                 p.size = t.len() as u64;
                 let bs = (t.len() as u32).div_ceil(MIN_BLOCK).max(1) * MIN_BLOCK;
                 let o = self.os.create(&tx, otype::SYMLINK, bs, &p.encode())?;
-                self.os.write(&tx, o, 0, t)?;
+                self.os.write_data(&tx, o, 0, t)?;
                 o
             }
             FileKind::File => self.os.create(&tx, otype::FILE, MIN_BLOCK, &p.encode())?,
@@ -1110,11 +1119,11 @@ impl Fs {
             if src_dir != dst_dir {
                 let mut ddp = self.dir(dst_dir)?;
                 if src_is_dir && !dst_is_dir {
-                    sdp.nlink -= 1;
+                    sdp.nlink = sdp.nlink.saturating_sub(1);
                     ddp.nlink += 1;
                 } else if dst_is_dir && !src_is_dir {
                     sdp.nlink += 1;
-                    ddp.nlink -= 1;
+                    ddp.nlink = ddp.nlink.saturating_sub(1);
                 }
                 sp.parent = dst_dir;
                 dp_ino.parent = src_dir;
@@ -1156,7 +1165,7 @@ impl Fs {
         sdp.mtime_ns = now;
         sdp.ctime_ns = now;
         if src_is_dir && src_dir != dst_dir {
-            sdp.nlink -= 1;
+            sdp.nlink = sdp.nlink.saturating_sub(1);
         }
         // Same dir: sdp is the destination too.
         let mut ddp = if src_dir == dst_dir {
@@ -1220,7 +1229,7 @@ impl Fs {
             let now = now_ns();
             if p.atime_ns <= p.mtime_ns
                 || p.atime_ns <= p.ctime_ns
-                || now - p.atime_ns > 86_400_000_000_000
+                || now.saturating_sub(p.atime_ns) > 86_400_000_000_000
             {
                 let tx = self.pool.begin();
                 let _g = self.lock_set(&[ino]);
@@ -1274,7 +1283,7 @@ impl Fs {
             };
             self.os.set_block_size(&tx, o, bs)?;
         }
-        self.os.write(&tx, o, offset, data)?;
+        self.os.write_data(&tx, o, offset, data)?;
         let now = now_ns();
         p.size = p.size.max(end);
         p.mtime_ns = now;
@@ -1285,9 +1294,8 @@ impl Fs {
 
     /// Make everything written so far durable (returns after a txg sync).
     pub fn fsync(&self, _ino: u64) -> Result<()> {
-        if self.opts.read().readonly {
-            return Ok(());
-        }
+        // Always: data written before `readonly=on` was set must still be
+        // durable when its fsync returns (a no-op on a read-only pool).
         self.pool.sync()?;
         Ok(())
     }
@@ -1460,7 +1468,7 @@ impl Fs {
             let o = self
                 .os
                 .create(&tx, otype::XATTR_VALUE, bs, &[0u8; tarn_obj::BONUS_LEN])?;
-            self.os.write(&tx, o, 0, value)?;
+            self.os.write_data(&tx, o, 0, value)?;
             let mut e = vec![1u8];
             e.extend_from_slice(&o.0.to_le_bytes());
             e.extend_from_slice(&(value.len() as u32).to_le_bytes());

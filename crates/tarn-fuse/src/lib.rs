@@ -77,28 +77,47 @@ impl MountHandle {
     /// Unmount. If the mount is busy it is detached lazily (`MNT_DETACH`)
     /// and the serving threads finish in the background once the last user
     /// lets go.
+    /// Unmount, detaching lazily if the mount is busy (the forced form).
     pub fn unmount(mut self) -> std::io::Result<()> {
-        self.do_unmount()
+        self.do_unmount(true)
     }
 
-    fn do_unmount(&mut self) -> std::io::Result<()> {
-        let Some(session) = self.session.take() else {
+    /// Unmount only if nothing uses the mount: a busy mount stays mounted
+    /// and served, and the error is EBUSY.
+    pub fn try_unmount(&mut self) -> std::io::Result<()> {
+        self.do_unmount(false)
+    }
+
+    fn do_unmount(&mut self, force: bool) -> std::io::Result<()> {
+        if self.session.is_none() {
             return Ok(());
-        };
+        }
         match umount2(&self.mountpoint, 0) {
             Ok(()) => {
                 // The connection is gone: the workers see ENODEV and exit.
-                session.join()
+                if let Some(session) = self.session.take() {
+                    session.join()?;
+                }
+                Ok(())
             }
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-                // Not mounted any more (someone unmounted it already).
-                session.join()
+                // Not mounted here any more (detached by someone else, maybe
+                // still in use elsewhere): never wait for its last user.
+                if let Some(session) = self.session.take() {
+                    std::thread::spawn(move || {
+                        let _ = session.join();
+                    });
+                }
+                Ok(())
             }
+            Err(e) if !force => Err(e),
             Err(_) => {
                 umount2(&self.mountpoint, libc::MNT_DETACH)?;
-                std::thread::spawn(move || {
-                    let _ = session.join();
-                });
+                if let Some(session) = self.session.take() {
+                    std::thread::spawn(move || {
+                        let _ = session.join();
+                    });
+                }
                 Ok(())
             }
         }

@@ -196,6 +196,9 @@ impl ObjectSet {
         if self.shared.readonly || self.inner.destroyed.load(Ordering::Relaxed) {
             return Err(ObjError::ReadOnly);
         }
+        if self.shared.shutdown.load(Ordering::Relaxed) {
+            return Err(ObjError::Io("pool is exported".into()));
+        }
         Ok(())
     }
 
@@ -556,12 +559,20 @@ impl ObjectSet {
         Ok(())
     }
 
+    /// Write new data (file contents, symlink targets, large xattrs): refused
+    /// with `NoSpace` once free space minus dirty data reaches the slop, so
+    /// a txg never fails for space.
+    pub fn write_data(&self, tx: &Tx, id: ObjectId, offset: u64, data: &[u8]) -> Result<()> {
+        self.check_writable()?;
+        self.shared.check_space()?;
+        self.write(tx, id, offset, data)
+    }
+
+    /// Write without the space check: metadata updates (directory entries,
+    /// maps) that removals and renames need even on a full pool; they may
+    /// use the slop, as in ZFS.
     pub fn write(&self, tx: &Tx, id: ObjectId, offset: u64, data: &[u8]) -> Result<()> {
         self.check_writable()?;
-        // Syncing-context writes (no txg hold) are the txg's own bookkeeping.
-        if tx._hold.is_some() {
-            self.shared.check_space()?;
-        }
         let dn = self.dnode(id)?;
         let bs = {
             let st = dn.st.lock();

@@ -19,7 +19,7 @@ fn full_pool_says_no_space_and_stays_consistent() {
     let mut written = 0u64;
     let mut hit = false;
     for i in 0..200u64 {
-        let r = { let tx = pool.begin(); os.write(&tx, id, i << 20, &chunk) };
+        let r = { let tx = pool.begin(); os.write_data(&tx, id, i << 20, &chunk) };
         match r {
             Ok(()) => written += 1 << 20,
             Err(ObjError::NoSpace) => { hit = true; break; }

@@ -259,3 +259,38 @@ fn created_but_not_mounted_is_a_failure_exit() {
     let ok = harness.tarn(&["create", "mp/y"]);
     assert_eq!(ok.status.code(), Some(0), "{}", String::from_utf8_lossy(&ok.stderr));
 }
+
+/// A busy mount is not pulled from under its users: export (and dataset
+/// destroy) without -f fail with "busy" and leave everything serving; with
+/// nothing open they work; -f detaches a busy mount.
+#[test]
+fn busy_mounts_refuse_unforced_export_and_destroy() {
+    let harness = Harness::start();
+    let devices = harness.vdev_files("b", 1, common::VDEV_SIZE_BYTES);
+    let mountpoint = harness.create_pool("bp", &spec(&[], &devices));
+    harness.tarn_ok(&["create", "bp/d"]);
+    let file = mountpoint.join("d").join("open-file");
+    let mut held = File::create(&file).unwrap();
+    held.write_all(b"still here").unwrap();
+
+    let out = harness.tarn(&["destroy", "bp/d"]);
+    assert_no_panic(&out, "destroy of a busy dataset");
+    assert_eq!(out.status.code(), Some(1), "destroy of a busy dataset must fail");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("busy"), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = harness.tarn(&["pool", "export", "bp"]);
+    assert_eq!(out.status.code(), Some(1), "export of a busy pool must fail");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("busy"), "{}", String::from_utf8_lossy(&out.stderr));
+    // Still imported, mounted and writable.
+    held.write_all(b" and more").unwrap();
+    held.sync_all().unwrap();
+    assert_eq!(fs::read(&file).unwrap(), b"still here and more");
+    drop(held);
+
+    harness.tarn_ok(&["pool", "export", "bp"]);
+    let mountpoint = harness.import("bp", devices[0].parent().unwrap());
+    let file = mountpoint.join("d").join("open-file");
+    assert_eq!(fs::read(&file).unwrap(), b"still here and more");
+    let held = File::open(&file).unwrap();
+    harness.tarn_ok(&["pool", "export", "-f", "bp"]);
+    drop(held);
+}
