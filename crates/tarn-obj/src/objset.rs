@@ -502,14 +502,14 @@ impl ObjectSet {
     /// record holding the block, so no later txg rolls it back.
     /// `expect_bs` is the block size the caller split its range with; if it
     /// changed meanwhile the call fails rather than write at wrong offsets.
-    fn modify_block(&self, dn: &Arc<Dnode>, txg: Txg, blkid: u64, expect_bs: u64, whole: bool, f: &mut dyn FnMut(&mut [u8])) -> Result<()> {
+    fn modify_block(&self, dn: &Arc<Dnode>, txg: Txg, blkid: u64, expect_bs: u64, whole: Option<&[u8]>, f: &mut dyn FnMut(&mut [u8])) -> Result<()> {
         let mut st = dn.st.lock();
         let bs = st.attrs().block_size as usize;
         if bs as u64 != expect_bs {
             return Err(ObjError::Invalid("block size changed during the write".into()));
         }
-        let base: Vec<u8> = if whole || st.dirty.get(&txg).is_some_and(|d| d.blocks.contains_key(&blkid)) {
-            Vec::new() // whole: zeros below; present: modified in place below
+        let base: Vec<u8> = if whole.is_some() || st.dirty.get(&txg).is_some_and(|d| d.blocks.contains_key(&blkid)) {
+            Vec::new() // whole: the source itself below; present: modified in place below
         } else {
             match self.block_view_upto(&st, blkid, txg)? {
                 Found::Data(b) => b.as_ref().clone(),
@@ -531,16 +531,23 @@ impl ObjectSet {
             }
         };
         let d = self.dirty_for(dn, &mut st, txg);
-        match (whole, d.blocks.get_mut(&blkid)) {
+        match (whole.is_some(), d.blocks.get_mut(&blkid)) {
             (false, Some(b)) => {
                 let b = Arc::make_mut(b);
                 b.resize(bs, 0);
                 f(b);
             }
             _ => {
-                let mut data = base;
-                data.resize(bs, 0);
-                f(&mut data);
+                // A whole-block write takes the source as is (no zero fill).
+                let data = match whole {
+                    Some(src) if src.len() == bs => src.to_vec(),
+                    _ => {
+                        let mut data = base;
+                        data.resize(bs, 0);
+                        f(&mut data);
+                        data
+                    }
+                };
                 if let Some(prev) = d.blocks.insert(blkid, Arc::new(data)) {
                     d.dirty_bytes -= prev.len() as u64;
                     self.shared.undirty(prev.len() as u64);
@@ -592,7 +599,7 @@ impl ObjectSet {
             let in_blk = (off % bs) as usize;
             let n = (bs as usize - in_blk).min(data.len() - pos);
             let src = &data[pos..pos + n];
-            self.modify_block(&dn, tx.txg(), blkid, bs, n == bs as usize, &mut |b| b[in_blk..in_blk + n].copy_from_slice(src))?;
+            self.modify_block(&dn, tx.txg(), blkid, bs, (n == bs as usize).then_some(src), &mut |b| b[in_blk..in_blk + n].copy_from_slice(src))?;
             pos += n;
         }
         Ok(())
@@ -623,12 +630,12 @@ impl ObjectSet {
             let blkid = offset / bs;
             let from = (offset % bs) as usize;
             let to = if end / bs == blkid { (end % bs) as usize } else { bs as usize };
-            self.modify_block(&dn, tx.txg(), blkid, bs, false, &mut |b| b[from..to].fill(0))?;
+            self.modify_block(&dn, tx.txg(), blkid, bs, None, &mut |b| b[from..to].fill(0))?;
         }
         if len.is_some() && end % bs != 0 && end / bs >= first_full {
             let blkid = end / bs;
             let to = (end % bs) as usize;
-            self.modify_block(&dn, tx.txg(), blkid, bs, false, &mut |b| b[..to].fill(0))?;
+            self.modify_block(&dn, tx.txg(), blkid, bs, None, &mut |b| b[..to].fill(0))?;
         }
         if first_full < last_full {
             let mut st = dn.st.lock();
