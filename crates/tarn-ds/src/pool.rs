@@ -74,9 +74,6 @@ pub struct Pool {
     obj: Arc<ObjPool>,
     datasets_zap: ObjectId,
     props_zap: ObjectId,
-    /// Fraction of allocated bytes that hold data (raidz parity excluded),
-    /// as numerator/denominator, used to "deflate" dataset space like ZFS.
-    deflate: (u64, u64),
     change: Mutex<()>,
     state: RwLock<State>,
 }
@@ -128,9 +125,6 @@ fn write_props_of(settings: &Settings) -> WriteProps {
     WriteProps { compression: settings.compression, checksum: settings.checksum, copies: settings.copies }
 }
 
-fn deflate_ratio(config: &tarn_vdev::PoolConfig) -> (u64, u64) {
-    tarn_obj::deflate_ratio(config)
-}
 
 impl Pool {
     /// Lay out the dataset tree of a freshly created pool: the directory,
@@ -160,12 +154,10 @@ impl Pool {
         Zap::insert(&mos, &tx, datasets_zap, name.as_bytes(), &encoded)?;
         drop(tx);
         obj.sync()?;
-        let deflate = deflate_ratio(&obj.config());
         let pool = Pool {
             obj,
             datasets_zap,
             props_zap,
-            deflate,
             change: Mutex::new(()),
             state: RwLock::new(State {
                 datasets: BTreeMap::from([(name.clone(), record)]),
@@ -222,12 +214,10 @@ impl Pool {
         for (name, record) in &datasets {
             objsets.insert(name.clone(), obj.open_objset(ObjsetId(record.objset))?);
         }
-        let deflate = deflate_ratio(&obj.config());
         let pool = Pool {
             obj,
             datasets_zap,
             props_zap,
-            deflate,
             change: Mutex::new(()),
             state: RwLock::new(State { datasets, objsets, pool_props }),
         };
@@ -438,10 +428,6 @@ impl Pool {
         Ok((prop, affected))
     }
 
-    fn deflated(&self, bytes: u64) -> u64 {
-        ((bytes as u128 * self.deflate.0 as u128) / self.deflate.1 as u128) as u64
-    }
-
     /// Space used by the dataset and its descendants (bytes, parity excluded).
     pub fn used_bytes(&self, name: &str) -> u64 {
         let state = self.state.read();
@@ -452,7 +438,7 @@ impl Pool {
             .filter(|(n, _)| n.as_str() == name || n.starts_with(&prefix))
             .map(|(_, os)| os.used_bytes())
             .sum();
-        self.deflated(raw)
+        self.obj.deflate(raw)
     }
 
     fn logical_bytes(&self, name: &str) -> u64 {
@@ -467,13 +453,13 @@ impl Pool {
     }
 
     fn referenced_bytes(&self, name: &str) -> u64 {
-        self.objset(name).map(|os| self.deflated(os.used_bytes())).unwrap_or(0)
+        self.objset(name).map(|os| self.obj.deflate(os.used_bytes())).unwrap_or(0)
     }
 
     /// Space the dataset can still use: the pool's free space, capped by
     /// the quota of the dataset and of every ancestor.
     pub fn available_bytes(&self, name: &str) -> u64 {
-        let mut available = self.deflated(self.obj.space().free);
+        let mut available = self.obj.deflate(self.obj.space().free);
         let mut current = Some(name);
         while let Some(dataset) = current {
             let quota = self.state.read().datasets.get(dataset).and_then(|r| r.props.get("quota").cloned());

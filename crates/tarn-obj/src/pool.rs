@@ -702,12 +702,8 @@ pub(crate) fn sync_once(s: &Arc<Shared>) -> Result<Txg> {
         s.open_txg.store(t + 1, Ordering::Release);
         t
     };
-    let r = sync_txg(s, txg);
-    if r.is_err() {
-        // Leave the dirty state in place: the next sync retries it under a new txg.
-        return r;
-    }
-    r
+    // On failure the caller suspends the pool; nothing of this txg is on disk.
+    sync_txg(s, txg)
 }
 
 struct ObjsetSync {
@@ -833,26 +829,23 @@ fn mos_write_in_txg(mos: &ObjectSet, txg: Txg, offset: u64, data: &[u8]) -> Resu
 }
 
 fn free_objset_tree(ctx: &mut TreeCtx, phys: &ObjsetPhys) -> Result<()> {
-    // Every object's tree, then the meta tree.
+    // Every object's tree as its dnode block is read (frees are deferred, so
+    // the meta tree stays readable until the walk ends), then the meta tree.
     let io = ctx.io;
-    let mut objects = Vec::new();
     tree::walk(io, &phys.meta, &mut |bp, level| {
         if level == 0 {
             let data = io.read_uncached(bp).map_err(block_err)?;
             for chunk in data.chunks_exact(DNODE_SIZE) {
                 let d = DnodePhys::decode(chunk)?;
                 if d.in_use() {
-                    objects.push(d);
+                    for child in d.bps {
+                        ctx.free_subtree(&child, d.nlevels - 1)?;
+                    }
                 }
             }
         }
         Ok(())
     })?;
-    for d in objects {
-        for bp in d.bps {
-            ctx.free_subtree(&bp, d.nlevels - 1)?;
-        }
-    }
     for bp in phys.meta.bps {
         ctx.free_subtree(&bp, phys.meta.nlevels - 1)?;
     }
@@ -958,9 +951,9 @@ fn sync_objset(s: &Shared, inner: &Arc<ObjsetInner>, txg: Txg) -> Result<ObjsetS
             phys.otype = a.otype;
             phys.block_size = a.block_size;
             phys.bonus = a.bonus;
-            let ch = Changes { frees: it.dirty.frees.clone(), writes: it.written.clone() };
-            ctx.apply(&mut phys, &ch)?;
             let written_used: i64 = it.written.values().map(|b| b.asize() as i64).sum();
+            let ch = Changes { frees: std::mem::take(&mut it.dirty.frees), writes: std::mem::take(&mut it.written) };
+            ctx.apply(&mut phys, &ch)?;
             phys.used_bytes = (used + written_used + ctx.used_delta).max(0) as u64;
         } else {
             // Created and freed before reaching disk: its fresh blocks are garbage.
