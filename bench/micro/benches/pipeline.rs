@@ -85,7 +85,7 @@ fn pipeline(c: &mut Criterion) {
         kind,
         ashift: 12,
         asize,
-        children: (0..4).map(|i| tarn_vdev::LeafConfig { guid: 10 + i, path: format!("m{i}") }).collect(),
+        children: (0..4).map(|i| tarn_vdev::LeafConfig::new(10 + i, format!("m{i}"))).collect(),
     };
     let top = Arc::new(TopVdev::new(cfg, devs).expect("vdev"));
     let io = BlockIo::new(vec![top.clone()], Allocator::new(&[top.asize()]), 64 << 20);

@@ -160,6 +160,11 @@ impl Allocator {
         }
     }
 
+    /// Space of a newly added top-level vdev (the next id).
+    pub fn add_vdev(&mut self, asize: u64) {
+        self.vdevs.push(VdevSpace::new(asize));
+    }
+
     /// Allocate `len` bytes (per vdev, computed by `len_for`) on a vdev not
     /// in `avoid` if possible. Returns (vdev, offset, len).
     pub fn alloc(&mut self, len_for: &dyn Fn(usize) -> u64, align_for: &dyn Fn(usize) -> u64, avoid: &[u32]) -> Option<Extent> {

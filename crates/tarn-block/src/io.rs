@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use tarn_vdev::TopVdev;
+use tarn_vdev::{ScanOutcome, TopVdev};
 
 use crate::alloc::{Allocator, Extent};
 use crate::bp::{checksum_code, compression_code, BlockPtr, Dva, COMP_OFF, MAX_COPIES};
@@ -47,8 +47,14 @@ impl quick_cache::Weighter<CacheKey, Arc<Vec<u8>>> for ByteWeighter {
 
 type BlockCache = quick_cache::sync::Cache<CacheKey, Arc<Vec<u8>>, ByteWeighter>;
 
+/// Called with every block as it is freed (the scanner drops it from its
+/// queue, so it never reads a block whose space may be reused).
+pub type FreeHook = Arc<dyn Fn(&BlockPtr) + Send + Sync>;
+
 pub struct BlockIo {
-    tops: Vec<Arc<TopVdev>>,
+    /// Swapped whole when the pool's layout changes (attach, add, ...).
+    tops: parking_lot::RwLock<Arc<Vec<Arc<TopVdev>>>>,
+    free_hook: parking_lot::RwLock<Option<FreeHook>>,
     pub alloc: Mutex<Allocator>,
     cache: Mutex<Arc<BlockCache>>,
     /// Physical sizes are multiples of this (the largest sector of any vdev).
@@ -65,15 +71,45 @@ fn new_cache(bytes: u64) -> Arc<BlockCache> {
 impl BlockIo {
     pub fn new(tops: Vec<Arc<TopVdev>>, alloc: Allocator, cache_bytes: u64) -> BlockIo {
         let unit = tops.iter().map(|t| t.sector()).max().unwrap_or(512);
-        BlockIo { tops, alloc: Mutex::new(alloc), cache: Mutex::new(new_cache(cache_bytes)), unit, data_errors: AtomicU64::new(0) }
+        BlockIo {
+            tops: parking_lot::RwLock::new(Arc::new(tops)),
+            free_hook: parking_lot::RwLock::new(None),
+            alloc: Mutex::new(alloc),
+            cache: Mutex::new(new_cache(cache_bytes)),
+            unit,
+            data_errors: AtomicU64::new(0),
+        }
+    }
+
+    pub fn set_free_hook(&self, hook: Option<FreeHook>) {
+        *self.free_hook.write() = hook;
+    }
+
+    /// Puts a changed top-level vdev in place (same id).
+    pub fn replace_top(&self, top: Arc<TopVdev>) {
+        let mut tops = self.tops.write();
+        let mut next: Vec<Arc<TopVdev>> = tops.as_ref().clone();
+        if let Some(slot) = next.get_mut(top.id() as usize) {
+            *slot = top;
+        }
+        *tops = Arc::new(next);
+    }
+
+    /// Adds a top-level vdev (the next id) and its space.
+    pub fn add_top(&self, top: Arc<TopVdev>) {
+        let mut tops = self.tops.write();
+        let mut next: Vec<Arc<TopVdev>> = tops.as_ref().clone();
+        self.alloc.lock().add_vdev(top.asize());
+        next.push(top);
+        *tops = Arc::new(next);
     }
 
     pub fn set_cache_size(&self, bytes: u64) {
         *self.cache.lock() = new_cache(bytes);
     }
 
-    pub fn tops(&self) -> &[Arc<TopVdev>] {
-        &self.tops
+    pub fn tops(&self) -> Arc<Vec<Arc<TopVdev>>> {
+        self.tops.read().clone()
     }
 
     pub fn unit(&self) -> u64 {
@@ -88,13 +124,14 @@ impl BlockIo {
     /// Allocate `copies` DVAs for a physical block of `psize` bytes, on
     /// distinct top-level vdevs where there are enough of them.
     pub fn allocate(&self, psize: u64, copies: u8) -> Result<Vec<Dva>, BlockError> {
+        let tops = self.tops();
         let mut a = self.alloc.lock();
         let mut dvas: Vec<Dva> = Vec::new();
         for _ in 0..copies.clamp(1, MAX_COPIES as u8) {
             let avoid: Vec<u32> = dvas.iter().map(|d| d.vdev).collect();
-            let e = a
-                .alloc(&|v| self.tops[v].alloc_size(psize), &|v| self.tops[v].sector(), &avoid)
-                .ok_or(BlockError::NoSpace)?;
+            let size_of = |v: usize| tops.get(v).map_or(u64::MAX, |t| t.alloc_size(psize));
+            let sector_of = |v: usize| tops.get(v).map_or(512, |t| t.sector());
+            let e = a.alloc(&size_of, &sector_of, &avoid).ok_or(BlockError::NoSpace)?;
             dvas.push(Dva { vdev: e.vdev, asize: e.len as u32, offset: e.offset });
         }
         Ok(dvas)
@@ -134,9 +171,10 @@ impl BlockIo {
     /// Write an already-formed physical block to every DVA of `bp`.
     pub fn write_phys(&self, bp: &BlockPtr, phys: &[u8]) -> Result<(), BlockError> {
         let mut failures = Vec::new();
+        let tops = self.tops();
         for d in bp.dvas() {
-            let top = self.tops.get(d.vdev as usize).ok_or_else(|| BlockError::Write(format!("no vdev {}", d.vdev)))?;
-            if let Err(e) = top.write(d.offset, phys) {
+            let top = tops.get(d.vdev as usize).ok_or_else(|| BlockError::Write(format!("no vdev {}", d.vdev)))?;
+            if let Err(e) = top.write(d.offset, phys, bp.birth) {
                 failures.push(e.to_string());
             }
         }
@@ -174,16 +212,17 @@ impl BlockIo {
         let verify = |buf: &[u8]| checksum::compute(kind, buf) == bp.checksum;
         let mut bad: Vec<Dva> = Vec::new();
         let mut errors = Vec::new();
+        let tops = self.tops();
         for d in bp.dvas() {
-            let Some(top) = self.tops.get(d.vdev as usize) else {
+            let Some(top) = tops.get(d.vdev as usize) else {
                 errors.push(format!("no vdev {}", d.vdev));
                 continue;
             };
-            match top.read(d.offset, bp.psize as u64, &verify) {
+            match top.read(d.offset, bp.psize as u64, bp.birth, &verify) {
                 Ok(out) => {
                     for b in &bad {
-                        if let Some(t) = self.tops.get(b.vdev as usize) {
-                            let _ = t.write(b.offset, &out.data);
+                        if let Some(t) = tops.get(b.vdev as usize) {
+                            let _ = t.write(b.offset, &out.data, bp.birth);
                         }
                     }
                     return Ok(out.data);
@@ -204,10 +243,64 @@ impl BlockIo {
             .map_err(|what| BlockError::Corrupt { where_: format!("{:?}", bp.dva[0]), what })
     }
 
+    /// Scrub (`scrub`) or resilver one block: every DVA through its top
+    /// vdev's scan step; a DVA that cannot be recovered is rewritten from
+    /// another DVA when the block has one (ditto copies). An error means
+    /// no copy of the block could be read back correctly.
+    pub fn scan_block(&self, bp: &BlockPtr, scrub: bool) -> Result<ScanOutcome, BlockError> {
+        let kind = bp.checksum_kind().ok_or_else(|| BlockError::Corrupt { where_: "bp".into(), what: "checksum kind".into() })?;
+        let verify = |buf: &[u8]| checksum::compute(kind, buf) == bp.checksum;
+        let tops = self.tops();
+        let mut total = ScanOutcome::default();
+        let mut failed: Vec<Dva> = Vec::new();
+        let mut errors = Vec::new();
+        for d in bp.dvas() {
+            let Some(top) = tops.get(d.vdev as usize) else {
+                errors.push(format!("no vdev {}", d.vdev));
+                continue;
+            };
+            if !scrub && !top.needs_resilver(bp.birth) {
+                continue;
+            }
+            match top.scan(d.offset, bp.psize as u64, bp.birth, &verify, scrub) {
+                Ok(o) => {
+                    total.read_bytes += o.read_bytes;
+                    total.repaired_bytes += o.repaired_bytes;
+                    total.resilvered_bytes += o.resilvered_bytes;
+                }
+                Err(e) => {
+                    errors.push(format!("vdev {} offset {}: {e}", d.vdev, d.offset));
+                    failed.push(*d);
+                }
+            }
+        }
+        if failed.is_empty() {
+            return Ok(total);
+        }
+        if failed.len() < bp.dvas().len() {
+            // Another copy is good: rewrite the failed ones from it.
+            if let Ok(phys) = self.read_phys(bp) {
+                for d in &failed {
+                    if let Some(t) = tops.get(d.vdev as usize) {
+                        if t.write(d.offset, &phys, bp.birth).is_ok() {
+                            total.repaired_bytes += bp.psize as u64;
+                        }
+                    }
+                }
+                return Ok(total);
+            }
+        }
+        self.data_errors.fetch_add(1, Ordering::Relaxed);
+        Err(BlockError::Corrupt { where_: format!("{:?}", bp.dva[0]), what: errors.join("; ") })
+    }
+
     /// Free every copy of a block in txg `txg` (reusable after the defer window).
     pub fn free(&self, bp: &BlockPtr, txg: u64) {
         if bp.is_hole() {
             return;
+        }
+        if let Some(hook) = self.free_hook.read().as_ref() {
+            hook(bp);
         }
         self.evict(bp);
         let mut a = self.alloc.lock();
@@ -218,7 +311,7 @@ impl BlockIo {
 
     pub fn flush(&self) -> Result<(), BlockError> {
         let mut failures = Vec::new();
-        for t in &self.tops {
+        for t in self.tops().iter() {
             if let Err(e) = t.flush() {
                 failures.push(e.to_string());
             }

@@ -25,9 +25,11 @@
 //! [`cache`] (pools.json), [`config`] (the TOML config), `mount` (the only
 //! code that touches the POSIX layer and FUSE).
 
+pub mod alerts;
 pub mod cache;
 pub mod config;
 pub mod daemon;
+pub mod events;
 mod mount;
 pub mod proto;
 pub mod scan;
@@ -81,13 +83,15 @@ fn install_signal_thread(daemon: Arc<Daemon>) -> Result<(), String> {
 
 /// Run the daemon in the foreground until a signal or `shutdown` request.
 pub fn run(options: DaemonOptions) -> Result<(), String> {
-    let tunables = match &options.config {
+    let config = match &options.config {
         Some(path) => {
             let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
             config::parse_config(&text).map_err(|e| format!("{}: {e}", path.display()))?
         }
-        None => tarn_obj::Tunables::default(),
+        None => config::DaemonConfig::default(),
     };
+    // TODO(integration): hand config.alerts to the daemon
+    let tunables = config.tunables;
     let state_dir = options.state_dir;
     std::fs::create_dir_all(&state_dir)
         .map_err(|e| format!("cannot create state directory {}: {e}", state_dir.display()))?;

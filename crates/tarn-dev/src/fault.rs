@@ -109,7 +109,7 @@ impl FaultDevice {
     fn injected(&self, op: &'static str, flag: Option<&AtomicBool>) -> Result<()> {
         let fail = |op| Err(DevError::Injected { path: self.inner.path().to_string(), op });
         if self.gone.load(Ordering::SeqCst) {
-            return fail(op);
+            return Err(DevError::Gone { path: self.inner.path().to_string() });
         }
         let countdown = self.ops_until_failure.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| {
             if left == DISARMED || left == 0 {

@@ -27,6 +27,25 @@ pub enum DevError {
     Open { path: String, reason: String },
     #[error("{path}: injected fault on {op}")]
     Injected { path: String, op: &'static str },
+    /// The device went away (pulled disk, deleted file, dead FUSE backend).
+    #[error("{path}: device is gone")]
+    Gone { path: String },
+}
+
+impl DevError {
+    /// Whether the error says the device itself is no longer there (as
+    /// opposed to one failed operation): the vdev layer then reports the
+    /// device REMOVED at once instead of counting errors toward FAULTED.
+    pub fn is_gone(&self) -> bool {
+        match self {
+            DevError::Gone { .. } => true,
+            DevError::Io { source, .. } => matches!(
+                source.raw_os_error(),
+                Some(libc::ENOENT | libc::ENXIO | libc::ENODEV | libc::ENOTCONN | libc::ESHUTDOWN | libc::ESTALE | libc::EBADF)
+            ),
+            _ => false,
+        }
+    }
 }
 
 /// A place that stores bytes at offsets. Implementations are thread-safe;

@@ -166,6 +166,7 @@ impl Pool {
             }),
         };
         pool.apply_write_props(&name)?;
+        pool.apply_failmode();
         Ok(Arc::new(pool))
     }
 
@@ -225,6 +226,7 @@ impl Pool {
         for name in names {
             pool.apply_write_props(&name)?;
         }
+        pool.apply_failmode();
         Ok(Arc::new(pool))
     }
 
@@ -534,6 +536,10 @@ impl Pool {
         }
     }
 
+    fn apply_failmode(&self) {
+        self.obj.set_failmode_wait(self.pool_property("failmode").0 == "wait");
+    }
+
     pub fn set_pool_property(&self, prop: &str, value: &str) -> Result<()> {
         let prop = props::validate_pool_prop(prop, value)?;
         let _change = self.change.lock();
@@ -541,6 +547,7 @@ impl Pool {
         Zap::update(&self.obj.mos(), &tx, self.props_zap, prop.as_bytes(), value.as_bytes())?;
         drop(tx);
         self.state.write().pool_props.insert(prop.to_string(), value.to_string());
+        self.apply_failmode();
         self.obj.sync()?;
         Ok(())
     }

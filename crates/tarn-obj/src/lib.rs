@@ -96,7 +96,9 @@ pub mod format;
 mod objset;
 mod par;
 mod pool;
+pub mod scan;
 mod tree;
+mod vdevs;
 
 pub use objset::ObjectSet;
 pub use pool::{deflate_ratio, ObjPool, MOS_OBJSET_TABLE};
@@ -138,8 +140,13 @@ pub struct PoolStatus {
     pub state: DevState,
     pub txg: Txg,
     pub tops: Vec<tarn_vdev::TopStatus>,
+    /// Available hot spares.
+    pub spares: Vec<tarn_vdev::LeafStatus>,
     /// Blocks that could not be read back correctly from any copy.
     pub data_errors: u64,
+    pub scan: Option<scan::ScanStats>,
+    /// Why the pool is suspended, if it is.
+    pub suspended: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, serde::Serialize)]
@@ -162,10 +169,14 @@ pub struct Tunables {
     pub arc_max: u64,
     pub dirty_data_max: u64,
     pub txg_timeout_ms: u64,
+    /// Memory for block pointers a scan sorts before issuing them.
+    pub scan_mem_max: u64,
+    /// Bytes per second a scan may issue (0: as fast as the devices go).
+    pub scan_rate_max: u64,
 }
 impl Default for Tunables {
     fn default() -> Self {
-        Tunables { arc_max: 1 << 30, dirty_data_max: 512 << 20, txg_timeout_ms: 5000 }
+        Tunables { arc_max: 1 << 30, dirty_data_max: 512 << 20, txg_timeout_ms: 5000, scan_mem_max: 64 << 20, scan_rate_max: 0 }
     }
 }
 

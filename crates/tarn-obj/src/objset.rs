@@ -377,6 +377,7 @@ impl ObjectSet {
     }
 
     pub fn read(&self, id: ObjectId, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.shared.client_ops.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let dn = self.dnode(id)?;
         if !buf.is_empty() {
             self.maybe_prefetch(&dn, offset, buf.len() as u64);

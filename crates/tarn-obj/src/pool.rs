@@ -43,7 +43,14 @@ pub(crate) struct Shared {
     pub io: BlockIo,
     pub readonly: bool,
     pub config: Mutex<PoolConfig>,
-    pub devices: Vec<Arc<dyn Device>>,
+    /// Hot spares not in use.
+    pub spares: Mutex<Vec<Arc<tarn_vdev::LeafVdev>>>,
+    pub scanner: crate::scan::Scanner,
+    /// Client operations (reads, transactions): the scanner backs off
+    /// while this moves.
+    pub client_ops: AtomicU64,
+    /// `failmode=wait`: changes block while the pool is suspended.
+    pub failmode_wait: AtomicBool,
     pub txg_lock: Arc<RwLock<()>>,
     pub open_txg: AtomicU64,
     pub synced_txg: AtomicU64,
@@ -87,9 +94,7 @@ impl Shared {
     /// Refuse new data when free space (less dirty data not yet allocated
     /// and a slop of 1/32 of the pool) runs out, so a txg never fails for space.
     pub fn check_space(&self) -> Result<()> {
-        if let Some(m) = self.suspended.lock().clone() {
-            return Err(ObjError::Io(m));
-        }
+        self.check_suspended()?;
         let (size, free) = {
             let a = self.io.alloc.lock();
             (a.total_bytes(), a.free_bytes())
@@ -100,6 +105,20 @@ impl Shared {
             return Err(ObjError::NoSpace);
         }
         Ok(())
+    }
+
+    /// While the pool is suspended, new changes wait (`failmode=wait`, the
+    /// default, until the pool is cleared or exported) or fail at once
+    /// (`failmode=continue`).
+    pub fn check_suspended(&self) -> Result<()> {
+        loop {
+            let Some(m) = self.suspended.lock().clone() else { return Ok(()) };
+            let wait = self.failmode_wait.load(Ordering::Relaxed);
+            if !wait || self.shutdown.load(Ordering::Relaxed) {
+                return Err(ObjError::Io(m));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 
     /// Queue a prefetch job; workers start on first use.
@@ -218,7 +237,7 @@ impl ObjPool {
             let sizes: Vec<u64> = devs.iter().map(|(_, d)| d.size()).collect();
             let asize = TopVdev::compute_asize(kind, cfg.ashift, &sizes)?;
             let children: Vec<tarn_vdev::LeafConfig> =
-                devs.iter().map(|(p, _)| tarn_vdev::LeafConfig { guid: random_guid(), path: p.clone() }).collect();
+                devs.iter().map(|(p, _)| tarn_vdev::LeafConfig::new(random_guid(), p.clone())).collect();
             for (c, (_, d)) in children.iter().zip(devs) {
                 all_devs.push((i as u32, c.guid, d.clone()));
             }
@@ -233,6 +252,8 @@ impl ObjPool {
             create_txg: 1,
             top: tops_cfg.clone(),
             properties: cfg.properties.clone(),
+            spares: vec![],
+            generation: 1,
         };
         for (top_id, leaf_guid, d) in &all_devs {
             tarn_vdev::write_label(d.as_ref(), &tarn_vdev::Label { config: config.clone(), top_id: *top_id, leaf_guid: *leaf_guid })?;
@@ -244,8 +265,7 @@ impl ObjPool {
         let asizes: Vec<u64> = tops.iter().map(|t| t.asize()).collect();
         let io = BlockIo::new(tops, Allocator::new(&asizes), Tunables::default().arc_max);
         let mos = ObjsetInner::new(MOS_OBJSET_ID, ObjsetPhys::new(0), default_props(), BlockPtr::HOLE);
-        let devices = all_devs.iter().map(|(_, _, d)| d.clone()).collect();
-        let shared = Self::shared(io, config, devices, mos, 1, RootState { spacemap_head: BlockPtr::HOLE, spacemap_records: 0, spacemap_blocks: vec![] }, false);
+        let shared = Self::shared(io, config, vec![], mos, 1, RootState { spacemap_head: BlockPtr::HOLE, spacemap_records: 0, spacemap_blocks: vec![] }, false);
         let pool = Self::start(shared);
         {
             let tx = pool.begin();
@@ -256,13 +276,19 @@ impl ObjPool {
         Ok(pool)
     }
 
-    fn shared(io: BlockIo, config: PoolConfig, devices: Vec<Arc<dyn Device>>, mos: Arc<ObjsetInner>, open_txg: Txg, root: RootState, readonly: bool) -> Arc<Shared> {
+    fn shared(io: BlockIo, config: PoolConfig, spares: Vec<Arc<tarn_vdev::LeafVdev>>, mos: Arc<ObjsetInner>, open_txg: Txg, root: RootState, readonly: bool) -> Arc<Shared> {
         let next_objset = mos.committed.lock().next_objset;
+        let scanner = crate::scan::Scanner::new();
+        let queue = scanner.queue.clone();
+        io.set_free_hook(Some(Arc::new(move |bp: &BlockPtr| queue.lock().freed(bp))));
         Arc::new(Shared {
             io,
             readonly,
             config: Mutex::new(config),
-            devices,
+            spares: Mutex::new(spares),
+            scanner,
+            client_ops: AtomicU64::new(0),
+            failmode_wait: AtomicBool::new(false),
             txg_lock: Arc::new(RwLock::new(())),
             open_txg: AtomicU64::new(open_txg),
             synced_txg: AtomicU64::new(open_txg - 1),
@@ -311,7 +337,8 @@ impl ObjPool {
             return Err(ObjError::Invalid(format!("{} belongs to pool '{}', not '{}'", d.path(), l.config.name, labels[0].0.config.name)));
         }
         // The newest config among labels wins (labels are rewritten at export/import).
-        let mut config = labels.iter().map(|(l, _)| l.config.clone()).max_by_key(|c| c.create_txg).expect("non-empty");
+        let mut config =
+            labels.iter().map(|(l, _)| l.config.clone()).max_by_key(|c| (c.generation, c.create_txg)).expect("non-empty");
         if config.state == PoolState::Destroyed && !opts.force {
             return Err(ObjError::Invalid(format!("pool '{}' was destroyed (use -f to import anyway)", config.name)));
         }
@@ -319,22 +346,6 @@ impl ObjPool {
             return Err(ObjError::Invalid(format!(
                 "pool '{}' was last in use on host '{}' and not exported (use -f to import anyway)",
                 config.name, config.hostname
-            )));
-        }
-        let mut tops = Vec::new();
-        for tc in &config.top {
-            let devs: Vec<Option<Arc<dyn Device>>> = tc
-                .children
-                .iter()
-                .map(|c| labels.iter().find(|(l, _)| l.leaf_guid == c.guid && l.top_id == tc.id).map(|(_, d)| d.clone()))
-                .collect();
-            tops.push(Arc::new(TopVdev::new(tc.clone(), devs)?));
-        }
-        if let Some(t) = tops.iter().find(|t| t.state() == DevState::Unavail) {
-            return Err(ObjError::Invalid(format!(
-                "pool '{}' cannot be imported: vdev {} has too many missing or damaged devices",
-                config.name,
-                t.status().name
             )));
         }
         // Uberblocks, newest first.
@@ -348,6 +359,22 @@ impl ObjPool {
         }
         ubs.sort_by(|a, b| b.txg.cmp(&a.txg));
         let newest_seen = ubs.first().map(|u| u.txg).ok_or_else(|| ObjError::Corrupt("no valid uberblock found".into()))?;
+        // Leaves find their devices by guid; a device whose label is older
+        // than the config (it was away) still belongs if the config lists it.
+        let find = |l: &tarn_vdev::LeafConfig| labels.iter().find(|(lab, _)| lab.leaf_guid == l.guid).map(|(_, d)| d.clone());
+        let mut tops = Vec::new();
+        for tc in &config.top {
+            tops.push(Arc::new(TopVdev::open(tc.clone(), &find, newest_seen)?));
+        }
+        let spares: Vec<Arc<tarn_vdev::LeafVdev>> =
+            config.spares.iter().map(|l| Arc::new(tarn_vdev::LeafVdev::from_config(l, find(l), newest_seen))).collect();
+        if let Some(t) = tops.iter().find(|t| t.state() == DevState::Unavail) {
+            return Err(ObjError::Invalid(format!(
+                "pool '{}' cannot be imported: vdev {} has too many missing or damaged devices",
+                config.name,
+                t.status().name
+            )));
+        }
         let asizes: Vec<u64> = tops.iter().map(|t| t.asize()).collect();
         let io = BlockIo::new(tops, Allocator::new(&asizes), Tunables::default().arc_max);
         // Slots poisoned by an earlier rewind are not candidates (but their
@@ -362,12 +389,12 @@ impl ObjPool {
                     config.state = PoolState::Active;
                     config.hostname = opts.hostname.clone();
                     let open = newest_seen + 1;
+                    let mos = ObjsetInner::new(MOS_OBJSET_ID, mos_phys, default_props(), mos_root);
+                    let shared = Self::shared(io, config, spares, mos, open, root, opts.readonly);
+                    shared.synced_txg.store(ub.txg, Ordering::Relaxed);
+                    let devices = crate::vdevs::uberblock_devices(&shared);
                     if !opts.readonly {
-                        for (l, d) in &labels {
-                            let mut l = l.clone();
-                            l.config = config.clone();
-                            tarn_vdev::write_label(d.as_ref(), &l)?;
-                        }
+                        crate::vdevs::write_labels(&shared, Some(PoolState::Active))?;
                     }
                     if !opts.readonly && ub.txg < newest_seen {
                         // Rewound: poison the abandoned txgs' slots so a later
@@ -378,10 +405,11 @@ impl ObjPool {
                             tarn_vdev::write_uberblock(&devices, &poison)?;
                         }
                     }
-                    let mos = ObjsetInner::new(MOS_OBJSET_ID, mos_phys, default_props(), mos_root);
-                    let shared = Self::shared(io, config, devices.clone(), mos, open, root, opts.readonly);
-                    shared.synced_txg.store(ub.txg, Ordering::Relaxed);
-                    return Ok(Self::start(shared));
+                    let pool = Self::start(shared);
+                    if !opts.readonly {
+                        pool.resume_scan();
+                    }
+                    return Ok(pool);
                 }
                 Err(e) => last_err = Some(format!("txg {}: {e}", ub.txg)),
             }
@@ -416,6 +444,34 @@ impl ObjPool {
         Ok((mos, RootState { spacemap_head: p.spacemap_head, spacemap_records: p.spacemap_records, spacemap_blocks: blocks }, alloc, p.mos_root))
     }
 
+    /// After import: a scan that was running goes on from its last
+    /// checkpoint; otherwise leaves that missed txgs are resilvered.
+    fn resume_scan(&self) {
+        let s = &self.shared;
+        if let Some(st) = crate::scan::load(s) {
+            let running = st.phase == crate::scan::ScanPhase::Scanning;
+            let paused = st.paused;
+            *s.scanner.stats.lock() = Some(st);
+            if running {
+                s.scanner.ctl.lock().pause = paused;
+                {
+                    let mut marks = s.scanner.leaf_marks.lock();
+                    for l in s.io.tops().iter().flat_map(|t| t.leaves()) {
+                        marks.insert(l.guid, l.mark());
+                    }
+                }
+                crate::scan::spawn(s);
+                if paused {
+                    s.scanner.ctl.lock().pause = true;
+                }
+                return;
+            }
+        }
+        if let Err(e) = self.resilver_if_needed() {
+            eprintln!("tarn: cannot start resilver: {e}");
+        }
+    }
+
     pub fn name(&self) -> String {
         self.shared.config.lock().name.clone()
     }
@@ -434,31 +490,7 @@ impl ObjPool {
 
     /// Open a transaction in the open txg (may wait: write throttle).
     pub fn begin(&self) -> Tx {
-        let s = &self.shared;
-        let max = s.tunables.lock().dirty_data_max.max(1 << 20);
-        let mut waited = 0;
-        loop {
-            let dirty = s.dirty_bytes.load(Ordering::Relaxed);
-            if dirty < max * 6 / 10 || s.shutdown.load(Ordering::Relaxed) || s.suspended.lock().is_some() {
-                break;
-            }
-            s.kick(0);
-            if dirty >= max {
-                let mut g = s.cv_lock.lock();
-                s.cv_done.wait_for(&mut g, Duration::from_millis(10));
-            } else {
-                // Smooth delay growing as dirty data approaches the cap.
-                let frac = (dirty - max * 6 / 10) as f64 / (max * 4 / 10) as f64;
-                std::thread::sleep(Duration::from_micros((10.0 + 990.0 * frac * frac) as u64));
-                break;
-            }
-            waited += 1;
-            if waited > 6000 {
-                break;
-            }
-        }
-        let guard = s.txg_lock.read_arc();
-        Tx { txg: s.open_txg.load(Ordering::Acquire), _hold: Some(guard) }
+        begin_tx(&self.shared)
     }
 
     pub fn mos(&self) -> ObjectSet {
@@ -534,32 +566,32 @@ impl ObjPool {
         }
     }
 
+    /// `failmode`: wait (true) or continue (false, the library default;
+    /// the dataset layer applies the pool property, whose default is wait).
+    pub fn set_failmode_wait(&self, wait: bool) {
+        self.shared.failmode_wait.store(wait, Ordering::Relaxed);
+    }
+
     /// Why the pool is suspended, if it is.
     pub fn suspended(&self) -> Option<String> {
         self.shared.suspended.lock().clone()
     }
 
     pub fn export(&self) -> Result<()> {
+        crate::scan::stop(&self.shared);
         if self.suspended().is_none() {
             self.sync()?;
         }
         self.stop_thread();
         let s = &self.shared;
-        if !s.readonly {
-            let mut config = s.config.lock().clone();
-            config.state = PoolState::Exported;
-            for d in &s.devices {
-                if let Ok(mut l) = tarn_vdev::read_label(d.as_ref()) {
-                    l.config = config.clone();
-                    tarn_vdev::write_label(d.as_ref(), &l)?;
-                }
-            }
-            *s.config.lock() = config;
+        if !s.readonly && s.suspended.lock().is_none() {
+            crate::vdevs::write_labels(s, Some(PoolState::Exported))?;
         }
         Ok(())
     }
 
     fn stop_thread(&self) {
+        crate::scan::stop(&self.shared);
         self.shared.prefetch_queue.lock().take();
         self.shared.shutdown.store(true, Ordering::Relaxed);
         self.shared.cv_sync.notify_all();
@@ -571,10 +603,7 @@ impl ObjPool {
     /// Space as users see it: frees waiting out the defer window count as
     /// free (they are reusable within a few txgs).
     pub fn space(&self) -> PoolSpace {
-        let a = self.shared.io.alloc.lock();
-        let size = a.total_bytes();
-        let free = (a.free_bytes() + a.deferred_bytes()).min(size);
-        PoolSpace { size, alloc: size - free, free }
+        space(&self.shared)
     }
 
     pub fn status(&self) -> PoolStatus {
@@ -588,18 +617,22 @@ impl ObjPool {
         } else {
             DevState::Online
         };
+        let suspended = s.suspended.lock().clone();
         PoolStatus {
             name: self.name(),
             guid: self.guid(),
-            state,
+            state: if suspended.is_some() { DevState::Unavail } else { state },
             txg: s.synced_txg.load(Ordering::Acquire),
             tops,
+            spares: self.spares(),
             data_errors: s.io.data_errors.load(Ordering::Relaxed),
+            scan: self.scan_stats(),
+            suspended,
         }
     }
 
     pub fn clear_errors(&self) {
-        for t in self.shared.io.tops() {
+        for t in self.shared.io.tops().iter() {
             t.clear_errors();
         }
         self.shared.io.data_errors.store(0, Ordering::Relaxed);
@@ -649,6 +682,43 @@ impl Drop for ObjPool {
     fn drop(&mut self) {
         self.stop_thread();
     }
+}
+
+/// Open a transaction in the open txg (may wait: write throttle).
+pub(crate) fn begin_tx(s: &Arc<Shared>) -> Tx {
+    s.client_ops.fetch_add(1, Ordering::Relaxed);
+    let max = s.tunables.lock().dirty_data_max.max(1 << 20);
+    let mut waited = 0;
+    loop {
+        let dirty = s.dirty_bytes.load(Ordering::Relaxed);
+        if dirty < max * 6 / 10 || s.shutdown.load(Ordering::Relaxed) || s.suspended.lock().is_some() {
+            break;
+        }
+        s.kick(0);
+        if dirty >= max {
+            let mut g = s.cv_lock.lock();
+            s.cv_done.wait_for(&mut g, Duration::from_millis(10));
+        } else {
+            // Smooth delay growing as dirty data approaches the cap.
+            let frac = (dirty - max * 6 / 10) as f64 / (max * 4 / 10) as f64;
+            std::thread::sleep(Duration::from_micros((10.0 + 990.0 * frac * frac) as u64));
+            break;
+        }
+        waited += 1;
+        if waited > 6000 {
+            break;
+        }
+    }
+    let guard = s.txg_lock.read_arc();
+    Tx { txg: s.open_txg.load(Ordering::Acquire), _hold: Some(guard) }
+}
+
+/// Space as users see it (see [`ObjPool::space`]).
+pub(crate) fn space(s: &Shared) -> PoolSpace {
+    let a = s.io.alloc.lock();
+    let size = a.total_bytes();
+    let free = (a.free_bytes() + a.deferred_bytes()).min(size);
+    PoolSpace { size, alloc: size - free, free }
 }
 
 fn sync_thread(weak: Weak<Shared>) {
@@ -798,9 +868,16 @@ fn sync_txg(s: &Arc<Shared>, txg: Txg) -> Result<Txg> {
         }
     };
     s.io.flush().map_err(block_err)?;
+    // Leaves that missed writes (or changed state) get it on record in the
+    // labels before the txg that depends on it becomes the newest.
+    let dtl_changed = s.io.tops().iter().flat_map(|t| t.leaves()).fold(false, |acc, l| l.take_dtl_dirty() | acc);
+    if dtl_changed {
+        crate::vdevs::write_labels(s, None)?;
+    }
     let payload = UberPayload { mos_root: mos_sync.root_bp, spacemap_head: sm_head, spacemap_records: sm_records }.encode();
     let guid = s.config.lock().pool_guid;
-    tarn_vdev::write_uberblock(&s.devices, &Uberblock { txg, timestamp_ns: now_ns(), pool_guid: guid, payload })?;
+    let ub_devices = crate::vdevs::uberblock_devices(s);
+    tarn_vdev::write_uberblock(&ub_devices, &Uberblock { txg, timestamp_ns: now_ns(), pool_guid: guid, payload })?;
     // Publish: trees first, then drop the dirty records they replace.
     *s.root.lock() = RootState { spacemap_head: sm_head, spacemap_records: sm_records, spacemap_blocks: sm_blocks };
     for r in synced.into_iter().chain(std::iter::once(mos_sync)) {

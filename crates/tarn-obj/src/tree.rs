@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use tarn_block::{BlockIo, BlockPtr, WriteSpec, BP_SIZE};
 
 use crate::format::{capacity, span, DnodePhys, EPB, IND_BLOCK_SIZE, MAX_LEVELS, NBPS, OT_INDIRECT};
-use crate::{ObjError, Result};
+use crate::{ObjError, Result, Txg};
 
 pub fn block_err(e: tarn_block::BlockError) -> ObjError {
     match e {
@@ -201,24 +201,31 @@ fn touches(ch: &Changes, base: u64, end: u64) -> bool {
 
 /// Visit every block pointer of a tree (indirects before their children).
 pub fn walk(io: &BlockIo, phys: &DnodePhys, f: &mut dyn FnMut(&BlockPtr, u8) -> Result<()>) -> Result<()> {
+    walk_born_after(io, phys, 0, f)
+}
+
+/// Like [`walk`], but skips every subtree whose root was born before
+/// `min_birth`: copy-on-write gives a parent a birth at least its
+/// children's, so nothing newer hides below an older pointer.
+pub fn walk_born_after(io: &BlockIo, phys: &DnodePhys, min_birth: Txg, f: &mut dyn FnMut(&BlockPtr, u8) -> Result<()>) -> Result<()> {
     if !phys.in_use() {
         return Ok(());
     }
-    fn rec(io: &BlockIo, bp: &BlockPtr, level: u8, f: &mut dyn FnMut(&BlockPtr, u8) -> Result<()>) -> Result<()> {
-        if bp.is_hole() {
+    fn rec(io: &BlockIo, bp: &BlockPtr, level: u8, min_birth: Txg, f: &mut dyn FnMut(&BlockPtr, u8) -> Result<()>) -> Result<()> {
+        if bp.is_hole() || bp.birth < min_birth {
             return Ok(());
         }
         f(bp, level)?;
         if level > 0 {
             let data = io.read_uncached(bp).map_err(block_err)?;
             for c in decode_children(&data)? {
-                rec(io, &c, level - 1, f)?;
+                rec(io, &c, level - 1, min_birth, f)?;
             }
         }
         Ok(())
     }
     for bp in &phys.bps {
-        rec(io, bp, phys.nlevels - 1, f)?;
+        rec(io, bp, phys.nlevels - 1, min_birth, f)?;
     }
     Ok(())
 }

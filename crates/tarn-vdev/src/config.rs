@@ -11,10 +11,47 @@ pub enum PoolState {
     Destroyed,
 }
 
+/// Why a leaf is in its slot. A slot (one child position of a top-level
+/// vdev) normally holds one primary leaf; while it is being replaced, or
+/// while a hot spare covers for it, it holds more, all written alike.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum LeafRole {
+    #[default]
+    Primary,
+    /// Joined by `replace`: takes the slot over when its resilver completes.
+    Replacing,
+    /// A hot spare covering for a failed primary.
+    Spare,
+}
+
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct LeafConfig {
     pub guid: u64,
     pub path: String,
+    /// Taken offline by the administrator.
+    #[serde(default)]
+    pub offline: bool,
+    /// Dirty time log: txg ranges `[first, last]` whose writes this leaf
+    /// missed; `last == u64::MAX` means "until it came back".
+    #[serde(default)]
+    pub dtl: Vec<(u64, u64)>,
+    #[serde(default)]
+    pub role: LeafRole,
+    /// Further leaves in this leaf's slot (replacing or spare); only on a
+    /// slot's primary, never nested.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub joined: Vec<LeafConfig>,
+}
+
+impl LeafConfig {
+    pub fn new(guid: u64, path: String) -> LeafConfig {
+        LeafConfig { guid, path, offline: false, dtl: vec![], role: LeafRole::Primary, joined: vec![] }
+    }
+
+    /// This leaf and the leaves joined to its slot.
+    pub fn slot_leaves(&self) -> impl Iterator<Item = &LeafConfig> {
+        std::iter::once(self).chain(self.joined.iter())
+    }
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -44,7 +81,23 @@ pub struct PoolConfig {
     pub create_txg: u64,
     pub top: Vec<TopConfig>,
     pub properties: BTreeMap<String, String>,
+    /// Hot spares not in use (a spare in use sits in the slot it covers).
+    #[serde(default)]
+    pub spares: Vec<LeafConfig>,
+    /// Bumped at every config change: import takes the highest among labels.
+    #[serde(default)]
+    pub generation: u64,
 }
+
+impl PoolConfig {
+    /// Every leaf of every slot, with its top-level vdev's id.
+    pub fn leaves(&self) -> Vec<(u32, &LeafConfig)> {
+        self.top.iter().flat_map(|t| t.children.iter().flat_map(move |c| c.slot_leaves().map(move |l| (t.id, l)))).collect()
+    }
+}
+
+/// The `top_id` a spare's label carries.
+pub const SPARE_TOP_ID: u32 = u32::MAX;
 
 /// What one leaf device's labels hold: the whole pool config plus which top
 /// vdev and leaf this device is.

@@ -1,17 +1,29 @@
-//! A leaf vdev: one device, its health and its error counters.
+//! A leaf vdev: one device, its health, its error counters and its dirty
+//! time log.
+//!
+//! Health as users know it from ZFS: ONLINE; FAULTED after repeated I/O
+//! errors; REMOVED when the device itself went away (deleted file, pulled
+//! disk, dead FUSE backend); OFFLINE by the administrator; UNAVAIL when it
+//! could not be opened. A leaf that is not ONLINE gets no I/O at all: reads
+//! go to the other copies, and every txg written while it is away is
+//! recorded in its dirty time log (DTL), so that when it returns only those
+//! txgs are resilvered. FAULTED and REMOVED are sticky until `clear`,
+//! `online` or `replace`.
 
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
+use parking_lot::{Mutex, RwLock};
 use serde::{Deserialize, Serialize};
 use tarn_dev::{DevError, Device};
 
+use crate::config::{LeafConfig, LeafRole};
 use crate::{data_region_size, Result, VdevError, DATA_START};
 
-/// A leaf is reported Faulted after this many consecutive failed operations
-/// (any success resets the run).
+/// A leaf is FAULTED after this many consecutive failed operations (any
+/// success resets the run).
 const FAULT_AFTER_CONSECUTIVE_ERRORS: u64 = 3;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -29,25 +41,134 @@ impl DevState {
     pub fn usable(self) -> bool {
         matches!(self, DevState::Online | DevState::Degraded)
     }
+
+    /// The upper-case word `zpool status` prints.
+    pub fn word(self) -> &'static str {
+        match self {
+            DevState::Online => "ONLINE",
+            DevState::Degraded => "DEGRADED",
+            DevState::Faulted => "FAULTED",
+            DevState::Offline => "OFFLINE",
+            DevState::Removed => "REMOVED",
+            DevState::Unavail => "UNAVAIL",
+        }
+    }
+}
+
+const H_ONLINE: u8 = 0;
+const H_FAULTED: u8 = 1;
+const H_REMOVED: u8 = 2;
+const H_OFFLINE: u8 = 3;
+
+/// Txg ranges `[first, last]` (inclusive, sorted, disjoint, not adjacent).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Dtl(pub Vec<(u64, u64)>);
+
+impl Dtl {
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn contains(&self, txg: u64) -> bool {
+        let i = self.0.partition_point(|&(_, last)| last < txg);
+        self.0.get(i).is_some_and(|&(first, _)| first <= txg)
+    }
+
+    pub fn add(&mut self, txg: u64) {
+        self.add_range(txg, txg);
+    }
+
+    pub fn add_range(&mut self, first: u64, last: u64) {
+        if first > last {
+            return;
+        }
+        let (mut lo, mut hi) = (first, last);
+        let mut out = Vec::with_capacity(self.0.len() + 1);
+        for &(a, b) in &self.0 {
+            if b.saturating_add(1) < lo || hi.saturating_add(1) < a {
+                out.push((a, b));
+            } else {
+                lo = lo.min(a);
+                hi = hi.max(b);
+            }
+        }
+        out.push((lo, hi));
+        out.sort_unstable();
+        self.0 = out;
+    }
+
+    /// Removes every txg of `other`.
+    pub fn subtract(&mut self, other: &Dtl) {
+        let mut cur = std::mem::take(&mut self.0);
+        for &(a, b) in &other.0 {
+            let mut next = Vec::with_capacity(cur.len() + 1);
+            for (x, y) in cur {
+                if y < a || x > b {
+                    next.push((x, y));
+                    continue;
+                }
+                if x < a {
+                    next.push((x, a - 1));
+                }
+                if y > b {
+                    next.push((b + 1, y));
+                }
+            }
+            cur = next;
+        }
+        self.0 = cur;
+    }
+
+    pub fn min(&self) -> Option<u64> {
+        self.0.first().map(|r| r.0)
+    }
+
+    /// Whether any txg in `[first, last]` is in the log.
+    pub fn overlaps(&self, first: u64, last: u64) -> bool {
+        let i = self.0.partition_point(|&(_, b)| b < first);
+        self.0.get(i).is_some_and(|&(a, _)| a <= last)
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LeafStatus {
     pub path: String,
+    pub guid: u64,
     pub state: DevState,
+    pub role: LeafRole,
     pub read_errors: u64,
     pub write_errors: u64,
     pub checksum_errors: u64,
+    /// Txg ranges this leaf still lacks (resilver pending or running).
+    pub dtl: Vec<(u64, u64)>,
+    /// Why it is not ONLINE, when it is not.
+    pub reason: Option<String>,
 }
 
 pub struct LeafVdev {
     pub guid: u64,
     pub path: String,
-    device: Option<Arc<dyn Device>>,
+    role: AtomicU8,
+    device: RwLock<Option<Arc<dyn Device>>>,
+    health: AtomicU8,
+    reason: Mutex<Option<String>>,
     read_errors: AtomicU64,
     write_errors: AtomicU64,
     checksum_errors: AtomicU64,
     consecutive_errors: AtomicU64,
+    dtl: Mutex<Dtl>,
+    /// Times the leaf left service (see [`LeafVdev::mark`]).
+    outages: AtomicU64,
+    /// The DTL changed in a way the labels do not record yet.
+    dtl_dirty: std::sync::atomic::AtomicBool,
+}
+
+fn role_code(r: LeafRole) -> u8 {
+    match r {
+        LeafRole::Primary => 0,
+        LeafRole::Replacing => 1,
+        LeafRole::Spare => 2,
+    }
 }
 
 impl LeafVdev {
@@ -55,25 +176,119 @@ impl LeafVdev {
         LeafVdev {
             guid,
             path,
-            device,
+            role: AtomicU8::new(0),
+            device: RwLock::new(device),
+            health: AtomicU8::new(H_ONLINE),
+            reason: Mutex::new(None),
             read_errors: AtomicU64::new(0),
             write_errors: AtomicU64::new(0),
             checksum_errors: AtomicU64::new(0),
             consecutive_errors: AtomicU64::new(0),
+            dtl: Mutex::new(Dtl::default()),
+            outages: AtomicU64::new(0),
+            dtl_dirty: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
-    pub fn device(&self) -> Option<&Arc<dyn Device>> {
-        self.device.as_ref()
+    /// A leaf as its config describes it (offline flag, DTL, role). An open
+    /// DTL range (`last == u64::MAX`) is closed at `newest_txg`.
+    pub fn from_config(cfg: &LeafConfig, device: Option<Arc<dyn Device>>, newest_txg: u64) -> LeafVdev {
+        let leaf = LeafVdev::new(cfg.guid, cfg.path.clone(), device);
+        leaf.set_role(cfg.role);
+        if cfg.offline {
+            leaf.health.store(H_OFFLINE, Ordering::Relaxed);
+        }
+        let mut dtl = Dtl::default();
+        for &(a, b) in &cfg.dtl {
+            dtl.add_range(a, b.min(newest_txg.max(a)));
+        }
+        *leaf.dtl.lock() = dtl;
+        leaf
+    }
+
+    pub fn role(&self) -> LeafRole {
+        match self.role.load(Ordering::Relaxed) {
+            1 => LeafRole::Replacing,
+            2 => LeafRole::Spare,
+            _ => LeafRole::Primary,
+        }
+    }
+
+    pub fn set_role(&self, r: LeafRole) {
+        self.role.store(role_code(r), Ordering::Relaxed);
+    }
+
+    pub fn device(&self) -> Option<Arc<dyn Device>> {
+        self.device.read().clone()
+    }
+
+    /// Puts a (re)opened device in place and brings the leaf ONLINE.
+    pub fn reopen(&self, device: Arc<dyn Device>) {
+        self.outages.fetch_add(1, Ordering::Relaxed);
+        *self.device.write() = Some(device);
+        self.consecutive_errors.store(0, Ordering::Relaxed);
+        self.health.store(H_ONLINE, Ordering::Relaxed);
+        *self.reason.lock() = None;
     }
 
     pub fn state(&self) -> DevState {
-        if self.device.is_none() {
-            DevState::Unavail
-        } else if self.consecutive_errors.load(Ordering::Relaxed) >= FAULT_AFTER_CONSECUTIVE_ERRORS {
-            DevState::Faulted
-        } else {
-            DevState::Online
+        if self.device.read().is_none() {
+            return DevState::Unavail;
+        }
+        match self.health.load(Ordering::Relaxed) {
+            H_FAULTED => DevState::Faulted,
+            H_REMOVED => DevState::Removed,
+            H_OFFLINE => DevState::Offline,
+            _ => DevState::Online,
+        }
+    }
+
+    pub fn usable(&self) -> bool {
+        self.state() == DevState::Online
+    }
+
+    /// Whether this leaf holds a current copy of what was written in `birth`.
+    pub fn has(&self, birth: u64) -> bool {
+        self.usable() && !self.dtl.lock().contains(birth)
+    }
+
+    /// Changes whenever the leaf leaves service or fails a write: a
+    /// resilver may forget a leaf's DTL only if its mark is the same at
+    /// the end as at the start.
+    pub fn mark(&self) -> u64 {
+        (self.outages.load(Ordering::Relaxed) << 40) ^ self.write_errors()
+    }
+
+    /// Adds `[first, last]` to the DTL (a leaf joining the pool lacks
+    /// everything synced so far).
+    pub fn fill_dtl(&self, first: u64, last: u64) {
+        self.dtl.lock().add_range(first, last);
+        self.dtl_dirty.store(true, Ordering::Relaxed);
+    }
+
+    pub fn set_offline(&self, offline: bool) {
+        if offline {
+            self.outages.fetch_add(1, Ordering::Relaxed);
+            self.health.store(H_OFFLINE, Ordering::Relaxed);
+            *self.reason.lock() = Some("taken offline by the administrator".into());
+        } else if self.health.load(Ordering::Relaxed) == H_OFFLINE {
+            self.health.store(H_ONLINE, Ordering::Relaxed);
+            *self.reason.lock() = None;
+        }
+        self.dtl_dirty.store(true, Ordering::Relaxed);
+    }
+
+    pub fn is_offline(&self) -> bool {
+        self.health.load(Ordering::Relaxed) == H_OFFLINE
+    }
+
+    /// Marks the leaf FAULTED (administrator or diagnosis).
+    pub fn fault(&self, reason: &str) {
+        if self.health.load(Ordering::Relaxed) == H_ONLINE {
+            self.outages.fetch_add(1, Ordering::Relaxed);
+            self.health.store(H_FAULTED, Ordering::Relaxed);
+            *self.reason.lock() = Some(reason.to_string());
+            self.dtl_dirty.store(true, Ordering::Relaxed);
         }
     }
 
@@ -87,33 +302,95 @@ impl LeafVdev {
         self.checksum_errors.load(Ordering::Relaxed)
     }
 
-    pub fn status(&self) -> LeafStatus {
-        LeafStatus {
-            path: self.path.clone(),
-            state: self.state(),
-            read_errors: self.read_errors(),
-            write_errors: self.write_errors(),
-            checksum_errors: self.checksum_errors(),
+    pub fn dtl(&self) -> Dtl {
+        self.dtl.lock().clone()
+    }
+
+    /// The DTL as labels record it: while the leaf is away its last range
+    /// is open-ended, so the labels need rewriting only when it changes
+    /// state, not at every txg it misses.
+    pub fn dtl_for_config(&self) -> Vec<(u64, u64)> {
+        let mut ranges = self.dtl.lock().0.clone();
+        if !self.usable() {
+            if let Some(last) = ranges.last_mut() {
+                last.1 = u64::MAX;
+            }
+        }
+        ranges
+    }
+
+    /// Records that the write of `txg` did not reach this leaf.
+    pub fn note_missed(&self, txg: u64) {
+        let mut d = self.dtl.lock();
+        if d.contains(txg) {
+            return;
+        }
+        let extends_open_range = !self.usable() && d.0.last().is_some_and(|r| r.1.saturating_add(1) >= txg);
+        d.add(txg);
+        if !extends_open_range {
+            self.dtl_dirty.store(true, Ordering::Relaxed);
         }
     }
 
+    /// Forgets `done` (resilvered) from the DTL.
+    pub fn dtl_resilvered(&self, done: &Dtl) {
+        self.dtl.lock().subtract(done);
+        self.dtl_dirty.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the labels need rewriting for this leaf (and clears the flag).
+    pub fn take_dtl_dirty(&self) -> bool {
+        self.dtl_dirty.swap(false, Ordering::Relaxed)
+    }
+
+    pub fn status(&self) -> LeafStatus {
+        LeafStatus {
+            path: self.path.clone(),
+            guid: self.guid,
+            state: self.state(),
+            role: self.role(),
+            read_errors: self.read_errors(),
+            write_errors: self.write_errors(),
+            checksum_errors: self.checksum_errors(),
+            dtl: self.dtl.lock().0.clone(),
+            reason: if self.device.read().is_none() {
+                Some("cannot open".into())
+            } else {
+                self.reason.lock().clone()
+            },
+        }
+    }
+
+    /// Resets the error counters; a FAULTED or REMOVED leaf whose device
+    /// is present is tried again (OFFLINE stays offline).
     pub fn clear_errors(&self) {
         for counter in [&self.read_errors, &self.write_errors, &self.checksum_errors, &self.consecutive_errors] {
             counter.store(0, Ordering::Relaxed);
+        }
+        if matches!(self.health.load(Ordering::Relaxed), H_FAULTED | H_REMOVED) {
+            self.health.store(H_ONLINE, Ordering::Relaxed);
+            *self.reason.lock() = None;
+            self.dtl_dirty.store(true, Ordering::Relaxed);
         }
     }
 
     /// Data-region bytes of this leaf (0 when missing).
     pub fn data_size(&self) -> u64 {
-        self.device.as_ref().map_or(0, |d| data_region_size(d.size()))
+        self.device.read().as_ref().map_or(0, |d| data_region_size(d.size()))
     }
 
     pub(crate) fn note_checksum_error(&self) {
         self.checksum_errors.fetch_add(1, Ordering::Relaxed);
     }
 
-    fn dev(&self) -> Result<&Arc<dyn Device>> {
-        self.device.as_ref().ok_or_else(|| {
+    fn dev(&self) -> Result<Arc<dyn Device>> {
+        if !self.usable() {
+            return Err(VdevError::Dev(DevError::Open {
+                path: self.path.clone(),
+                reason: format!("device is {}", self.state().word()),
+            }));
+        }
+        self.device.read().clone().ok_or_else(|| {
             VdevError::Dev(DevError::Open { path: self.path.clone(), reason: "device is missing".into() })
         })
     }
@@ -129,23 +406,33 @@ impl LeafVdev {
         }
     }
 
+    /// Counts a device error and decides whether the leaf must leave service.
     fn account<T>(&self, counter: &AtomicU64, result: Result<T>) -> Result<T> {
         match &result {
             Ok(_) => self.consecutive_errors.store(0, Ordering::Relaxed),
-            Err(_) => {
+            Err(VdevError::Dev(e)) => {
                 counter.fetch_add(1, Ordering::Relaxed);
-                self.consecutive_errors.fetch_add(1, Ordering::Relaxed);
+                let run = self.consecutive_errors.fetch_add(1, Ordering::Relaxed) + 1;
+                if e.is_gone() {
+                    if self.health.swap(H_REMOVED, Ordering::Relaxed) == H_ONLINE {
+                        self.outages.fetch_add(1, Ordering::Relaxed);
+                        *self.reason.lock() = Some(format!("device went away: {e}"));
+                        self.dtl_dirty.store(true, Ordering::Relaxed);
+                    }
+                } else if run >= FAULT_AFTER_CONSECUTIVE_ERRORS {
+                    self.fault(&format!("too many I/O errors (last: {e})"));
+                }
             }
+            // Bounds errors are the caller's bug, not the device's health.
+            Err(_) => {}
         }
         result
     }
 
     /// Reads at `offset` of the data region; failures count as read errors.
     pub(crate) fn read(&self, buf: &mut [u8], offset: u64) -> Result<()> {
-        let result = self.dev().and_then(|d| {
-            let at = self.check(offset, buf.len())?;
-            Ok(d.read_at(buf, at)?)
-        });
+        let dev = self.dev()?;
+        let result = self.check(offset, buf.len()).and_then(|at| Ok(dev.read_at(buf, at)?));
         self.account(&self.read_errors, result)
     }
 
@@ -155,17 +442,56 @@ impl LeafVdev {
         Ok(buf)
     }
 
-    /// Writes at `offset` of the data region; failures count as write errors.
-    pub(crate) fn write(&self, buf: &[u8], offset: u64) -> Result<()> {
-        let result = self.dev().and_then(|d| {
-            let at = self.check(offset, buf.len())?;
-            Ok(d.write_at(buf, at)?)
+    /// Writes at `offset` of the data region for txg `txg`; failures count
+    /// as write errors, and a write that does not happen (failed, or the
+    /// leaf is out of service) is recorded in the DTL.
+    pub(crate) fn write(&self, buf: &[u8], offset: u64, txg: u64) -> Result<()> {
+        let result = self.dev().and_then(|dev| {
+            let r = self.check(offset, buf.len()).and_then(|at| Ok(dev.write_at(buf, at)?));
+            self.account(&self.write_errors, r)
         });
-        self.account(&self.write_errors, result)
+        if result.is_err() {
+            self.note_missed(txg);
+        }
+        result
     }
 
     pub(crate) fn flush(&self) -> Result<()> {
-        let result = self.dev().and_then(|d| Ok(d.flush()?));
+        let dev = self.dev()?;
+        let result = dev.flush().map_err(VdevError::from);
         self.account(&self.write_errors, result)
+    }
+
+    /// A cheap health probe (one label sector read), so a device that
+    /// vanished while idle is noticed without waiting for pool I/O.
+    pub fn probe(&self) -> Result<()> {
+        let dev = self.dev()?;
+        let mut buf = [0u8; 512];
+        let result = dev.read_at(&mut buf, 0).map_err(VdevError::from);
+        self.account(&self.read_errors, result)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing)]
+mod tests {
+    use super::Dtl;
+
+    #[test]
+    fn dtl_ranges() {
+        let mut d = Dtl::default();
+        for t in [5, 6, 7, 10, 3] {
+            d.add(t);
+        }
+        assert_eq!(d.0, vec![(3, 3), (5, 7), (10, 10)]);
+        d.add(4);
+        assert_eq!(d.0, vec![(3, 7), (10, 10)]);
+        assert!(d.contains(3) && d.contains(7) && d.contains(10) && !d.contains(8) && !d.contains(11));
+        assert!(d.overlaps(8, 10) && !d.overlaps(8, 9));
+        let mut e = d.clone();
+        e.subtract(&Dtl(vec![(5, 5), (10, 20)]));
+        assert_eq!(e.0, vec![(3, 4), (6, 7)]);
+        d.add_range(1, u64::MAX);
+        assert_eq!(d.0, vec![(1, u64::MAX)]);
     }
 }

@@ -48,12 +48,12 @@ mod raidz;
 mod threads;
 mod top;
 
-pub use config::{Label, LeafConfig, PoolConfig, PoolState, TopConfig, TopKind};
+pub use config::{Label, LeafConfig, LeafRole, PoolConfig, PoolState, TopConfig, TopKind, SPARE_TOP_ID};
 pub use error::{Result, VdevError};
 pub use label::{
     clear_labels, data_region_size, read_label, read_uberblocks, write_label, write_uberblock, Uberblock,
     UberblockWrite, DATA_START, MIN_DEVICE_SIZE, UBERBLOCK_PAYLOAD_MAX,
 };
-pub use leaf::{DevState, LeafStatus, LeafVdev};
+pub use leaf::{Dtl, DevState, LeafStatus, LeafVdev};
 pub use parity::{ParityCodec, ReedSolomonCodec, XorCodec};
-pub use top::{ReadOutcome, TopStatus, TopVdev};
+pub use top::{ReadOutcome, ScanOutcome, Slot, TopStatus, TopVdev};

@@ -24,7 +24,7 @@ use crate::leaf::{DevState, LeafStatus, LeafVdev};
 use crate::parity::{codec_for, ParityCodec};
 use crate::raidz::{alloc_size, RaidzMap};
 use crate::threads::par_map;
-use crate::{data_region_size, Result, TopConfig, TopKind, VdevError};
+use crate::{data_region_size, LeafConfig, Result, TopConfig, TopKind, VdevError};
 
 pub const ASHIFT_MIN: u8 = 9;
 pub const ASHIFT_MAX: u8 = 16;
@@ -32,19 +32,40 @@ pub const RAIDZ_PARITY_MAX: u8 = 3;
 
 pub struct ReadOutcome {
     pub data: Vec<u8>,
+    /// Bytes rewritten to copies found bad.
     pub repaired_bytes: u64,
+    /// Bytes read from devices to produce `data`.
+    pub read_bytes: u64,
+}
+
+/// What a scrub or resilver did with one block.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ScanOutcome {
+    /// Bytes read from devices.
+    pub read_bytes: u64,
+    /// Bytes rewritten over copies found bad (I/O or checksum errors).
+    pub repaired_bytes: u64,
+    /// Bytes written to leaves that lacked the block (their DTL covered it).
+    pub resilvered_bytes: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TopStatus {
     pub name: String,
     pub state: DevState,
+    /// Every leaf, slot by slot (`slots[i]` leaves are `children` entries
+    /// whose `slot == i`).
     pub children: Vec<LeafStatus>,
+    pub slots: Vec<u32>,
 }
+
+/// One child position: its primary leaf first, then leaves joined to it
+/// (replacing, spare). All leaves of a slot hold the same bytes.
+pub type Slot = Vec<Arc<LeafVdev>>;
 
 pub struct TopVdev {
     config: TopConfig,
-    leaves: Vec<Arc<LeafVdev>>,
+    slots: Vec<Slot>,
     /// Raidz only.
     codec: Option<Arc<dyn ParityCodec>>,
     /// Mirror read rotation.
@@ -52,6 +73,9 @@ pub struct TopVdev {
 }
 
 type Verify<'a> = &'a (dyn Fn(&[u8]) -> bool + Sync);
+
+/// A recovered raidz block: its data, all shards, the rebuilt columns.
+type Recovered = (Vec<u8>, Vec<Vec<u8>>, Vec<usize>);
 
 fn validate_width(kind: &TopKind, children: usize) -> Result<()> {
     let (name, need) = match kind {
@@ -94,9 +118,16 @@ impl TopVdev {
         })
     }
 
+    /// Bytes of a leaf's data region a vdev of this config needs.
+    pub fn leaf_size_needed(cfg: &TopConfig) -> u64 {
+        match cfg.kind {
+            TopKind::Disk | TopKind::Mirror => cfg.asize,
+            TopKind::Raidz { .. } => cfg.asize / cfg.children.len().max(1) as u64,
+        }
+    }
+
     /// `devs[i]` is the device of `cfg.children[i]`, or None if missing.
     pub fn new(cfg: TopConfig, devs: Vec<Option<Arc<dyn Device>>>) -> Result<TopVdev> {
-        validate_width(&cfg.kind, cfg.children.len())?;
         if devs.len() != cfg.children.len() {
             return Err(VdevError::Invalid(format!(
                 "top vdev {} lists {} children but {} devices were given",
@@ -105,31 +136,99 @@ impl TopVdev {
                 devs.len()
             )));
         }
-        let present: Vec<u64> = devs.iter().flatten().map(|d| d.size()).collect();
-        let sizes: Vec<u64> = if present.is_empty() { vec![u64::MAX; devs.len()] } else { present };
-        let padded: Vec<u64> = sizes.iter().copied().chain(std::iter::repeat(u64::MAX)).take(devs.len()).collect();
-        let available = TopVdev::compute_asize(&cfg.kind, cfg.ashift, &padded)?;
+        let mut it = devs.into_iter();
+        let slots = cfg
+            .children
+            .iter()
+            .map(|c| vec![Arc::new(LeafVdev::from_config(c, it.next().flatten(), u64::MAX))])
+            .collect();
+        TopVdev::from_slots(cfg, slots)
+    }
+
+    /// Opens every leaf of every slot as the config describes it; `find`
+    /// gives the device of a leaf (None: missing). Open DTL ranges are
+    /// closed at `newest_txg`.
+    pub fn open(cfg: TopConfig, find: &dyn Fn(&LeafConfig) -> Option<Arc<dyn Device>>, newest_txg: u64) -> Result<TopVdev> {
+        let slots = cfg
+            .children
+            .iter()
+            .map(|c| c.slot_leaves().map(|l| Arc::new(LeafVdev::from_config(l, find(l), newest_txg))).collect())
+            .collect();
+        TopVdev::from_slots(cfg, slots)
+    }
+
+    /// A vdev for a changed config (attach, detach, replace, spare), keeping
+    /// the leaves it already has (by guid: their devices, counters, DTLs)
+    /// and taking new ones from `new_leaves`.
+    pub fn reconfigure(&self, cfg: TopConfig, new_leaves: &[Arc<LeafVdev>]) -> Result<TopVdev> {
+        let known: Vec<Arc<LeafVdev>> = self.leaves().into_iter().chain(new_leaves.iter().cloned()).collect();
+        let mut slots = Vec::new();
+        for c in &cfg.children {
+            let mut slot = Vec::new();
+            for l in c.slot_leaves() {
+                let leaf = known
+                    .iter()
+                    .find(|k| k.guid == l.guid)
+                    .cloned()
+                    .ok_or_else(|| VdevError::Invalid(format!("no open leaf for {}", l.path)))?;
+                leaf.set_role(l.role);
+                slot.push(leaf);
+            }
+            slots.push(slot);
+        }
+        TopVdev::from_slots(cfg, slots)
+    }
+
+    fn from_slots(cfg: TopConfig, slots: Vec<Slot>) -> Result<TopVdev> {
+        validate_width(&cfg.kind, cfg.children.len())?;
+        if slots.iter().any(Vec::is_empty) {
+            return Err(VdevError::Invalid(format!("top vdev {} has an empty slot", cfg.id)));
+        }
+        let sizes: Vec<u64> = slots
+            .iter()
+            .map(|s| s.iter().filter_map(|l| l.device()).map(|d| d.size()).min().unwrap_or(u64::MAX))
+            .collect();
+        let available = TopVdev::compute_asize(&cfg.kind, cfg.ashift, &sizes)?;
         if cfg.asize == 0 || cfg.asize > available || !cfg.asize.is_multiple_of(1u64 << cfg.ashift) {
             return Err(VdevError::Invalid(format!(
                 "top vdev {}: asize {} does not fit the devices (at most {available}, multiple of the sector)",
                 cfg.id, cfg.asize
             )));
         }
-        let leaves = cfg
-            .children
-            .iter()
-            .zip(devs)
-            .map(|(c, d)| Arc::new(LeafVdev::new(c.guid, c.path.clone(), d)))
-            .collect();
         let codec = match cfg.kind {
             TopKind::Raidz { parity } => Some(codec_for(usize::from(parity))),
             _ => None,
         };
-        Ok(TopVdev { config: cfg, leaves, codec, next_child: AtomicUsize::new(0) })
+        Ok(TopVdev { config: cfg, slots, codec, next_child: AtomicUsize::new(0) })
     }
 
-    pub fn config(&self) -> &TopConfig {
-        &self.config
+    /// The config as it stands now: leaves' offline flags, roles and DTLs
+    /// as they are in memory.
+    pub fn config(&self) -> TopConfig {
+        let mut cfg = self.config.clone();
+        for (c, slot) in cfg.children.iter_mut().zip(&self.slots) {
+            let mut leaves: Vec<LeafConfig> = slot
+                .iter()
+                .map(|l| LeafConfig {
+                    guid: l.guid,
+                    path: l.path.clone(),
+                    offline: l.is_offline(),
+                    dtl: l.dtl_for_config(),
+                    role: l.role(),
+                    joined: vec![],
+                })
+                .collect();
+            let mut primary = leaves.remove(0);
+            primary.joined = leaves;
+            *c = primary;
+        }
+        cfg
+    }
+    pub fn id(&self) -> u32 {
+        self.config.id
+    }
+    pub fn kind(&self) -> &TopKind {
+        &self.config.kind
     }
     pub fn asize(&self) -> u64 {
         self.config.asize
@@ -137,8 +236,12 @@ impl TopVdev {
     pub fn sector(&self) -> u64 {
         1 << self.config.ashift
     }
-    pub fn leaves(&self) -> &[Arc<LeafVdev>] {
-        &self.leaves
+    pub fn slots(&self) -> &[Slot] {
+        &self.slots
+    }
+    /// Every leaf of every slot.
+    pub fn leaves(&self) -> Vec<Arc<LeafVdev>> {
+        self.slots.iter().flatten().cloned().collect()
     }
 
     fn parity(&self) -> usize {
@@ -148,11 +251,11 @@ impl TopVdev {
         }
     }
 
-    /// How many children may fail while the vdev still serves.
+    /// How many slots may fail while the vdev still serves.
     fn redundancy(&self) -> usize {
         match self.config.kind {
             TopKind::Disk => 0,
-            TopKind::Mirror => self.leaves.len() - 1,
+            TopKind::Mirror => self.slots.len() - 1,
             TopKind::Raidz { parity } => usize::from(parity),
         }
     }
@@ -160,7 +263,7 @@ impl TopVdev {
     pub fn alloc_size(&self, psize: u64) -> u64 {
         match self.config.kind {
             TopKind::Disk | TopKind::Mirror => psize,
-            TopKind::Raidz { parity } => alloc_size(psize, self.leaves.len(), usize::from(parity), self.config.ashift),
+            TopKind::Raidz { parity } => alloc_size(psize, self.slots.len(), usize::from(parity), self.config.ashift),
         }
     }
 
@@ -185,143 +288,204 @@ impl TopVdev {
         Ok(())
     }
 
-    pub fn write(&self, offset: u64, data: &[u8]) -> Result<()> {
+    /// Writes a block born in `txg`. Leaves out of service (or failing)
+    /// record `txg` in their DTL; the write fails only if more slots than
+    /// the redundancy allows got nothing.
+    pub fn write(&self, offset: u64, data: &[u8], txg: u64) -> Result<()> {
         self.check_io(offset, data.len() as u64)?;
         match self.config.kind {
             TopKind::Disk | TopKind::Mirror => {
-                let results = par_map(&self.leaves, |leaf| leaf.write(data, offset));
-                let failed = results.iter().filter(|r| r.is_err()).count();
-                self.tolerate(&format!("write at {offset}"), failed, self.leaves.len())
+                let leaves = self.leaves();
+                let results = par_map(&leaves, |leaf| leaf.write(data, offset, txg).is_ok());
+                let mut ok_slots = vec![false; self.slots.len()];
+                let mut i = 0;
+                for (s, slot) in self.slots.iter().enumerate() {
+                    for _ in slot {
+                        if results.get(i).copied().unwrap_or(false) {
+                            if let Some(f) = ok_slots.get_mut(s) {
+                                *f = true;
+                            }
+                        }
+                        i += 1;
+                    }
+                }
+                // A mirror needs one good copy.
+                if ok_slots.iter().any(|&ok| ok) {
+                    Ok(())
+                } else {
+                    let n = self.slots.len();
+                    Err(VdevError::TooManyFailures { what: format!("write at {offset}"), failed: n, children: n, tolerated: n - 1 })
+                }
             }
-            TopKind::Raidz { .. } => self.raidz_write(offset, data),
+            TopKind::Raidz { .. } => self.raidz_write(offset, data, txg),
         }
     }
 
-    pub fn read(&self, offset: u64, psize: u64, verify: Verify) -> Result<ReadOutcome> {
+    /// Reads and verifies a block born in txg `birth`.
+    pub fn read(&self, offset: u64, psize: u64, birth: u64, verify: Verify) -> Result<ReadOutcome> {
         self.check_io(offset, psize)?;
         match self.config.kind {
-            TopKind::Disk | TopKind::Mirror => self.mirror_read(offset, psize, verify),
-            TopKind::Raidz { .. } => self.raidz_read(offset, psize, verify),
+            TopKind::Disk | TopKind::Mirror => self.mirror_read(offset, psize, birth, verify),
+            TopKind::Raidz { .. } => self.raidz_read(offset, psize, birth, verify),
         }
     }
 
-    /// Like [`TopVdev::read`], but checks every copy: all mirror children,
-    /// and for raidz the parity columns too (recomputed from the verified
-    /// data). Every bad copy or column is counted and rewritten. This is the
-    /// per-block step of a scrub; plain reads only look at parity when the
-    /// data fails.
-    pub fn scrub(&self, offset: u64, psize: u64, verify: Verify) -> Result<ReadOutcome> {
+    /// Whether some leaf in service lacks blocks born in `birth` (so a
+    /// resilver must visit them).
+    pub fn needs_resilver(&self, birth: u64) -> bool {
+        self.slots.iter().flatten().any(|l| l.usable() && l.dtl().contains(birth))
+    }
+
+    /// The per-block step of a scrub (`scrub == true`: every copy, every
+    /// raidz column including parity, is read and checked; bad ones are
+    /// rewritten) or of a resilver (`false`: the block is read as cheaply
+    /// as possible). Either way, leaves in service whose DTL covers `birth`
+    /// are written their copy.
+    pub fn scan(&self, offset: u64, psize: u64, birth: u64, verify: Verify, scrub: bool) -> Result<ScanOutcome> {
         self.check_io(offset, psize)?;
         match self.config.kind {
-            TopKind::Disk | TopKind::Mirror => self.mirror_scrub(offset, psize, verify),
-            TopKind::Raidz { .. } => self.raidz_scrub(offset, psize, verify),
+            TopKind::Disk | TopKind::Mirror => self.mirror_scan(offset, psize, birth, verify, scrub),
+            TopKind::Raidz { .. } => self.raidz_scan(offset, psize, birth, verify, scrub),
         }
     }
 
+    /// Flushes every leaf in service; fails only if more slots than the
+    /// redundancy allows could not flush.
     pub fn flush(&self) -> Result<()> {
-        let results = par_map(&self.leaves, |leaf| leaf.flush());
-        let failed = results.iter().filter(|r| r.is_err()).count();
-        self.tolerate("flush", failed, self.leaves.len())
+        let leaves: Vec<Arc<LeafVdev>> = self.leaves().into_iter().filter(|l| l.usable()).collect();
+        let results = par_map(&leaves, |leaf| (leaf.guid, leaf.flush().is_ok()));
+        let failed = self
+            .slots
+            .iter()
+            .filter(|slot| !slot.iter().any(|l| results.iter().any(|&(g, ok)| ok && g == l.guid)))
+            .count();
+        self.tolerate("flush", failed, self.slots.len())
     }
 
     pub fn state(&self) -> DevState {
-        let bad = self.leaves.iter().filter(|l| !l.state().usable()).count();
-        if bad == 0 {
-            DevState::Online
-        } else if bad <= self.redundancy() {
+        let failed = self.slots.iter().filter(|slot| !slot.iter().any(|l| l.usable())).count();
+        let any_bad = self.slots.iter().flatten().any(|l| !l.usable());
+        if failed > self.redundancy() {
+            DevState::Unavail
+        } else if failed > 0 || any_bad {
             DevState::Degraded
         } else {
-            DevState::Unavail
+            DevState::Online
+        }
+    }
+
+    pub fn name(&self) -> String {
+        match self.config.kind {
+            TopKind::Disk => self.slots.first().and_then(|s| s.first()).map_or_else(String::new, |l| l.path.clone()),
+            TopKind::Mirror => format!("mirror-{}", self.config.id),
+            TopKind::Raidz { parity } => format!("raidz{parity}-{}", self.config.id),
         }
     }
 
     pub fn status(&self) -> TopStatus {
-        let name = match self.config.kind {
-            TopKind::Disk => self.leaves.first().map_or_else(String::new, |l| l.path.clone()),
-            TopKind::Mirror => format!("mirror-{}", self.config.id),
-            TopKind::Raidz { parity } => format!("raidz{parity}-{}", self.config.id),
-        };
-        TopStatus { name, state: self.state(), children: self.leaves.iter().map(|l| l.status()).collect() }
+        let mut children = Vec::new();
+        let mut slots = Vec::new();
+        for (i, slot) in self.slots.iter().enumerate() {
+            for l in slot {
+                children.push(l.status());
+                slots.push(i as u32);
+            }
+        }
+        TopStatus { name: self.name(), state: self.state(), children, slots }
     }
 
     pub fn clear_errors(&self) {
-        self.leaves.iter().for_each(|l| l.clear_errors());
+        self.slots.iter().flatten().for_each(|l| l.clear_errors());
     }
 
     // ---- mirror / disk ----
 
-    fn mirror_read(&self, offset: u64, psize: u64, verify: Verify) -> Result<ReadOutcome> {
-        let n = self.leaves.len();
+    /// Leaves holding `birth`, in rotation order, then leaves in service
+    /// whose DTL says they lack it (last resort: a DTL may be conservative).
+    fn mirror_order(&self, birth: u64) -> (Vec<Arc<LeafVdev>>, Vec<Arc<LeafVdev>>) {
+        let all = self.leaves();
+        let n = all.len().max(1);
         let start = self.next_child.fetch_add(1, Ordering::Relaxed) % n;
+        let rotated: Vec<Arc<LeafVdev>> = (0..all.len()).filter_map(|i| all.get((start + i) % n).cloned()).collect();
+        let (holders, rest): (Vec<_>, Vec<_>) = rotated.into_iter().partition(|l| l.has(birth));
+        (holders, rest.into_iter().filter(|l| l.usable()).collect())
+    }
+
+    fn mirror_read(&self, offset: u64, psize: u64, birth: u64, verify: Verify) -> Result<ReadOutcome> {
+        let (holders, stale) = self.mirror_order(birth);
         let mut bad: Vec<&Arc<LeafVdev>> = vec![];
         let mut last_io_error = None;
-        for leaf in (0..n).filter_map(|i| self.leaves.get((start + i) % n)) {
+        let mut read_bytes = 0;
+        for (leaf, is_holder) in holders.iter().map(|l| (l, true)).chain(stale.iter().map(|l| (l, false))) {
             match leaf.read_vec(psize as usize, offset) {
                 Err(e) => {
                     last_io_error = Some(e);
                     bad.push(leaf);
                 }
                 Ok(data) if !verify(&data) => {
-                    leaf.note_checksum_error();
+                    read_bytes += psize;
+                    if is_holder {
+                        leaf.note_checksum_error();
+                    }
                     bad.push(leaf);
                 }
                 Ok(data) => {
-                    let repaired: u64 = par_map(&bad, |b| b.write(&data, offset).is_ok())
+                    read_bytes += psize;
+                    let repaired: u64 = par_map(&bad, |b| b.write(&data, offset, birth).is_ok())
                         .into_iter()
                         .filter(|&ok| ok)
                         .map(|_| psize)
                         .sum();
-                    return Ok(ReadOutcome { data, repaired_bytes: repaired });
+                    return Ok(ReadOutcome { data, repaired_bytes: repaired, read_bytes });
                 }
             }
         }
-        match (n, last_io_error) {
+        match (self.slots.len(), self.leaves().len(), last_io_error) {
             // A single disk that failed I/O: report the device error itself.
-            (1, Some(e)) => Err(e),
+            (1, 1, Some(e)) => Err(e),
             _ => Err(VdevError::Unrecoverable { offset, psize }),
         }
     }
 
-    fn mirror_scrub(&self, offset: u64, psize: u64, verify: Verify) -> Result<ReadOutcome> {
-        let copies = par_map(&self.leaves, |leaf| leaf.read_vec(psize as usize, offset).ok());
-        let mut good: Option<Vec<u8>> = None;
-        let mut bad = vec![];
-        for (leaf, copy) in self.leaves.iter().zip(copies) {
-            match copy {
-                None => bad.push(leaf),
-                Some(data) if !verify(&data) => {
-                    leaf.note_checksum_error();
-                    bad.push(leaf);
-                }
-                Some(data) => {
-                    good.get_or_insert(data);
+    fn mirror_scan(&self, offset: u64, psize: u64, birth: u64, verify: Verify, scrub: bool) -> Result<ScanOutcome> {
+        let (holders, stale) = self.mirror_order(birth);
+        let mut out = ScanOutcome::default();
+        let (data, bad): (Vec<u8>, Vec<Arc<LeafVdev>>) = if scrub {
+            let copies = par_map(&holders, |leaf| leaf.read_vec(psize as usize, offset).ok());
+            let mut good: Option<Vec<u8>> = None;
+            let mut bad = vec![];
+            for (leaf, copy) in holders.iter().zip(copies) {
+                match copy {
+                    None => bad.push(leaf.clone()),
+                    Some(data) => {
+                        out.read_bytes += psize;
+                        if !verify(&data) {
+                            leaf.note_checksum_error();
+                            bad.push(leaf.clone());
+                        } else {
+                            good.get_or_insert(data);
+                        }
+                    }
                 }
             }
-        }
-        let Some(data) = good else { return Err(VdevError::Unrecoverable { offset, psize }) };
-        let repaired = par_map(&bad, |b| b.write(&data, offset).is_ok()).into_iter().filter(|&ok| ok).count();
-        Ok(ReadOutcome { data, repaired_bytes: repaired as u64 * psize })
-    }
-
-    fn raidz_scrub(&self, offset: u64, psize: u64, verify: Verify) -> Result<ReadOutcome> {
-        let mut outcome = self.raidz_read(offset, psize, verify)?;
-        let map = self.map(offset, psize);
-        let shards = self.encode(&map, &outcome.data)?;
-        let parity_cols: Vec<usize> = (0..map.parity).collect();
-        let found = self.read_columns(&map, &parity_cols);
-        let fixes = par_map(&parity_cols, |&c| {
-            let expected = Self::column_bytes(&map, &shards, c);
-            let col = map.columns.get(c)?;
-            let leaf = self.leaves.get(col.child)?;
-            match found.get(c) {
-                Some(Some(got)) if got.as_slice() == expected => return None,
-                Some(Some(_)) => leaf.note_checksum_error(),
-                _ => {} // the read error is already counted
+            match good {
+                Some(d) => (d, bad),
+                None => {
+                    // Last resort: the leaves the DTL says are stale.
+                    let r = self.mirror_read(offset, psize, birth, verify)?;
+                    out.read_bytes += r.read_bytes;
+                    (r.data, bad)
+                }
             }
-            leaf.write(expected, col.child_offset).ok().map(|_| expected.len() as u64)
-        });
-        outcome.repaired_bytes += fixes.into_iter().flatten().sum::<u64>();
-        Ok(outcome)
+        } else {
+            let r = self.mirror_read(offset, psize, birth, verify)?;
+            out.read_bytes += r.read_bytes;
+            out.repaired_bytes += r.repaired_bytes;
+            (r.data, vec![])
+        };
+        out.repaired_bytes += par_map(&bad, |b| b.write(&data, offset, birth).is_ok()).into_iter().filter(|&ok| ok).count() as u64 * psize;
+        out.resilvered_bytes += par_map(&stale, |b| b.write(&data, offset, birth).is_ok()).into_iter().filter(|&ok| ok).count() as u64 * psize;
+        Ok(out)
     }
 
     // ---- raidz ----
@@ -331,11 +495,11 @@ impl TopVdev {
     }
 
     fn map(&self, offset: u64, psize: u64) -> RaidzMap {
-        RaidzMap::new(offset, psize, self.leaves.len(), self.parity(), self.config.ashift)
+        RaidzMap::new(offset, psize, self.slots.len(), self.parity(), self.config.ashift)
     }
 
-    fn leaf(&self, child: usize) -> Result<&Arc<LeafVdev>> {
-        self.leaves.get(child).ok_or_else(|| VdevError::Invalid(format!("raidz child {child} out of range")))
+    fn slot(&self, child: usize) -> Result<&Slot> {
+        self.slots.get(child).ok_or_else(|| VdevError::Invalid(format!("raidz child {child} out of range")))
     }
 
     /// Splits `data` into zero-padded data shards and computes parity:
@@ -367,37 +531,56 @@ impl TopVdev {
         shards.get(map.shard_of(c)).and_then(|s| s.get(..len)).unwrap_or(&[])
     }
 
-    fn raidz_write(&self, offset: u64, data: &[u8]) -> Result<()> {
+    fn raidz_write(&self, offset: u64, data: &[u8], txg: u64) -> Result<()> {
         let map = self.map(offset, data.len() as u64);
         let shards = self.encode(&map, data)?;
         let columns: Vec<usize> = (0..map.columns.len()).collect();
         let results = par_map(&columns, |&c| {
             let col = map.columns.get(c).ok_or_else(|| VdevError::Invalid("column".into()))?;
-            self.leaf(col.child)?.write(Self::column_bytes(&map, &shards, c), col.child_offset)
+            let bytes = Self::column_bytes(&map, &shards, c);
+            let slot = self.slot(col.child)?;
+            let oks = slot.iter().filter(|l| l.write(bytes, col.child_offset, txg).is_ok()).count();
+            if oks == 0 {
+                Err(VdevError::Invalid("column write failed".into()))
+            } else {
+                Ok(())
+            }
         });
         let failed = results.iter().filter(|r| r.is_err()).count();
         self.tolerate(&format!("raidz write at {offset}"), failed, map.columns.len())
     }
 
-    fn read_columns(&self, map: &RaidzMap, which: &[usize]) -> Vec<Option<Vec<u8>>> {
+    /// Reads columns `which` from the first leaf of their slot that holds
+    /// `birth`; `(leaf, bytes)` per column, None = unreadable.
+    fn read_columns(&self, map: &RaidzMap, which: &[usize], birth: u64) -> Vec<Option<(Arc<LeafVdev>, Vec<u8>)>> {
         par_map(which, |&c| {
             let col = map.columns.get(c)?;
-            self.leaves.get(col.child)?.read_vec(col.len, col.child_offset).ok()
+            let slot = self.slots.get(col.child)?;
+            slot.iter().filter(|l| l.has(birth)).find_map(|l| l.read_vec(col.len, col.child_offset).ok().map(|b| (l.clone(), b)))
         })
     }
 
-    fn raidz_read(&self, offset: u64, psize: u64, verify: Verify) -> Result<ReadOutcome> {
-        let map = self.map(offset, psize);
+    /// Rewrites column `c` to every leaf in service of its slot.
+    fn rewrite_column(&self, map: &RaidzMap, c: usize, bytes: &[u8], birth: u64) -> u64 {
+        let Some(col) = map.columns.get(c) else { return 0 };
+        let Some(slot) = self.slots.get(col.child) else { return 0 };
+        slot.iter().filter(|l| l.usable()).filter(|l| l.write(bytes, col.child_offset, birth).is_ok()).count() as u64
+            * bytes.len() as u64
+    }
+
+    /// Finds the block from columns as read (None = erased): the data as
+    /// read if it verifies, else every combination of up to p further
+    /// columns assumed bad, rebuilt and verified. Returns the data, all
+    /// shards, and the columns that had to be rebuilt (erased or bad).
+    fn recover(
+        &self,
+        map: &RaidzMap,
+        cols: &[Option<Vec<u8>>],
+        psize: u64,
+        verify: Verify,
+    ) -> Result<Option<Recovered>> {
         let ncols = map.columns.len();
         let p = map.parity;
-        let data_cols: Vec<usize> = (p..ncols).collect();
-        // Column contents as read; None = I/O error.
-        let mut cols: Vec<Option<Vec<u8>>> = vec![None; ncols];
-        for (c, got) in data_cols.iter().zip(self.read_columns(&map, &data_cols)) {
-            if let Some(slot) = cols.get_mut(*c) {
-                *slot = got;
-            }
-        }
         let data_complete = cols.iter().skip(p).all(Option::is_some);
         if data_complete {
             let mut data = Vec::with_capacity(psize as usize);
@@ -405,19 +588,13 @@ impl TopVdev {
                 data.extend_from_slice(col);
             }
             if verify(&data) {
-                return Ok(ReadOutcome { data, repaired_bytes: 0 });
-            }
-        }
-        // Slow path: fetch parity and reconstruct.
-        let parity_cols: Vec<usize> = (0..p).collect();
-        for (c, got) in parity_cols.iter().zip(self.read_columns(&map, &parity_cols)) {
-            if let Some(slot) = cols.get_mut(*c) {
-                *slot = got;
+                let shards = self.encode(map, &data)?;
+                return Ok(Some((data, shards, vec![])));
             }
         }
         let io_bad: Vec<usize> = (0..ncols).filter(|&c| cols.get(c).is_some_and(Option::is_none)).collect();
         if io_bad.len() > p {
-            return Err(VdevError::Unrecoverable { offset, psize });
+            return Ok(None);
         }
         let candidates: Vec<usize> = (0..ncols).filter(|c| !io_bad.contains(c)).collect();
         // Shards as read (codec order, padded); missing ones zero.
@@ -448,25 +625,133 @@ impl TopVdev {
                 }
                 let mut data = Vec::with_capacity(psize as usize);
                 for c in p..ncols {
-                    data.extend_from_slice(Self::column_bytes(&map, &shards, c));
+                    data.extend_from_slice(Self::column_bytes(map, &shards, c));
                 }
-                if !verify(&data) {
-                    continue;
+                if verify(&data) {
+                    return Ok(Some((data, shards, erased)));
                 }
-                for &c in &extra {
-                    if let Some(col) = map.columns.get(c) {
-                        self.leaf(col.child)?.note_checksum_error();
-                    }
-                }
-                let repaired = par_map(&erased, |&c| {
-                    let col = map.columns.get(c)?;
-                    let bytes = Self::column_bytes(&map, &shards, c);
-                    self.leaves.get(col.child)?.write(bytes, col.child_offset).ok().map(|_| bytes.len() as u64)
-                });
-                return Ok(ReadOutcome { data, repaired_bytes: repaired.into_iter().flatten().sum() });
             }
         }
-        Err(VdevError::Unrecoverable { offset, psize })
+        Ok(None)
+    }
+
+    fn raidz_read(&self, offset: u64, psize: u64, birth: u64, verify: Verify) -> Result<ReadOutcome> {
+        let map = self.map(offset, psize);
+        let ncols = map.columns.len();
+        let p = map.parity;
+        let mut src: Vec<Option<Arc<LeafVdev>>> = vec![None; ncols];
+        let mut cols: Vec<Option<Vec<u8>>> = vec![None; ncols];
+        let mut read_bytes = 0u64;
+        fn take(
+            which: &[usize],
+            got: Vec<Option<(Arc<LeafVdev>, Vec<u8>)>>,
+            src: &mut [Option<Arc<LeafVdev>>],
+            cols: &mut [Option<Vec<u8>>],
+            read_bytes: &mut u64,
+        ) {
+            for (c, g) in which.iter().zip(got) {
+                if let Some((leaf, bytes)) = g {
+                    *read_bytes += bytes.len() as u64;
+                    if let (Some(s), Some(slot)) = (src.get_mut(*c), cols.get_mut(*c)) {
+                        *s = Some(leaf);
+                        *slot = Some(bytes);
+                    }
+                }
+            }
+        }
+        let data_cols: Vec<usize> = (p..ncols).collect();
+        take(&data_cols, self.read_columns(&map, &data_cols, birth), &mut src, &mut cols, &mut read_bytes);
+        if cols.iter().skip(p).all(Option::is_some) {
+            let mut data = Vec::with_capacity(psize as usize);
+            for col in cols.iter().skip(p).flatten() {
+                data.extend_from_slice(col);
+            }
+            if verify(&data) {
+                return Ok(ReadOutcome { data, repaired_bytes: 0, read_bytes });
+            }
+        }
+        // Slow path: fetch parity and reconstruct.
+        let parity_cols: Vec<usize> = (0..p).collect();
+        take(&parity_cols, self.read_columns(&map, &parity_cols, birth), &mut src, &mut cols, &mut read_bytes);
+        let Some((data, shards, erased)) = self.recover(&map, &cols, psize, verify)? else {
+            return Err(VdevError::Unrecoverable { offset, psize });
+        };
+        let mut repaired = 0;
+        for &c in &erased {
+            if let Some(Some(leaf)) = src.get(c) {
+                leaf.note_checksum_error(); // it was read, yet had to be rebuilt
+            }
+            repaired += self.rewrite_column(&map, c, Self::column_bytes(&map, &shards, c), birth);
+        }
+        Ok(ReadOutcome { data, repaired_bytes: repaired, read_bytes })
+    }
+
+    fn raidz_scan(&self, offset: u64, psize: u64, birth: u64, verify: Verify, scrub: bool) -> Result<ScanOutcome> {
+        let map = self.map(offset, psize);
+        let mut out = ScanOutcome::default();
+        let shards = if scrub {
+            // Every column from every leaf that holds it.
+            let jobs: Vec<(usize, Arc<LeafVdev>)> = map
+                .columns
+                .iter()
+                .enumerate()
+                .flat_map(|(c, col)| {
+                    self.slots.get(col.child).into_iter().flatten().filter(|l| l.has(birth)).map(move |l| (c, l.clone()))
+                })
+                .collect();
+            let copies = par_map(&jobs, |(c, l)| {
+                let col = map.columns.get(*c)?;
+                l.read_vec(col.len, col.child_offset).ok()
+            });
+            out.read_bytes = copies.iter().flatten().map(|b| b.len() as u64).sum();
+            let mut cols: Vec<Option<Vec<u8>>> = vec![None; map.columns.len()];
+            for ((c, _), copy) in jobs.iter().zip(&copies) {
+                if let (Some(slot @ None), Some(bytes)) = (cols.get_mut(*c), copy) {
+                    *slot = Some(bytes.clone());
+                }
+            }
+            let recovered = self.recover(&map, &cols, psize, verify)?;
+            let Some((_, shards, _)) = recovered else {
+                // Stale leaves (by DTL) are the last resort.
+                let r = self.raidz_read(offset, psize, birth, verify)?;
+                out.read_bytes += r.read_bytes;
+                out.repaired_bytes += r.repaired_bytes;
+                return self.raidz_fill_stale(&map, &self.encode(&map, &r.data)?, birth, out);
+            };
+            // Compare every copy with what it should hold.
+            for ((c, leaf), copy) in jobs.iter().zip(copies) {
+                let expected = Self::column_bytes(&map, &shards, *c);
+                let Some(col) = map.columns.get(*c) else { continue };
+                match copy {
+                    Some(got) if got.as_slice() == expected => continue,
+                    Some(_) => leaf.note_checksum_error(),
+                    None => {} // the read error is already counted
+                }
+                if leaf.write(expected, col.child_offset, birth).is_ok() {
+                    out.repaired_bytes += expected.len() as u64;
+                }
+            }
+            shards
+        } else {
+            let r = self.raidz_read(offset, psize, birth, verify)?;
+            out.read_bytes += r.read_bytes;
+            out.repaired_bytes += r.repaired_bytes;
+            self.encode(&map, &r.data)?
+        };
+        self.raidz_fill_stale(&map, &shards, birth, out)
+    }
+
+    /// Writes each column to the leaves in service that lack `birth`.
+    fn raidz_fill_stale(&self, map: &RaidzMap, shards: &[Vec<u8>], birth: u64, mut out: ScanOutcome) -> Result<ScanOutcome> {
+        for (c, col) in map.columns.iter().enumerate() {
+            let bytes = Self::column_bytes(map, shards, c);
+            for leaf in self.slots.get(col.child).into_iter().flatten() {
+                if leaf.usable() && !leaf.has(birth) && leaf.write(bytes, col.child_offset, birth).is_ok() {
+                    out.resilvered_bytes += bytes.len() as u64;
+                }
+            }
+        }
+        Ok(out)
     }
 }
 

@@ -25,6 +25,8 @@ fn label(leaf_guid: u64) -> Label {
             create_txg: 1,
             top: vec![],
             properties: BTreeMap::new(),
+            spares: vec![],
+            generation: 0,
         },
         top_id: 0,
         leaf_guid,

@@ -60,7 +60,7 @@ fn rig(kind: TopKind, n: usize, ashift: u8) -> Rig {
         kind: kind.clone(),
         ashift,
         asize,
-        children: (0..n).map(|i| LeafConfig { guid: 10 + i as u64, path: format!("d{i}") }).collect(),
+        children: (0..n).map(|i| LeafConfig::new(10 + i as u64, format!("d{i}"))).collect(),
     };
     let devs = faults.iter().map(|f| Some(f.clone() as Arc<dyn Device>)).collect();
     let top = TopVdev::new(cfg, devs).unwrap();
@@ -98,7 +98,7 @@ fn fill(rig: &mut Rig, rng: &mut ChaCha8Rng, count: u64) {
         if offset + alloc > rig.top.asize() {
             break;
         }
-        rig.top.write(offset, &data).unwrap();
+        rig.top.write(offset, &data, 1).unwrap();
         let (children, child_range, next) = if raidz {
             let rows = sectors.div_ceil(n - parity);
             let cols = if rows == 1 { parity + sectors } else { n };
@@ -135,7 +135,7 @@ fn read_ok(top: &TopVdev, block: &Block, times: usize, what: &str) -> u64 {
     let mut repaired = 0;
     for _ in 0..times {
         let out = top
-            .read(block.offset, block.data.len() as u64, &verify_for(&block.data))
+            .read(block.offset, block.data.len() as u64, 1, &verify_for(&block.data))
             .unwrap_or_else(|e| panic!("{what}: block at {} unreadable: {e}", block.offset));
         assert!(out.data == block.data, "{what}: wrong data at {}", block.offset);
         repaired += out.repaired_bytes;
@@ -145,9 +145,8 @@ fn read_ok(top: &TopVdev, block: &Block, times: usize, what: &str) -> u64 {
 
 fn scrub_ok(top: &TopVdev, block: &Block, what: &str) -> u64 {
     let out = top
-        .scrub(block.offset, block.data.len() as u64, &verify_for(&block.data))
+        .scan(block.offset, block.data.len() as u64, 1, &verify_for(&block.data), true)
         .unwrap_or_else(|e| panic!("{what}: scrub of block at {} failed: {e}", block.offset));
-    assert!(out.data == block.data, "{what}: scrub returned wrong data");
     out.repaired_bytes
 }
 
@@ -288,27 +287,27 @@ fn whole_children_overwritten_or_failing() {
         let status = rig.top.status();
         assert_eq!(status.state, DevState::Degraded, "{name}: {status:?}");
         for &c in &gone {
-            assert_eq!(status.children[c].state, DevState::Faulted);
+            assert_eq!(status.children[c].state, DevState::Removed);
         }
         // Writes still succeed while failures stay within the redundancy.
         let mut data = vec![0u8; 4096];
         rng.fill_bytes(&mut data);
         let last = rig.blocks.last().unwrap();
         let offset = last.offset; // overwrite the last block in place: test only
-        rig.top.write(offset, &data).unwrap();
-        assert_eq!(rig.top.read(offset, 4096, &verify_for(&data)).unwrap().data, data);
+        rig.top.write(offset, &data, 1).unwrap();
+        assert_eq!(rig.top.read(offset, 4096, 1, &verify_for(&data)).unwrap().data, data);
         // One more gone child than the redundancy: writes fail, reads fail cleanly.
         let extra: Vec<usize> = children.iter().filter(|c| !gone.contains(c)).copied().collect();
         if extra.len() + gone.len() > rig.redundancy {
             for &c in extra.iter().take(rig.redundancy + 1 - gone.len()) {
                 rig.faults[c].set_gone(true);
             }
-            assert!(rig.top.write(offset, &data).is_err(), "{name}");
-            let r = rig.top.read(offset, 4096, &verify_for(&data));
+            assert!(rig.top.write(offset, &data, 1).is_err(), "{name}");
+            let r = rig.top.read(offset, 4096, 1, &verify_for(&data));
             assert!(matches!(r, Err(VdevError::Unrecoverable { .. })), "{name}");
-            // The leaf is reported Faulted after a few consecutive failures.
+            // A device that is gone is reported REMOVED at its first failure.
             for _ in 0..3 {
-                let _ = rig.top.read(offset, 4096, &verify_for(&data));
+                let _ = rig.top.read(offset, 4096, 1, &verify_for(&data));
             }
             assert_eq!(rig.top.state(), DevState::Unavail, "{name}");
         }
@@ -330,7 +329,7 @@ fn damage_beyond_redundancy_is_unrecoverable_not_wrong_data() {
             for &c in &bad {
                 damage(&rig, block, c, Damage::Zeroed, 0);
             }
-            let r = rig.top.read(block.offset, block.data.len() as u64, &verify_for(&block.data));
+            let r = rig.top.read(block.offset, block.data.len() as u64, 1, &verify_for(&block.data));
             match r {
                 Err(VdevError::Unrecoverable { offset, .. }) => assert_eq!(offset, block.offset),
                 Err(e) => panic!("{}: wrong error {e}", kind_name(&kind, n)),
@@ -351,7 +350,7 @@ fn disk_vdev_and_missing_children() {
     assert_eq!(disk.top.status().name, "d0");
     let block = &disk.blocks[0];
     damage(&disk, block, 0, Damage::BitFlips, 1);
-    let r = disk.top.read(block.offset, block.data.len() as u64, &verify_for(&block.data));
+    let r = disk.top.read(block.offset, block.data.len() as u64, 1, &verify_for(&block.data));
     assert!(matches!(r, Err(VdevError::Unrecoverable { .. })));
     assert_eq!(disk.top.leaves()[0].checksum_errors(), 1);
 
@@ -365,12 +364,12 @@ fn disk_vdev_and_missing_children() {
         kind,
         ashift: 9,
         asize,
-        children: (0..5).map(|i| LeafConfig { guid: i, path: format!("m{i}") }).collect(),
+        children: (0..5).map(|i| LeafConfig::new(i, format!("m{i}"))).collect(),
     };
     let full = TopVdev::new(cfg.clone(), devs.iter().map(|d| Some(d.clone() as Arc<dyn Device>)).collect()).unwrap();
     let mut data = vec![0u8; 64 << 10];
     rng.fill_bytes(&mut data);
-    full.write(8192 * 5, &data).unwrap();
+    full.write(8192 * 5, &data, 1).unwrap();
     let partial: Vec<Option<Arc<dyn Device>>> =
         devs.iter().enumerate().map(|(i, d)| (i != 3).then(|| d.clone() as Arc<dyn Device>)).collect();
     let degraded = TopVdev::new(cfg, partial).unwrap();
@@ -380,7 +379,7 @@ fn disk_vdev_and_missing_children() {
     assert_eq!(status.children[3].state, DevState::Unavail);
     let json = serde_json::to_string(&status).unwrap();
     assert!(json.contains("\"Unavail\""));
-    let out = degraded.read(8192 * 5, 64 << 10, &verify_for(&data)).unwrap();
+    let out = degraded.read(8192 * 5, 64 << 10, 1, &verify_for(&data)).unwrap();
     assert_eq!(out.data, data);
 }
 
@@ -407,11 +406,11 @@ fn geometry_validation() {
     assert_eq!(r.top.alloc_size(4 * 4096), 6 * 4096); // one full row
     assert_eq!(r.top.alloc_size(5 * 4096), 9 * 4096); // 5 + 2·2 = 9
     // misaligned, empty and out-of-range I/O are errors
-    assert!(r.top.write(100, &[0; 4096]).is_err());
-    assert!(r.top.write(0, &[0; 100]).is_err());
-    assert!(r.top.write(0, &[]).is_err());
-    assert!(r.top.write(r.top.asize() - 4096, &[0; 4096]).is_err());
-    assert!(r.top.read(r.top.asize(), 4096, &|_| true).is_err());
+    assert!(r.top.write(100, &[0; 4096], 1).is_err());
+    assert!(r.top.write(0, &[0; 100], 1).is_err());
+    assert!(r.top.write(0, &[], 1).is_err());
+    assert!(r.top.write(r.top.asize() - 4096, &[0; 4096], 1).is_err());
+    assert!(r.top.read(r.top.asize(), 4096, 1, &|_| true).is_err());
 }
 
 /// The pipeline above drives vdevs from the global rayon pool; vdev child
@@ -430,10 +429,10 @@ fn concurrent_io_from_the_global_pool() {
         (0..64u64).into_par_iter().for_each(|i| {
             let data: Vec<u8> = (0..16384u64).map(|j| (i * 131 + j) as u8).collect();
             let offset = slot + i * top.alloc_size(16384).next_multiple_of(top.sector() * n as u64);
-            top.write(offset, &data).unwrap();
+            top.write(offset, &data, 1).unwrap();
             let block = &rig.blocks[i as usize % n_blocks];
             read_ok(top, block, 1, "concurrent");
-            assert_eq!(top.read(offset, 16384, &verify_for(&data)).unwrap().data, data);
+            assert_eq!(top.read(offset, 16384, 1, &verify_for(&data)).unwrap().data, data);
         });
     }
 }
