@@ -67,13 +67,15 @@ fn parse_tunables(table: &toml::Table) -> Result<Tunables, String> {
         match name.as_str() {
             "arc_max" => tunables.arc_max = number,
             "dirty_data_max" => tunables.dirty_data_max = number,
+            "scan_mem_max" => tunables.scan_mem_max = number,
+            "scan_rate_max" => tunables.scan_rate_max = number,
             "txg_timeout" => {
                 if number == 0 {
                     return Err("tunable 'txg_timeout' must be at least 1 second".into());
                 }
                 tunables.txg_timeout_ms = number.saturating_mul(1000)
             }
-            other => return Err(format!("unknown tunable '{other}' (known: arc_max, dirty_data_max, txg_timeout)")),
+            other => return Err(format!("unknown tunable '{other}' (known: arc_max, dirty_data_max, txg_timeout, scan_mem_max, scan_rate_max)")),
         }
     }
     Ok(tunables)

@@ -30,13 +30,17 @@ pub struct Daemon {
     pub state_dir: PathBuf,
     pub socket: PathBuf,
     pub tunables: Tunables,
-    pools: Mutex<BTreeMap<String, Imported>>,
-    cache: Mutex<PoolCache>,
+    pub(crate) pools: Mutex<BTreeMap<String, Imported>>,
+    pub(crate) cache: Mutex<PoolCache>,
+    pub events: crate::events::EventLog,
+    pub alerter: crate::alerts::Alerter,
+    /// What the monitor saw last, per pool (to report changes once).
+    pub(crate) watch: Mutex<BTreeMap<String, crate::health::PoolWatch>>,
 }
 
 type HandlerResult = Result<Response, String>;
 
-fn hostname() -> String {
+pub(crate) fn hostname() -> String {
     let mut buf = [0u8; 256];
     // SAFETY: gethostname writes at most buf.len() bytes into buf.
     let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
@@ -76,14 +80,6 @@ fn state_name(value: &serde_json::Value) -> String {
     }
 }
 
-fn number(value: &serde_json::Value, keys: &[&str]) -> u64 {
-    keys.iter().find_map(|k| value.get(*k).and_then(|v| v.as_u64())).unwrap_or(0)
-}
-
-fn text(value: &serde_json::Value, keys: &[&str]) -> Option<String> {
-    keys.iter().find_map(|k| value.get(*k).and_then(|v| v.as_str()).map(String::from))
-}
-
 fn top_kind_name(kind: &TopKind) -> (String, bool) {
     match kind {
         TopKind::Disk => ("disk".into(), false),
@@ -93,16 +89,26 @@ fn top_kind_name(kind: &TopKind) -> (String, bool) {
 }
 
 impl Daemon {
-    pub fn new(state_dir: PathBuf, socket: PathBuf, tunables: Tunables) -> Result<Daemon, String> {
+    pub fn new(state_dir: PathBuf, socket: PathBuf, config: crate::config::DaemonConfig) -> Result<Daemon, String> {
         let cache = PoolCache::load(&state_dir.join("pools.json"))?;
-        Ok(Daemon { state_dir, socket, tunables, pools: Mutex::new(BTreeMap::new()), cache: Mutex::new(cache) })
+        let events = crate::events::EventLog::open(Some(state_dir.join("events.jsonl")));
+        Ok(Daemon {
+            state_dir,
+            socket,
+            tunables: config.tunables,
+            pools: Mutex::new(BTreeMap::new()),
+            cache: Mutex::new(cache),
+            events,
+            alerter: crate::alerts::Alerter::new(config.alerts),
+            watch: Mutex::new(BTreeMap::new()),
+        })
     }
 
     fn cache_path(&self) -> PathBuf {
         self.state_dir.join("pools.json")
     }
 
-    fn save_cache(&self, cache: &PoolCache) -> String {
+    pub(crate) fn save_cache(&self, cache: &PoolCache) -> String {
         match cache.save(&self.cache_path()) {
             Ok(()) => String::new(),
             Err(e) => format!("warning: cannot record imported pools: {e}\n"),
@@ -138,6 +144,7 @@ impl Daemon {
     /// Unmount everything, sync every pool, leave them active (they are
     /// re-imported at the next start).
     pub fn shutdown(&self) {
+        self.alerter.flush(std::time::Duration::from_secs(10));
         let mut pools = self.pools.lock();
         for (name, imported) in pools.iter_mut() {
             unmount_all(imported);
@@ -162,7 +169,7 @@ impl Daemon {
             Request::PoolExport { pool, force } => self.pool_export(&pool, false, force),
             Request::PoolDestroy { pool, force } => self.pool_export(&pool, true, force),
             Request::PoolList { pools, parsable } => self.pool_list(&pools, parsable),
-            Request::PoolStatus { pools } => self.pool_status(&pools),
+            Request::PoolStatus { pools, verbose } => self.pool_status(&pools, verbose),
             Request::PoolSet { prop, value, pool } => self.pool_set(&prop, &value, &pool),
             Request::Create { dataset, parents, props } => self.create(&dataset, parents, &props),
             Request::Destroy { dataset, recursive, force } => self.destroy(&dataset, recursive, force),
@@ -173,6 +180,7 @@ impl Daemon {
             Request::Mount { dataset } => self.mount(dataset.as_deref()),
             Request::Unmount { target, force } => self.unmount(&target, force),
             Request::DebugCheck { pool } => self.debug_check(&pool),
+            other => self.handle_health(other),
         };
         result.unwrap_or_else(Response::error)
     }
@@ -352,7 +360,7 @@ impl Daemon {
         self.import_from(&paths, request)
     }
 
-    fn import_from(&self, paths: &[String], request: Request) -> HandlerResult {
+    pub(crate) fn import_from(&self, paths: &[String], request: Request) -> HandlerResult {
         let Request::PoolImport { force, rewind, altroot, pool: target, .. } = request else { unreachable!() };
         // Hold the pool table while scanning so no create/import races us.
         let mut pools = self.pools.lock();
@@ -429,7 +437,7 @@ impl Daemon {
         Ok(Response { stderr: warnings, ..Response::text("") })
     }
 
-    fn selected_pools<'a>(
+    pub(crate) fn selected_pools<'a>(
         pools: &'a BTreeMap<String, Imported>,
         names: &[String],
     ) -> Result<Vec<(&'a String, &'a Imported)>, String> {
@@ -499,88 +507,18 @@ impl Daemon {
                 altroot,
                 stored("comment"),
                 stored("failmode"),
+                stored("autoreplace"),
             ];
             rows.push(PoolRow { name: name.clone(), guid: obj.guid(), state: health, txg: status.txg, props });
         }
         Ok(Response::data(serde_json::to_value(rows).map_err(|e| e.to_string())?))
     }
 
-    fn pool_status(&self, names: &[String]) -> HandlerResult {
+    fn pool_status(&self, names: &[String], verbose: bool) -> HandlerResult {
         let pools = self.pools.lock();
         let mut out = Vec::new();
         for (name, imported) in Self::selected_pools(&pools, names)? {
-            let obj = imported.ds.obj();
-            let status = obj.status();
-            let config = obj.config();
-            let value = serde_json::to_value(&status).map_err(|e| e.to_string())?;
-            let state = state_name(&value["state"]);
-            let empty = Vec::new();
-            let tops_json = value["tops"].as_array().unwrap_or(&empty);
-            let mut tops = Vec::new();
-            for (index, top_json) in tops_json.iter().enumerate() {
-                let top_config = config.top.get(index);
-                let (kind, grouped) = top_config.map(|t| top_kind_name(&t.kind)).unwrap_or(("disk".into(), false));
-                let children_json = top_json
-                    .get("children")
-                    .or_else(|| top_json.get("leaves"))
-                    .and_then(|c| c.as_array())
-                    .cloned()
-                    .unwrap_or_default();
-                let leaves: Vec<VdevStatus> = children_json
-                    .iter()
-                    .enumerate()
-                    .map(|(i, leaf)| VdevStatus {
-                        name: text(leaf, &["path", "name"])
-                            .or_else(|| top_config.and_then(|t| t.children.get(i)).map(|c| c.path.clone()))
-                            .unwrap_or_default(),
-                        vdev_type: "file".into(),
-                        guid: top_config.and_then(|t| t.children.get(i)).map(|c| c.guid).unwrap_or(0),
-                        state: state_name(&leaf["state"]),
-                        read_errors: number(leaf, &["read_errors", "read"]),
-                        write_errors: number(leaf, &["write_errors", "write"]),
-                        checksum_errors: number(leaf, &["checksum_errors", "cksum", "checksum"]),
-                        children: Vec::new(),
-                    })
-                    .collect();
-                let top = VdevStatus {
-                    name: format!("{kind}-{index}"),
-                    vdev_type: kind.trim_end_matches(char::is_numeric).to_string(),
-                    guid: top_config.map(|t| t.guid).unwrap_or(0),
-                    state: state_name(&top_json["state"]),
-                    read_errors: number(top_json, &["read_errors", "read"]),
-                    write_errors: number(top_json, &["write_errors", "write"]),
-                    checksum_errors: number(top_json, &["checksum_errors", "cksum", "checksum"]),
-                    children: leaves,
-                };
-                if grouped || top.children.len() != 1 {
-                    tops.push(top);
-                } else {
-                    // A plain device is its own top-level vdev.
-                    let mut leaf = top.children.into_iter().next().expect("one leaf");
-                    leaf.read_errors = leaf.read_errors.max(top.read_errors);
-                    leaf.write_errors = leaf.write_errors.max(top.write_errors);
-                    leaf.checksum_errors = leaf.checksum_errors.max(top.checksum_errors);
-                    tops.push(leaf);
-                }
-            }
-            let root = VdevStatus {
-                name: name.clone(),
-                vdev_type: "root".into(),
-                guid: status.guid,
-                state: state.clone(),
-                read_errors: tops.iter().map(|t| t.read_errors).sum(),
-                write_errors: tops.iter().map(|t| t.write_errors).sum(),
-                checksum_errors: tops.iter().map(|t| t.checksum_errors).sum(),
-                children: tops,
-            };
-            out.push(PoolStatusData {
-                name: name.clone(),
-                guid: status.guid,
-                state,
-                txg: status.txg,
-                data_errors: status.data_errors,
-                root,
-            });
+            out.push(crate::health::status_data(name, imported, verbose));
         }
         Ok(Response::data(serde_json::to_value(out).map_err(|e| e.to_string())?))
     }
@@ -827,7 +765,7 @@ impl Daemon {
     }
 }
 
-fn describe_group(group: &VdevGroup) -> String {
+pub(crate) fn describe_group(group: &VdevGroup) -> String {
     match group.kind {
         VdevKind::Disk => "stripe".into(),
         VdevKind::Mirror => "mirror".into(),
@@ -865,7 +803,7 @@ fn mount_dataset(imported: &mut Imported, name: &str) -> Result<(), String> {
 }
 
 /// Mount every dataset of a pool, parents first; returns warning lines.
-fn mount_all(imported: &mut Imported) -> String {
+pub(crate) fn mount_all(imported: &mut Imported) -> String {
     let mut warnings = String::new();
     for name in imported.ds.list() {
         if let Err(e) = mount_dataset(imported, &name) {
@@ -876,13 +814,13 @@ fn mount_all(imported: &mut Imported) -> String {
 }
 
 /// Forced: unmount every dataset of a pool, deepest mountpoints first.
-fn unmount_all(imported: &mut Imported) {
+pub(crate) fn unmount_all(imported: &mut Imported) {
     let _ = unmount_pool(imported, true);
 }
 
 /// Unmount every dataset of a pool, deepest mountpoints first. Unforced, a
 /// busy mount stops it with an error (mounts already undone stay undone).
-fn unmount_pool(imported: &mut Imported, force: bool) -> Result<(), String> {
+pub(crate) fn unmount_pool(imported: &mut Imported, force: bool) -> Result<(), String> {
     let mut names: Vec<String> = imported.mounts.keys().cloned().collect();
     names.sort_by_key(|n| std::cmp::Reverse(imported.mounts.get(n).map_or(0, |m| m.path.components().count())));
     for name in names {

@@ -23,12 +23,16 @@
 //! Modules: [`proto`] (wire types), [`daemon`] (state and command
 //! handlers), [`server`] (socket), [`scan`] (finding importable pools),
 //! [`cache`] (pools.json), [`config`] (the TOML config), `mount` (the only
-//! code that touches the POSIX layer and FUSE).
+//! code that touches the POSIX layer and FUSE), `health` (device commands,
+//! scrubs, the monitor that turns device failures into events, spares and
+//! alerts), [`events`] (the event log), [`alerts`] (e-mail, webhook and
+//! command delivery).
 
 pub mod alerts;
 pub mod cache;
 pub mod config;
 pub mod daemon;
+mod health;
 pub mod events;
 mod mount;
 pub mod proto;
@@ -90,8 +94,6 @@ pub fn run(options: DaemonOptions) -> Result<(), String> {
         }
         None => config::DaemonConfig::default(),
     };
-    // TODO(integration): hand config.alerts to the daemon
-    let tunables = config.tunables;
     let state_dir = options.state_dir;
     std::fs::create_dir_all(&state_dir)
         .map_err(|e| format!("cannot create state directory {}: {e}", state_dir.display()))?;
@@ -102,12 +104,13 @@ pub fn run(options: DaemonOptions) -> Result<(), String> {
         }
         std::fs::remove_file(&socket).map_err(|e| format!("cannot remove stale socket {}: {e}", socket.display()))?;
     }
-    let daemon = Arc::new(Daemon::new(state_dir.clone(), socket.clone(), tunables)?);
+    let daemon = Arc::new(Daemon::new(state_dir.clone(), socket.clone(), config)?);
     install_signal_thread(daemon.clone())?;
     let listener = UnixListener::bind(&socket).map_err(|e| format!("cannot listen at {}: {e}", socket.display()))?;
     for line in daemon.reimport_cached() {
         eprintln!("tarn daemon: {line}");
     }
+    health::spawn_monitor(daemon.clone());
     eprintln!("tarn daemon: listening at {} (state in {})", socket.display(), state_dir.display());
     server::serve(daemon, listener);
     Ok(())

@@ -47,6 +47,12 @@ impl Mounted {
         Ok(Mounted { path: path.to_path_buf(), fs, handle })
     }
 
+    /// The path of object `ino` in this mount, if it is a reachable file.
+    pub fn path_of(&self, ino: u64) -> Option<String> {
+        let rel = self.fs.path_of(ino)?;
+        Some(format!("{}{}", self.path.display().to_string().trim_end_matches('/'), rel))
+    }
+
     pub fn set_options(&self, settings: &Settings) {
         self.fs.set_options(fs_options(settings));
     }

@@ -56,7 +56,12 @@ pub enum Request {
     PoolExport { pool: String, force: bool },
     PoolDestroy { pool: String, force: bool },
     PoolList { pools: Vec<String>, parsable: bool },
-    PoolStatus { pools: Vec<String> },
+    PoolStatus {
+        pools: Vec<String>,
+        /// `-v`: name the files with unrecoverable errors.
+        #[serde(default)]
+        verbose: bool,
+    },
     PoolSet { prop: String, value: String, pool: String },
     Create { dataset: String, parents: bool, props: Vec<(String, String)> },
     Destroy { dataset: String, recursive: bool, force: bool },
@@ -66,6 +71,28 @@ pub enum Request {
     Mount { dataset: Option<String> },
     Unmount { target: String, force: bool },
     DebugCheck { pool: String },
+    /// `pool scrub` (`-p` pause, `-s` stop); `-w` is a following `PoolWait`.
+    PoolScrub { pool: String, pause: bool, stop: bool },
+    /// `pool wait [-t ACTIVITY,...]`: answers when none of the activities
+    /// (scrub, resilver, replace; empty = all) is in progress.
+    PoolWait { pool: String, activities: Vec<String>, timeout_secs: Option<u64> },
+    PoolOffline { pool: String, device: String },
+    PoolOnline { pool: String, device: String },
+    /// `pool replace POOL OLD [NEW]` (no NEW: a new device at OLD's path).
+    PoolReplace { pool: String, old: String, new: Option<String>, force: bool },
+    PoolAttach { pool: String, existing: String, new: String, force: bool },
+    PoolDetach { pool: String, device: String },
+    /// `pool add`: top-level vdevs and/or spares.
+    PoolAdd { pool: String, vdevs: Vec<VdevGroup>, spares: Vec<String>, force: bool, dry_run: bool },
+    /// `pool remove` (available spares).
+    PoolRemove { pool: String, device: String },
+    PoolClear { pool: String, device: Option<String> },
+    /// `pool events`: events with sequence > `after` (`pool` None: all
+    /// pools); waits up to `wait_secs` for one to arrive (for `-f`);
+    /// `clear` (-c) forgets the pool's events instead.
+    PoolEvents { pool: Option<String>, after: u64, wait_secs: u64, clear: bool },
+    /// `alert test`: a test message through every configured channel.
+    AlertTest { pool: Option<String> },
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -129,14 +156,51 @@ pub struct PoolRow {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct VdevStatus {
     pub name: String,
-    /// root, disk, file, mirror, raidz.
+    /// root, disk, file, mirror, raidz, replacing, spare.
     pub vdev_type: String,
     pub guid: u64,
+    /// ONLINE, DEGRADED, FAULTED, OFFLINE, REMOVED, UNAVAIL; for an
+    /// available spare AVAIL, for one in use INUSE.
     pub state: String,
     pub read_errors: u64,
     pub write_errors: u64,
     pub checksum_errors: u64,
     pub children: Vec<VdevStatus>,
+    /// Why a device is not ONLINE ("too many I/O errors", ...).
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// The device lacks txgs that a running resilver is writing to it.
+    #[serde(default)]
+    pub resilvering: bool,
+}
+
+/// A scrub or resilver, running or last finished (`pool status`).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ScanStatusData {
+    /// "scrub" or "resilver".
+    pub function: String,
+    /// "scanning", "finished" or "canceled".
+    pub state: String,
+    pub paused: bool,
+    /// Unix seconds.
+    pub start_time: u64,
+    pub end_time: u64,
+    /// Allocated bytes when it started.
+    pub to_examine: u64,
+    pub examined: u64,
+    pub issued: u64,
+    /// Bytes read from the devices.
+    pub read_bytes: u64,
+    /// Bytes rewritten over bad copies.
+    pub repaired: u64,
+    /// Bytes written to devices that lacked them.
+    pub resilvered: u64,
+    /// Blocks that could not be recovered.
+    pub errors: u64,
+    /// Bytes per second in this pass.
+    pub rate: u64,
+    pub eta_secs: Option<u64>,
+    pub percent: f64,
 }
 
 /// Data of `pool_status`: `Vec<PoolStatusData>`.
@@ -148,4 +212,32 @@ pub struct PoolStatusData {
     pub txg: u64,
     pub data_errors: u64,
     pub root: VdevStatus,
+    #[serde(default)]
+    pub scan: Option<ScanStatusData>,
+    /// Available (AVAIL) hot spares; spares in use appear in the tree.
+    #[serde(default)]
+    pub spares: Vec<VdevStatus>,
+    /// With `-v`: files (or `<dataset>:<object>` where no path is known)
+    /// with unrecoverable errors.
+    #[serde(default)]
+    pub error_files: Vec<String>,
+    /// Set when the pool is suspended: why.
+    #[serde(default)]
+    pub suspended: Option<String>,
+}
+
+/// One event of `pool events` (data: `Vec<EventRow>`).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct EventRow {
+    pub seq: u64,
+    #[serde(flatten)]
+    pub event: crate::events::Event,
+}
+
+/// One channel's result of `alert test` (data: `Vec<AlertTestRow>`).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct AlertTestRow {
+    pub channel: String,
+    pub ok: bool,
+    pub error: Option<String>,
 }

@@ -330,7 +330,7 @@ pub fn settings(name: &str, local: &dyn Fn(&str, &str) -> Option<String>) -> Set
 
 /// Pool properties (`tarn pool get/set`), in `all` order.
 pub const POOL_PROPERTIES: &[&str] =
-    &["name", "size", "allocated", "free", "capacity", "health", "guid", "ashift", "altroot", "comment", "failmode"];
+    &["name", "size", "allocated", "free", "capacity", "health", "guid", "ashift", "altroot", "comment", "failmode", "autoreplace"];
 
 /// Validate a settable pool property; returns the canonical name.
 pub fn validate_pool_prop(prop: &str, value: &str) -> Result<&'static str, PropError> {
@@ -344,6 +344,10 @@ pub fn validate_pool_prop(prop: &str, value: &str) -> Result<&'static str, PropE
         "failmode" => match value {
             "wait" | "continue" => Ok("failmode"),
             _ => Err(bad(prop, value, "must be wait or continue")),
+        },
+        "autoreplace" => match value {
+            "on" | "off" => Ok("autoreplace"),
+            _ => Err(bad(prop, value, "must be on or off")),
         },
         "altroot" => Err(PropError::ReadOnly("altroot (set it with -R at create or import)".into())),
         other => Err(PropError::ReadOnly(other.to_string())),
@@ -368,6 +372,7 @@ pub fn lookup_pool_prop(prop: &str) -> Result<&'static str, PropError> {
 pub fn pool_prop_default(prop: &str) -> &'static str {
     match prop {
         "failmode" => "wait",
+        "autoreplace" => "off",
         _ => "-",
     }
 }

@@ -1363,6 +1363,37 @@ impl Fs {
         }
     }
 
+    /// The path of `ino` below the root (`/a/b`), found by following its
+    /// parent pointers and looking its name up in each parent; None if a
+    /// link is missing (a file unlinked, or renamed away meanwhile). For
+    /// `pool status -v`.
+    pub fn path_of(&self, ino: u64) -> Option<String> {
+        let root = self.root_ino();
+        let mut names: Vec<Vec<u8>> = Vec::new();
+        let mut cur = ino;
+        for _ in 0..4096 {
+            if cur == root {
+                names.reverse();
+                let parts: Vec<String> = names.iter().map(|n| String::from_utf8_lossy(n).into_owned()).collect();
+                return Some(format!("/{}", parts.join("/")));
+            }
+            let parent = self.inode(cur).ok()?.parent;
+            let mut found = None;
+            self.readdir(parent, 2, &mut |e| {
+                if e.ino == cur {
+                    found = Some(e.name.clone());
+                    false
+                } else {
+                    true
+                }
+            })
+            .ok()?;
+            names.push(found?);
+            cur = parent;
+        }
+        None
+    }
+
     /// Number of entries in a directory (without `.` and `..`).
     pub fn dir_entries(&self, dir: u64) -> Result<u64> {
         self.dir(dir)?;

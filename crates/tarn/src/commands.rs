@@ -272,7 +272,7 @@ fn pool(socket: &Path, command: PoolCommand) -> Result<i32, Failure> {
             Ok(0)
         }
         PoolCommand::Status { verbose, json, pools } => {
-            let response = send(socket, &Request::PoolStatus { pools })?;
+            let response = send(socket, &Request::PoolStatus { pools, verbose })?;
             let pools: Vec<PoolStatusData> = data(response)?;
             if json {
                 print_json(&output::status_json(&pools));

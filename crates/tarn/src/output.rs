@@ -198,6 +198,8 @@ mod tests {
             write_errors: 0,
             checksum_errors: cksum,
             children: vec![],
+            reason: None,
+            resilvering: false,
         }
     }
 
@@ -209,7 +211,18 @@ mod tests {
         let mut root = leaf("tank", 0);
         root.vdev_type = "root".into();
         root.children = vec![top];
-        let pool = PoolStatusData { name: "tank".into(), guid: 9, state: "ONLINE".into(), txg: 5, data_errors: 0, root };
+        let pool = PoolStatusData {
+            name: "tank".into(),
+            guid: 9,
+            state: "ONLINE".into(),
+            txg: 5,
+            data_errors: 0,
+            root,
+            scan: None,
+            spares: vec![],
+            error_files: vec![],
+            suspended: None,
+        };
         let value = status_json(std::slice::from_ref(&pool));
         let d1 = &value["pools"]["tank"]["vdevs"]["tank"]["vdevs"]["raidz1-0"]["vdevs"]["/d1"];
         assert_eq!(d1["checksum_errors"], 3);

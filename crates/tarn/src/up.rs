@@ -139,7 +139,7 @@ pub fn up(flag: Option<&Path>) -> Result<i32, Failure> {
         call_ok(&socket, &Request::Create { dataset: DATASET.into(), parents: true, props: vec![] })?;
         println!("created dataset '{DATASET}'");
     }
-    let status = call_ok(&socket, &Request::PoolStatus { pools: vec![POOL.into()] })?;
+    let status = call_ok(&socket, &Request::PoolStatus { pools: vec![POOL.into()], verbose: false })?;
     let pools: Vec<tarn_daemon::proto::PoolStatusData> =
         serde_json::from_value(status.data.unwrap_or_default()).map_err(|e| e.to_string())?;
     print!("{}", crate::output::status_text(&pools, false));
