@@ -237,6 +237,47 @@ fn all_device_paths(obj: &ObjPool) -> Vec<String> {
     paths
 }
 
+/// Whether `path` holds this leaf's label, read without taking the
+/// device lock (the suspended pool still holds it).
+fn label_present(path: &str, guid: u64) -> bool {
+    use std::io::Read;
+    let Ok(mut f) = std::fs::File::open(path) else { return false };
+    let Ok(meta) = f.metadata() else { return false };
+    let mut head = vec![0u8; 256 << 10];
+    if f.read_exact(&mut head).is_err() {
+        return false;
+    }
+    let mem = tarn_dev::MemDevice::new(path, meta.len().max(head.len() as u64));
+    use tarn_dev::Device;
+    if mem.write_at(&head, 0).is_err() {
+        return false;
+    }
+    tarn_vdev::read_label(&*mem).is_ok_and(|l| l.leaf_guid == guid)
+}
+
+/// Devices a suspended pool lacks for an import to work: per top-level
+/// vdev, the slots without a present leaf beyond what it can lose.
+fn missing_devices(obj: &ObjPool) -> Vec<String> {
+    let config = obj.config();
+    let mut out = Vec::new();
+    for top in &config.top {
+        let missing: Vec<&tarn_vdev::LeafConfig> = top
+            .children
+            .iter()
+            .filter(|slot| !slot.slot_leaves().any(|l| label_present(&l.path, l.guid)))
+            .collect();
+        let tolerated = match top.kind {
+            TopKind::Disk => 0,
+            TopKind::Mirror => top.children.len() - 1,
+            TopKind::Raidz { parity } => usize::from(parity),
+        };
+        if missing.len() > tolerated {
+            out.extend(missing.iter().map(|l| l.path.clone()));
+        }
+    }
+    out
+}
+
 fn find_leaf_status(obj: &ObjPool, path: &str) -> Option<LeafStatus> {
     obj.status().tops.iter().flat_map(|t| t.children.iter()).find(|l| l.path == path || l.guid.to_string() == path).cloned()
 }
@@ -455,8 +496,15 @@ impl Daemon {
         Ok(Response::text(""))
     }
 
-    /// Drops a (suspended) pool without syncing and imports it again.
+    /// Drops a (suspended) pool without syncing and imports it again, once
+    /// enough of its devices are back for the import to work.
     fn reimport(&self, pool: &str) -> Result<Response, String> {
+        let obj = self.obj_of(pool, "clear errors for")?;
+        let missing = missing_devices(&obj);
+        if !missing.is_empty() {
+            return Err(format!("the pool is suspended and devices are still missing: {}", missing.join(", ")));
+        }
+        drop(obj);
         let (guid, paths, altroot) = {
             let mut pools = self.pools.lock();
             let mut imported = pools.remove(pool).ok_or("no such pool")?;
@@ -465,13 +513,22 @@ impl Daemon {
             let _ = obj.export();
             (obj.guid(), imported.devices.clone(), imported.altroot.clone())
         };
-        // Give the dropped pool's threads a moment to let go of devices.
-        std::thread::sleep(Duration::from_millis(200));
-        let request =
-            Request::PoolImport { dirs: vec![], force: true, rewind: false, altroot, pool: Some(guid.to_string()) };
-        let response = self.import_from(&paths, request)?;
-        self.post_event(Event::new(pool, "pool_resumed", Severity::Info, "pool imported again after clear"));
-        Ok(response)
+        // Threads still finishing with the old pool hold its device locks
+        // for a moment: retry while the import says a device is busy.
+        let mut last = String::new();
+        for _ in 0..20 {
+            let request =
+                Request::PoolImport { dirs: vec![], force: true, rewind: false, altroot: altroot.clone(), pool: Some(guid.to_string()) };
+            match self.import_from(&paths, request) {
+                Ok(response) => {
+                    self.post_event(Event::new(pool, "pool_resumed", Severity::Info, "pool imported again after clear"));
+                    return Ok(response);
+                }
+                Err(e) => last = e,
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        Err(last)
     }
 
     fn pool_events(&self, pool: Option<&str>, after: u64, wait_secs: u64, clear: bool) -> HandlerResult {

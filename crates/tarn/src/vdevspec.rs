@@ -1,26 +1,40 @@
 //! zpool's vdev specification grammar:
 //!
 //! ```text
-//! spec  := plain* group*
-//! plain := DEVICE                       (each a top-level vdev: a stripe)
-//! group := (mirror | raidz | raidz1 | raidz2 | raidz3) DEVICE+
+//! spec   := plain* group* spares?
+//! plain  := DEVICE                       (each a top-level vdev: a stripe)
+//! group  := (mirror | raidz | raidz1 | raidz2 | raidz3) DEVICE+
+//! spares := spare DEVICE+                (hot spares, not top-level vdevs)
 //! ```
 //!
-//! `mirror a b mirror c d` is two mirrors striped (RAID10). `log`, `cache`,
-//! `spare`, `special`, `dedup` and `draid` are recognized and refused as not
-//! yet supported.
+//! `mirror a b mirror c d` is two mirrors striped (RAID10);
+//! `mirror a b spare c` is one mirror with one hot spare. As in zpool, the
+//! spare section may come anywhere and ends at the next group keyword.
+//! `log`, `cache`, `special`, `dedup` and `draid` are recognized and
+//! refused as not yet supported.
 
 use tarn_daemon::proto::{VdevGroup, VdevKind};
 
-fn keyword(token: &str) -> Result<Option<VdevKind>, String> {
+/// What a vdev specification asks for.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PoolSpec {
+    pub vdevs: Vec<VdevGroup>,
+    pub spares: Vec<String>,
+}
+
+enum Keyword {
+    Group(VdevKind),
+    Spare,
+}
+
+fn keyword(token: &str) -> Result<Option<Keyword>, String> {
     match token {
-        "mirror" => Ok(Some(VdevKind::Mirror)),
-        "raidz" | "raidz1" => Ok(Some(VdevKind::Raidz { parity: 1 })),
-        "raidz2" => Ok(Some(VdevKind::Raidz { parity: 2 })),
-        "raidz3" => Ok(Some(VdevKind::Raidz { parity: 3 })),
-        "log" | "cache" | "spare" | "special" | "dedup" => {
-            Err(format!("'{token}' vdevs are not yet supported"))
-        }
+        "mirror" => Ok(Some(Keyword::Group(VdevKind::Mirror))),
+        "raidz" | "raidz1" => Ok(Some(Keyword::Group(VdevKind::Raidz { parity: 1 }))),
+        "raidz2" => Ok(Some(Keyword::Group(VdevKind::Raidz { parity: 2 }))),
+        "raidz3" => Ok(Some(Keyword::Group(VdevKind::Raidz { parity: 3 }))),
+        "spare" => Ok(Some(Keyword::Spare)),
+        "log" | "cache" | "special" | "dedup" => Err(format!("'{token}' vdevs are not yet supported")),
         t if t.starts_with("draid") => Err("dRAID vdevs are not yet supported".into()),
         t if t.starts_with("raidz") => Err(format!("invalid vdev type '{t}' (raidz parity is 1, 2 or 3)")),
         _ => Ok(None),
@@ -43,30 +57,50 @@ fn kind_name(kind: &VdevKind) -> String {
     }
 }
 
-pub fn parse_vdev_spec(tokens: &[String]) -> Result<Vec<VdevGroup>, String> {
+/// Where plain devices go while parsing.
+enum Section {
+    /// Each plain device is a top-level vdev of its own.
+    Stripe,
+    Group(VdevGroup),
+    Spares,
+}
+
+/// Parses a specification for `pool create` or `pool add`. It may hold
+/// only spares (`pool add tank spare /d8`); `pool create` checks that it
+/// has top-level vdevs.
+pub fn parse_pool_spec(tokens: &[String]) -> Result<PoolSpec, String> {
     if tokens.is_empty() {
         return Err("missing vdev specification".into());
     }
-    let mut groups: Vec<VdevGroup> = Vec::new();
-    let mut current: Option<VdevGroup> = None;
+    let mut spec = PoolSpec::default();
+    let mut section = Section::Stripe;
+    let mut spare_seen = false;
+    let close = |section: Section, spec: &mut PoolSpec| {
+        if let Section::Group(group) = section {
+            spec.vdevs.push(group);
+        }
+    };
     for token in tokens {
         match keyword(token)? {
-            Some(kind) => {
-                if let Some(group) = current.take() {
-                    groups.push(group);
-                }
-                current = Some(VdevGroup { kind, devices: Vec::new() });
+            Some(Keyword::Group(kind)) => {
+                close(std::mem::replace(&mut section, Section::Group(VdevGroup { kind, devices: Vec::new() })), &mut spec);
             }
-            None => match current.as_mut() {
-                Some(group) => group.devices.push(token.clone()),
-                None => groups.push(VdevGroup { kind: VdevKind::Disk, devices: vec![token.clone()] }),
+            Some(Keyword::Spare) => {
+                if spare_seen {
+                    return Err("'spare' may be given only once".into());
+                }
+                spare_seen = true;
+                close(std::mem::replace(&mut section, Section::Spares), &mut spec);
+            }
+            None => match &mut section {
+                Section::Stripe => spec.vdevs.push(VdevGroup { kind: VdevKind::Disk, devices: vec![token.clone()] }),
+                Section::Group(group) => group.devices.push(token.clone()),
+                Section::Spares => spec.spares.push(token.clone()),
             },
         }
     }
-    if let Some(group) = current.take() {
-        groups.push(group);
-    }
-    for group in &groups {
+    close(section, &mut spec);
+    for group in &spec.vdevs {
         let needed = minimum(&group.kind);
         if group.devices.len() < needed {
             return Err(format!(
@@ -76,13 +110,16 @@ pub fn parse_vdev_spec(tokens: &[String]) -> Result<Vec<VdevGroup>, String> {
             ));
         }
     }
+    if spare_seen && spec.spares.is_empty() {
+        return Err("spare requires at least 1 device, got 0".into());
+    }
     let mut seen = std::collections::HashSet::new();
-    for device in groups.iter().flat_map(|g| &g.devices) {
+    for device in spec.vdevs.iter().flat_map(|g| &g.devices).chain(&spec.spares) {
         if !seen.insert(device) {
             return Err(format!("device '{device}' is given more than once"));
         }
     }
-    Ok(groups)
+    Ok(spec)
 }
 
 #[cfg(test)]
@@ -90,8 +127,12 @@ mod tests {
     use super::*;
 
     fn parse(spec: &str) -> Result<Vec<VdevGroup>, String> {
+        parse_spares(spec).map(|s| s.vdevs)
+    }
+
+    fn parse_spares(spec: &str) -> Result<PoolSpec, String> {
         let tokens: Vec<String> = spec.split_whitespace().map(String::from).collect();
-        parse_vdev_spec(&tokens)
+        parse_pool_spec(&tokens)
     }
 
     fn group(kind: VdevKind, devices: &[&str]) -> VdevGroup {
@@ -137,12 +178,28 @@ mod tests {
 
     #[test]
     fn unsupported_and_invalid() {
-        for kind in ["log", "cache", "spare"] {
+        for kind in ["log", "cache", "special"] {
             let err = parse(&format!("mirror a b {kind} c")).unwrap_err();
             assert!(err.contains("not yet supported"), "{err}");
         }
         assert!(parse("raidz4 a b c d e").unwrap_err().contains("invalid vdev type"));
         assert!(parse("draid a b c").unwrap_err().contains("not yet supported"));
         assert!(parse("mirror a a").unwrap_err().contains("more than once"));
+    }
+
+    #[test]
+    fn spares_are_not_top_level_vdevs() {
+        let spec = parse_spares("mirror a b spare c d").unwrap();
+        assert_eq!(spec.vdevs, vec![group(VdevKind::Mirror, &["a", "b"])]);
+        assert_eq!(spec.spares, vec!["c", "d"]);
+        let spec = parse_spares("spare c").unwrap();
+        assert!(spec.vdevs.is_empty());
+        assert_eq!(spec.spares, vec!["c"]);
+        // The spare section ends at the next group keyword, as in zpool.
+        let spec = parse_spares("spare c mirror a b").unwrap();
+        assert_eq!((spec.vdevs.len(), spec.spares.len()), (1, 1));
+        assert!(parse_spares("mirror a b spare").unwrap_err().contains("at least 1 device"));
+        assert!(parse_spares("spare a spare b").unwrap_err().contains("only once"));
+        assert!(parse_spares("mirror a b spare a").unwrap_err().contains("more than once"));
     }
 }

@@ -60,6 +60,12 @@ pub struct Harness {
 impl Harness {
     /// Start `tarn daemon` and wait until its socket accepts connections.
     pub fn start() -> Harness {
+        Harness::start_with_config(None)
+    }
+
+    /// Like [`Harness::start`], with `config` (TOML) as the daemon's
+    /// `--config` file; `config` may name `{dir}`, the harness directory.
+    pub fn start_with_config(config: Option<&dyn Fn(&Path) -> String>) -> Harness {
         let tmp = tempfile::Builder::new().prefix("tarn-it-").tempdir().expect("create temp dir");
         let dir = tmp.path().canonicalize().expect("canonical temp dir");
         let state_dir = dir.join("state");
@@ -67,12 +73,14 @@ impl Harness {
         let log_path = dir.join("daemon.log");
         fs::create_dir_all(&state_dir).expect("create state dir");
         let log = File::create(&log_path).expect("create daemon log");
-        let daemon = Command::new(TARN)
-            .arg("daemon")
-            .arg("--state-dir")
-            .arg(&state_dir)
-            .arg("--socket")
-            .arg(&socket)
+        let mut command = Command::new(TARN);
+        command.arg("daemon").arg("--state-dir").arg(&state_dir).arg("--socket").arg(&socket);
+        if let Some(config) = config {
+            let path = dir.join("tarn.toml");
+            fs::write(&path, config(&dir)).expect("write daemon config");
+            command.arg("--config").arg(&path);
+        }
+        let daemon = command
             .env("RUST_BACKTRACE", "1")
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("dup log"))
@@ -187,6 +195,26 @@ impl Harness {
     pub fn status_json(&self, pool: &str) -> serde_json::Value {
         let out = self.tarn_ok(&["pool", "status", "-j", pool]);
         serde_json::from_str(&out).unwrap_or_else(|e| panic!("pool status -j is not JSON ({e}):\n{out}"))
+    }
+
+    /// `pool status -j POOL`'s object for the pool.
+    pub fn pool_json(&self, pool: &str) -> serde_json::Value {
+        self.status_json(pool)["pools"][pool].clone()
+    }
+
+    /// Polls `pool status -j` until `pred` holds (panics after `limit`).
+    pub fn wait_status(&self, pool: &str, limit: Duration, what: &str, pred: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+        let deadline = Instant::now() + limit;
+        loop {
+            let status = self.pool_json(pool);
+            if pred(&status) {
+                return status;
+            }
+            if Instant::now() > deadline {
+                panic!("{what}: not reached in {} s; last status:\n{status:#}\ndaemon log:\n{}", limit.as_secs(), tail(&self.daemon_log(), 60));
+            }
+            thread::sleep(Duration::from_millis(200));
+        }
     }
 
     pub fn daemon_log(&self) -> String {
@@ -609,4 +637,72 @@ pub fn copy_sparse(from: &Path, to: &Path) {
         .status()
         .expect("run cp");
     assert!(status.success(), "cp {} {} failed", from.display(), to.display());
+}
+
+// ---------------------------------------------------------------------------
+// Devices that vanish: a directory served through Debian's bindfs (FUSE).
+
+/// `bindfs -f SRC MNT`: files under `mnt` live in `src`. Killing the bindfs
+/// process makes every I/O to a file under `mnt` fail (ENOTCONN), the way a
+/// pulled disk does; `restart` serves the same files again.
+pub struct BindFs {
+    pub src: PathBuf,
+    pub mnt: PathBuf,
+    child: Option<Child>,
+}
+
+impl BindFs {
+    pub fn start(src: &Path, mnt: &Path) -> BindFs {
+        fs::create_dir_all(src).expect("create bindfs source");
+        fs::create_dir_all(mnt).expect("create bindfs mountpoint");
+        let mut b = BindFs { src: src.to_path_buf(), mnt: mnt.to_path_buf(), child: None };
+        b.restart();
+        b
+    }
+
+    pub fn restart(&mut self) {
+        self.kill();
+        let child = Command::new("bindfs")
+            .arg("-f")
+            .arg("--no-allow-other")
+            .arg(&self.src)
+            .arg(&self.mnt)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run bindfs (apt install bindfs): {e}"));
+        self.child = Some(child);
+        let deadline = Instant::now() + MOUNT_TIMEOUT;
+        while mount_type(&self.mnt).is_none() {
+            assert!(Instant::now() < deadline, "bindfs did not mount {}", self.mnt.display());
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The backing process dies: the mount stays, every access fails.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if mount_type(&self.mnt).is_some() {
+            let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
+        }
+    }
+
+    /// Kill the process but leave the dead mount in place (so I/O gets
+    /// ENOTCONN instead of landing in the directory underneath).
+    pub fn pull(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for BindFs {
+    fn drop(&mut self) {
+        self.kill();
+    }
 }
