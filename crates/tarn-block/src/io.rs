@@ -49,7 +49,7 @@ type BlockCache = quick_cache::sync::Cache<CacheKey, Arc<Vec<u8>>, ByteWeighter>
 
 /// Called with every block as it is freed (the scanner drops it from its
 /// queue, so it never reads a block whose space may be reused).
-pub type FreeHook = Arc<dyn Fn(&BlockPtr) + Send + Sync>;
+pub type FreeHook = Arc<dyn Fn(&BlockPtr, u64) + Send + Sync>;
 
 pub struct BlockIo {
     /// Swapped whole when the pool's layout changes (attach, add, ...).
@@ -300,7 +300,7 @@ impl BlockIo {
             return;
         }
         if let Some(hook) = self.free_hook.read().as_ref() {
-            hook(bp);
+            hook(bp, txg);
         }
         self.evict(bp);
         let mut a = self.alloc.lock();

@@ -280,7 +280,7 @@ impl ObjPool {
         let next_objset = mos.committed.lock().next_objset;
         let scanner = crate::scan::Scanner::new();
         let queue = scanner.queue.clone();
-        io.set_free_hook(Some(Arc::new(move |bp: &BlockPtr| queue.lock().freed(bp))));
+        io.set_free_hook(Some(Arc::new(move |bp: &BlockPtr, txg: Txg| queue.lock().freed(bp, txg))));
         Arc::new(Shared {
             io,
             readonly,

@@ -148,6 +148,12 @@ struct Entry {
 #[derive(Default)]
 pub(crate) struct ScanQueue {
     map: BTreeMap<(u32, u64), Entry>,
+    /// While a scan runs: blocks freed lately, with their free txg. A walk
+    /// may still find a block freed in a txg that was syncing when it
+    /// started (its tree is published only at the end of that sync); such
+    /// finds are dropped again before the walk step lets go of the gate.
+    recent: Vec<((u32, u64), u64, u64)>,
+    active: bool,
 }
 
 impl ScanQueue {
@@ -161,11 +167,26 @@ impl ScanQueue {
     }
 
     /// Called by the block layer for every freed block.
-    pub fn freed(&mut self, bp: &BlockPtr) {
-        if !self.map.is_empty() {
-            let d = bp.dva[0];
-            if self.map.get(&(d.vdev, d.offset)).is_some_and(|e| e.bp.birth == bp.birth) {
-                self.map.remove(&(d.vdev, d.offset));
+    pub fn freed(&mut self, bp: &BlockPtr, txg: u64) {
+        if !self.active {
+            return;
+        }
+        let d = bp.dva[0];
+        let key = (d.vdev, d.offset);
+        if self.map.get(&key).is_some_and(|e| e.bp.birth == bp.birth) {
+            self.map.remove(&key);
+        }
+        self.recent.push((key, bp.birth, txg));
+    }
+
+    /// Drops queued blocks freed in txgs after `synced` (the txg synced
+    /// when the walk step began) and forgets older frees: those were
+    /// published before the step began, so no walk from now on sees them.
+    fn drop_freed_after(&mut self, synced: u64) {
+        self.recent.retain(|&(_, _, t)| t > synced);
+        for &(key, birth, _) in &self.recent {
+            if self.map.get(&key).is_some_and(|e| e.bp.birth == birth) {
+                self.map.remove(&key);
             }
         }
     }
@@ -243,6 +264,12 @@ pub(crate) fn save(s: &Arc<Shared>, stats: &ScanStats) -> Result<()> {
 
 /// Starts a new scan (the caller has checked that none is running).
 pub(crate) fn start(s: &Arc<Shared>, func: ScanFunc) -> Result<()> {
+    // The previous scan's thread may still be on its way out (its stats
+    // already say finished): let it end first.
+    let previous = s.scanner.thread.lock().take();
+    if let Some(t) = previous {
+        let _ = t.join();
+    }
     let tops = s.io.tops();
     let mut dtl = Vec::new();
     let mut min_txg = 0;
@@ -303,8 +330,20 @@ pub(crate) fn spawn(s: &Arc<Shared>) {
     if let Some(t) = s.scanner.thread.lock().take() {
         let _ = t.join();
     }
+    s.scanner.queue.lock().active = true;
     let weak = Arc::downgrade(s);
-    let handle = std::thread::Builder::new().name("tarn-scan".into()).spawn(move || run(weak));
+    let handle = std::thread::Builder::new().name("tarn-scan".into()).spawn(move || {
+        run(weak.clone());
+        if let Some(s) = weak.upgrade() {
+            // Unless a new scan thread started meanwhile, stop tracking frees.
+            let ctl = s.scanner.ctl.lock();
+            if !ctl.running {
+                let mut q = s.scanner.queue.lock();
+                q.active = false;
+                q.recent.clear();
+            }
+        }
+    });
     match handle {
         Ok(h) => *s.scanner.thread.lock() = Some(h),
         Err(_) => s.scanner.ctl.lock().running = false,
@@ -472,6 +511,8 @@ fn committed_dnode(s: &Shared, os: &ObjsetPhys, object: u64) -> Result<Option<Dn
 /// finds. Holds the reader gate throughout.
 fn walk_step(s: &Arc<Shared>, c: &mut Cursor, min_txg: u64) -> Result<()> {
     let _gate = s.reader_gate.read();
+    // Frees of txgs up to this one are published: this walk cannot see them.
+    let synced_at_start = s.synced_txg.load(Ordering::Acquire);
     let mut examined = 0u64;
     let mut queue = Vec::new();
     if !c.pool_meta_done {
@@ -554,6 +595,7 @@ fn walk_step(s: &Arc<Shared>, c: &mut Cursor, min_txg: u64) -> Result<()> {
         for (bp, objset, object) in &queue {
             examined += q.push(bp, *objset, *object);
         }
+        q.drop_freed_after(synced_at_start);
     }
     if let Some(st) = s.scanner.stats.lock().as_mut() {
         st.examined += examined;
@@ -571,6 +613,9 @@ fn issue_step(s: &Arc<Shared>, func: ScanFunc, busy: bool, rate_max: u64) -> Res
         // A tenth of a second's worth, so pause and export act promptly.
         max_bytes = max_bytes.min(rate_max / 10).max(1);
     }
+    // Popped under the gate: a block freed from now on keeps its space
+    // until the batch is done.
+    let gate = s.reader_gate.read();
     let batch: Vec<Entry> = {
         let mut q = s.scanner.queue.lock();
         let mut out = Vec::new();
@@ -583,10 +628,8 @@ fn issue_step(s: &Arc<Shared>, func: ScanFunc, busy: bool, rate_max: u64) -> Res
         out
     };
     let scrub = func == ScanFunc::Scrub;
-    let results = {
-        let _gate = s.reader_gate.read();
-        crate::par::par_map(&batch, |e| s.io.scan_block(&e.bp, scrub))
-    };
+    let results = crate::par::par_map(&batch, |e| s.io.scan_block(&e.bp, scrub));
+    drop(gate);
     let issued: u64 = batch.iter().map(|e| e.bp.asize()).sum();
     {
         let mut st = s.scanner.stats.lock();

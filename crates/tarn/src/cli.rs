@@ -13,6 +13,47 @@ pub fn assignment(text: &str) -> Result<(String, String), String> {
     }
 }
 
+/// clap's usage error as one line: its first line, plus the list that
+/// follows when that line ends in a colon ("required arguments were not
+/// provided: <OLD>").
+pub fn usage_line(text: &str) -> String {
+    let mut lines = text.lines();
+    let first = lines.next().unwrap_or("bad usage").trim_start_matches("error: ").trim_end();
+    if !first.ends_with(':') {
+        return first.to_string();
+    }
+    let items: Vec<&str> = lines.map(str::trim).take_while(|l| !l.is_empty()).collect();
+    if items.is_empty() {
+        first.to_string()
+    } else {
+        format!("{first} {}", items.join(" "))
+    }
+}
+
+/// Activities `pool wait -t` knows.
+pub const WAIT_ACTIVITIES: [&str; 3] = ["replace", "resilver", "scrub"];
+
+/// `-t scrub,resilver` for `pool wait` (an unknown activity is a usage
+/// error).
+pub fn activity_list(text: &str) -> Result<CommaList, String> {
+    let list = comma_list(text)?;
+    for item in &list.0 {
+        if !WAIT_ACTIVITIES.contains(&item.as_str()) {
+            return Err(format!("invalid activity '{item}' (replace, resilver, scrub)"));
+        }
+    }
+    Ok(list)
+}
+
+/// `pool wait`'s INTERVAL: positive seconds, fractions allowed.
+pub fn interval(text: &str) -> Result<std::time::Duration, String> {
+    text.parse::<f64>()
+        .ok()
+        .filter(|secs| secs.is_finite() && *secs > 0.0 && *secs < 1e9)
+        .map(std::time::Duration::from_secs_f64)
+        .ok_or_else(|| format!("invalid interval '{text}': must be a positive number of seconds"))
+}
+
 /// A comma-separated list (`-o name,used`), parsed as one argument.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CommaList(pub Vec<String>);
@@ -112,6 +153,9 @@ pub enum Command {
     /// Debugging aids.
     #[command(subcommand)]
     Debug(DebugCommand),
+    /// Alerting (e-mail, webhook, command; configured in [alerts]).
+    #[command(subcommand)]
+    Alert(AlertCommand),
     /// Set up and start everything on this machine (daemon, pool, dataset).
     Up {
         #[arg(long, value_name = "DIR")]
@@ -130,6 +174,16 @@ pub enum Command {
 pub enum DebugCommand {
     /// Walk and verify every block of a pool (like zdb -b).
     Check { pool: String },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum AlertCommand {
+    /// Send a test message through every configured channel.
+    Test {
+        #[arg(short = 'j')]
+        json: bool,
+        pool: Option<String>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -208,6 +262,98 @@ pub enum PoolCommand {
         assignment: (String, String),
         pool: String,
     },
+    /// Start a scrub (or resume a paused one); -p pauses, -s stops it.
+    Scrub {
+        #[arg(short = 'p', conflicts_with = "stop")]
+        pause: bool,
+        #[arg(short = 's')]
+        stop: bool,
+        /// Wait until the scrub is done.
+        #[arg(short = 'w', conflicts_with_all = ["pause", "stop"])]
+        wait: bool,
+        #[arg(required = true)]
+        pools: Vec<String>,
+    },
+    /// Wait until scrubs, resilvers or replacements are done.
+    Wait {
+        /// Activities to wait for (replace, resilver, scrub); default all.
+        #[arg(short = 't', value_name = "ACTIVITY[,ACTIVITY]...", value_parser = activity_list)]
+        activities: Vec<CommaList>,
+        pool: String,
+        /// Print the bytes left every INTERVAL seconds while waiting.
+        #[arg(value_parser = interval)]
+        interval: Option<std::time::Duration>,
+    },
+    /// Take devices offline (they stay offline until `pool online`).
+    Offline {
+        /// Accepted for zpool compatibility; offline is always persistent.
+        #[arg(short = 't')]
+        temporary: bool,
+        pool: String,
+        #[arg(required = true)]
+        devices: Vec<String>,
+    },
+    /// Bring devices back online (they resilver what they missed).
+    Online {
+        pool: String,
+        #[arg(required = true)]
+        devices: Vec<String>,
+    },
+    /// Replace a device with a new one (no NEW: a new device at OLD's path).
+    Replace {
+        #[arg(short = 'f')]
+        force: bool,
+        /// Wait until the resilver is done.
+        #[arg(short = 'w')]
+        wait: bool,
+        pool: String,
+        old: String,
+        new: Option<String>,
+    },
+    /// Attach a device to a device or mirror, making (or widening) a mirror.
+    Attach {
+        #[arg(short = 'f')]
+        force: bool,
+        /// Wait until the new device is resilvered.
+        #[arg(short = 'w')]
+        wait: bool,
+        pool: String,
+        existing: String,
+        new: String,
+    },
+    /// Detach a device from a mirror (or a replacing or spare group).
+    Detach { pool: String, device: String },
+    /// Add top-level vdevs and/or hot spares (`spare DEVICE...`).
+    Add {
+        #[arg(short = 'f')]
+        force: bool,
+        #[arg(short = 'n')]
+        dry_run: bool,
+        pool: String,
+        #[arg(required = true, value_name = "VDEVSPEC")]
+        vdevs: Vec<String>,
+    },
+    /// Remove hot spares.
+    Remove {
+        pool: String,
+        #[arg(required = true)]
+        devices: Vec<String>,
+    },
+    /// Clear device errors (all devices, or one); resumes a suspended pool.
+    Clear { pool: String, device: Option<String> },
+    /// Show the event log (-f: follow it; -c: clear it).
+    Events {
+        #[arg(short = 'f', conflicts_with = "clear")]
+        follow: bool,
+        #[arg(short = 'j', conflicts_with = "clear")]
+        json: bool,
+        /// Scripted: no header, tab-separated fields, RFC 3339 UTC times.
+        #[arg(short = 'H')]
+        scripted: bool,
+        #[arg(short = 'c')]
+        clear: bool,
+        pool: Option<String>,
+    },
 }
 
 #[cfg(test)]
@@ -250,6 +396,65 @@ mod tests {
     }
 
     #[test]
+    fn parses_device_and_scan_commands() {
+        let Command::Pool(PoolCommand::Scrub { pause, stop, wait, pools }) = parse("pool scrub -w tank backup").unwrap().command else { panic!() };
+        assert_eq!((pause, stop, wait), (false, false, true));
+        assert_eq!(pools, vec!["tank", "backup"]);
+        assert!(matches!(parse("pool scrub -p tank").unwrap().command, Command::Pool(PoolCommand::Scrub { pause: true, .. })));
+        assert!(matches!(parse("pool scrub -s tank").unwrap().command, Command::Pool(PoolCommand::Scrub { stop: true, .. })));
+
+        let Command::Pool(PoolCommand::Wait { activities, pool, interval }) = parse("pool wait -t scrub,resilver -t replace tank 0.5").unwrap().command else { panic!() };
+        let activities: Vec<String> = activities.into_iter().flat_map(|l| l.0).collect();
+        assert_eq!(activities, vec!["scrub", "resilver", "replace"]);
+        assert_eq!(pool, "tank");
+        assert_eq!(interval, Some(std::time::Duration::from_millis(500)));
+        let Command::Pool(PoolCommand::Wait { activities, interval, .. }) = parse("pool wait tank").unwrap().command else { panic!() };
+        assert!(activities.is_empty() && interval.is_none());
+
+        let Command::Pool(PoolCommand::Offline { temporary, pool, devices }) = parse("pool offline -t tank /d1 /d2").unwrap().command else { panic!() };
+        assert!(temporary);
+        assert_eq!((pool.as_str(), devices), ("tank", vec!["/d1".to_string(), "/d2".to_string()]));
+        assert!(parse("pool online tank /d1").is_ok());
+
+        let Command::Pool(PoolCommand::Replace { force, wait, pool, old, new }) = parse("pool replace -f -w tank /d1 /d9").unwrap().command else { panic!() };
+        assert!(force && wait);
+        assert_eq!((pool.as_str(), old.as_str(), new.as_deref()), ("tank", "/d1", Some("/d9")));
+        let Command::Pool(PoolCommand::Replace { new, .. }) = parse("pool replace tank /d1").unwrap().command else { panic!() };
+        assert_eq!(new, None);
+
+        let Command::Pool(PoolCommand::Attach { wait, existing, new, .. }) = parse("pool attach -w tank /d1 /d2").unwrap().command else { panic!() };
+        assert!(wait);
+        assert_eq!((existing.as_str(), new.as_str()), ("/d1", "/d2"));
+        assert!(parse("pool detach tank /d2").is_ok());
+
+        let Command::Pool(PoolCommand::Add { force, dry_run, pool, vdevs }) = parse("pool add -f -n tank mirror /a /b spare /c").unwrap().command else { panic!() };
+        assert!(force && dry_run);
+        assert_eq!(pool, "tank");
+        assert_eq!(vdevs, vec!["mirror", "/a", "/b", "spare", "/c"]);
+        assert!(parse("pool add tank spare /d8").is_ok());
+        assert!(parse("pool remove tank /d8").is_ok());
+
+        let Command::Pool(PoolCommand::Clear { pool, device }) = parse("pool clear tank").unwrap().command else { panic!() };
+        assert_eq!((pool.as_str(), device), ("tank", None));
+        assert!(matches!(parse("pool clear tank /d1").unwrap().command, Command::Pool(PoolCommand::Clear { device: Some(_), .. })));
+    }
+
+    #[test]
+    fn parses_events_and_alerts() {
+        let Command::Pool(PoolCommand::Events { follow, json, scripted, clear, pool }) = parse("pool events -f -j -H tank").unwrap().command else { panic!() };
+        assert!(follow && json && scripted && !clear);
+        assert_eq!(pool.as_deref(), Some("tank"));
+        let Command::Pool(PoolCommand::Events { pool, .. }) = parse("pool events").unwrap().command else { panic!() };
+        assert_eq!(pool, None);
+        assert!(matches!(parse("pool events -c tank").unwrap().command, Command::Pool(PoolCommand::Events { clear: true, .. })));
+        let Command::Alert(AlertCommand::Test { json, pool }) = parse("alert test").unwrap().command else { panic!() };
+        assert_eq!((json, pool), (false, None));
+        let Command::Alert(AlertCommand::Test { json, pool }) = parse("alert test -j tank").unwrap().command else { panic!() };
+        assert!(json);
+        assert_eq!(pool.as_deref(), Some("tank"));
+    }
+
+    #[test]
     fn usage_errors_exit_2() {
         usage_error("");
         usage_error("frobnicate");
@@ -265,6 +470,39 @@ mod tests {
         usage_error("list -o name,,used");
         usage_error("get");
         usage_error("pool get");
+        usage_error("pool scrub");
+        usage_error("pool scrub -p -s tank");
+        usage_error("pool scrub -w -p tank");
+        usage_error("pool scrub -w -s tank");
+        usage_error("pool wait");
+        usage_error("pool wait -t trim tank");
+        usage_error("pool wait -t scrub, tank");
+        usage_error("pool wait tank 0");
+        usage_error("pool wait tank soon");
+        usage_error("pool wait tank 1 extra");
+        usage_error("pool offline tank");
+        usage_error("pool online tank");
+        usage_error("pool replace tank");
+        usage_error("pool replace tank /a /b /c");
+        usage_error("pool attach tank a");
+        usage_error("pool detach tank");
+        usage_error("pool add tank");
+        usage_error("pool remove tank");
+        usage_error("pool clear");
+        usage_error("pool events -c -f tank");
+        usage_error("pool events tank backup");
+        usage_error("alert");
+        usage_error("alert test tank backup");
+    }
+
+    #[test]
+    fn usage_errors_are_one_line_naming_what_is_missing() {
+        let err = parse("pool replace tank").expect_err("no OLD");
+        assert_eq!(usage_line(&err.to_string()), "the following required arguments were not provided: <OLD>");
+        let err = parse("pool add tank").expect_err("no vdevs");
+        assert_eq!(usage_line(&err.to_string()), "the following required arguments were not provided: <VDEVSPEC>...");
+        let err = parse("pool scrub -p -s tank").expect_err("conflict");
+        assert_eq!(usage_line(&err.to_string()), "the argument '-p' cannot be used with '-s'");
     }
 
     #[test]

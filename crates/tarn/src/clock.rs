@@ -7,6 +7,7 @@
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Zone {
     Local,
+    #[cfg_attr(not(test), expect(dead_code, reason = "tests format fixed instants in UTC"))]
     Utc,
 }
 

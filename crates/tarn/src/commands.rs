@@ -3,19 +3,20 @@
 
 use std::path::Path;
 
-use tarn_daemon::proto::{DatasetRow, PoolRow, PoolStatusData, Request, Response};
+use tarn_daemon::proto::{AlertTestRow, DatasetRow, PoolRow, PoolStatusData, Request, Response};
 use tarn_ds::props;
 
-use crate::cli::{Cli, Command, DebugCommand, PoolCommand};
+use crate::cli::{AlertCommand, Cli, Command, DebugCommand, PoolCommand};
 use crate::up::absolute;
-use crate::{client, output, up, vdevspec, Failure};
+use crate::clock::Zone;
+use crate::{client, devices, events, output, status, up, vdevspec, Failure};
 
 fn path_string(path: &Path) -> String {
     absolute(path).to_string_lossy().into_owned()
 }
 
 /// A device as zpool takes it: a path, or a name under /dev.
-fn resolve_device(name: &str) -> String {
+pub(crate) fn resolve_device(name: &str) -> String {
     let path = Path::new(name);
     if !name.contains('/') && !path.exists() && Path::new("/dev").join(name).exists() {
         return format!("/dev/{name}");
@@ -27,7 +28,7 @@ fn resolve_device(name: &str) -> String {
 /// created but not mounted): its message is already on stderr.
 pub static PARTIAL_FAILURE_EXIT: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
 
-fn send(socket: &Path, request: &Request) -> Result<Response, Failure> {
+pub(crate) fn send(socket: &Path, request: &Request) -> Result<Response, Failure> {
     let response = client::call(socket, request)?;
     print!("{}", response.stdout);
     eprint!("{}", response.stderr);
@@ -40,12 +41,12 @@ fn send(socket: &Path, request: &Request) -> Result<Response, Failure> {
     Ok(response)
 }
 
-fn data<T: serde::de::DeserializeOwned>(response: Response) -> Result<T, Failure> {
+pub(crate) fn data<T: serde::de::DeserializeOwned>(response: Response) -> Result<T, Failure> {
     serde_json::from_value(response.data.unwrap_or_default())
         .map_err(|e| Failure::from(format!("bad answer from the daemon: {e}")))
 }
 
-fn print_json(value: &serde_json::Value) {
+pub(crate) fn print_json(value: &serde_json::Value) {
     println!("{}", serde_json::to_string_pretty(value).unwrap_or_default());
 }
 
@@ -185,17 +186,28 @@ pub fn run(cli: Cli) -> Result<i32, Failure> {
             send(&socket, &Request::DebugCheck { pool })?;
             Ok(0)
         }
+        Command::Alert(AlertCommand::Test { json, pool }) => {
+            let rows: Vec<AlertTestRow> = data(send(&socket, &Request::AlertTest { pool })?)?;
+            if json {
+                print_json(&events::alert_json(&rows));
+            } else {
+                print!("{}", events::alert_lines(&rows));
+            }
+            Ok(if rows.iter().all(|r| r.ok) { 0 } else { 1 })
+        }
     }
 }
 
 fn pool(socket: &Path, command: PoolCommand) -> Result<i32, Failure> {
     match command {
         PoolCommand::Create { force, dry_run, mountpoint, altroot, pool_props, fs_props, pool, vdevs } => {
-            let mut groups = vdevspec::parse_vdev_spec(&vdevs).map_err(|e| Failure::from(format!("cannot create '{pool}': {e}")))?;
-            for group in &mut groups {
-                for device in &mut group.devices {
-                    *device = resolve_device(device);
-                }
+            let cannot = |e: String| Failure::from(format!("cannot create '{pool}': {e}"));
+            let mut spec = vdevspec::parse_pool_spec(&vdevs).map_err(cannot)?;
+            if spec.vdevs.is_empty() {
+                return Err(cannot("at least one top-level vdev must be given (spares alone are not a pool)".into()));
+            }
+            for device in spec.vdevs.iter_mut().flat_map(|g| g.devices.iter_mut()).chain(spec.spares.iter_mut()) {
+                *device = resolve_device(device);
             }
             let mut ashift = None;
             let mut other = Vec::new();
@@ -205,7 +217,7 @@ fn pool(socket: &Path, command: PoolCommand) -> Result<i32, Failure> {
                         .parse()
                         .ok()
                         .filter(|v| (9..=16).contains(v))
-                        .ok_or_else(|| Failure::from(format!("cannot create '{pool}': bad value '{value}' for property 'ashift': must be 9..16")))?;
+                        .ok_or_else(|| cannot(format!("bad value '{value}' for property 'ashift': must be 9..16")))?;
                     ashift = Some(value);
                 } else {
                     other.push((prop, value));
@@ -214,8 +226,8 @@ fn pool(socket: &Path, command: PoolCommand) -> Result<i32, Failure> {
             send(
                 socket,
                 &Request::PoolCreate {
-                    pool,
-                    vdevs: groups,
+                    pool: pool.clone(),
+                    vdevs: spec.vdevs,
                     force,
                     dry_run,
                     mountpoint,
@@ -225,6 +237,19 @@ fn pool(socket: &Path, command: PoolCommand) -> Result<i32, Failure> {
                     fs_props,
                 },
             )?;
+            // Spares join the new pool in a second step (the daemon creates
+            // pools from top-level vdevs only).
+            if !spec.spares.is_empty() {
+                if dry_run {
+                    print!("\tspares\n{}", spec.spares.iter().map(|s| format!("\t  {s}\n")).collect::<String>());
+                } else {
+                    let request = Request::PoolAdd { pool, vdevs: vec![], spares: spec.spares, force, dry_run: false };
+                    send(socket, &request).map_err(|f| Failure {
+                        message: format!("{} (the pool was created without its spares)", f.message),
+                        exit: f.exit,
+                    })?;
+                }
+            }
             Ok(0)
         }
         PoolCommand::Import { dirs, force, rewind, altroot, pool } => {
@@ -275,11 +300,11 @@ fn pool(socket: &Path, command: PoolCommand) -> Result<i32, Failure> {
             let response = send(socket, &Request::PoolStatus { pools, verbose })?;
             let pools: Vec<PoolStatusData> = data(response)?;
             if json {
-                print_json(&output::status_json(&pools));
+                print_json(&status::status_json(&pools));
             } else if pools.is_empty() {
                 println!("no pools available");
             } else {
-                print!("{}", output::status_text(&pools, verbose));
+                print!("{}", status::status_text(&pools, verbose, Zone::Local));
             }
             Ok(0)
         }
@@ -315,6 +340,10 @@ fn pool(socket: &Path, command: PoolCommand) -> Result<i32, Failure> {
             send(socket, &Request::PoolSet { prop, value, pool })?;
             Ok(0)
         }
+        PoolCommand::Events { follow, json, scripted, clear, pool } => {
+            events::run(socket, events::EventsOptions { follow, json, scripted, clear, pool })
+        }
+        device_command => devices::run(socket, device_command),
     }
 }
 

@@ -6,8 +6,12 @@
 
 mod cli;
 mod client;
+mod clock;
 mod commands;
+mod devices;
+mod events;
 mod output;
+mod status;
 mod up;
 mod vdevspec;
 
@@ -51,9 +55,7 @@ fn main() {
         Ok(cli) => cli,
         Err(e) => {
             if e.use_stderr() {
-                let text = e.to_string();
-                let first = text.lines().next().unwrap_or("bad usage").trim_start_matches("error: ");
-                eprintln!("tarn: {first} (try 'tarn --help')");
+                eprintln!("tarn: {} (try 'tarn --help')", cli::usage_line(&e.to_string()));
                 std::process::exit(2);
             }
             let _ = e.print();

@@ -1,9 +1,10 @@
 //! Tables as zfs prints them (aligned, header row; `-H`: tab-separated, no
 //! header) and the `-j` JSON documents (shapes in docs/cli-json.md, modelled
-//! on OpenZFS 2.3's `-j` output with numbers as JSON numbers).
+//! on OpenZFS 2.3's `-j` output with numbers as JSON numbers). `pool status`
+//! is in status.rs, `pool events` and `alert test` in events.rs.
 
 use serde_json::{json, Map, Value};
-use tarn_daemon::proto::{DatasetRow, PoolRow, PoolStatusData, PropCell, VdevStatus};
+use tarn_daemon::proto::{DatasetRow, PoolRow, PropCell};
 
 pub fn table(headers: &[String], rows: &[Vec<String>], scripted: bool) -> String {
     let mut out = String::new();
@@ -42,7 +43,7 @@ pub fn table(headers: &[String], rows: &[Vec<String>], scripted: bool) -> String
     out
 }
 
-fn output_version(command: &str) -> Value {
+pub fn output_version(command: &str) -> Value {
     json!({"command": command, "vers_major": 0, "vers_minor": 1})
 }
 
@@ -94,88 +95,6 @@ pub fn pools_json(command: &str, rows: &[PoolRow]) -> Value {
     json!({"output_version": output_version(command), "pools": pools})
 }
 
-fn vdev_json(vdev: &VdevStatus) -> Value {
-    let mut object = json!({
-        "name": vdev.name,
-        "vdev_type": vdev.vdev_type,
-        "guid": vdev.guid,
-        "state": vdev.state,
-        "read_errors": vdev.read_errors,
-        "write_errors": vdev.write_errors,
-        "checksum_errors": vdev.checksum_errors,
-    });
-    if !vdev.children.is_empty() {
-        let mut children = Map::new();
-        for child in &vdev.children {
-            children.insert(child.name.clone(), vdev_json(child));
-        }
-        object["vdevs"] = Value::Object(children);
-    }
-    object
-}
-
-/// `tarn pool status -j`.
-pub fn status_json(pools: &[PoolStatusData]) -> Value {
-    let mut map = Map::new();
-    for pool in pools {
-        let mut vdevs = Map::new();
-        vdevs.insert(pool.root.name.clone(), vdev_json(&pool.root));
-        map.insert(
-            pool.name.clone(),
-            json!({
-                "name": pool.name,
-                "state": pool.state,
-                "pool_guid": pool.guid,
-                "txg": pool.txg,
-                "error_count": pool.data_errors,
-                "vdevs": vdevs,
-            }),
-        );
-    }
-    json!({"output_version": output_version("zpool status"), "pools": map})
-}
-
-/// `tarn pool status` text (zpool-style tree).
-pub fn status_text(pools: &[PoolStatusData], verbose: bool) -> String {
-    let mut out = String::new();
-    for (index, pool) in pools.iter().enumerate() {
-        if index > 0 {
-            out.push('\n');
-        }
-        out.push_str(&format!("  pool: {}\n state: {}\n", pool.name, pool.state));
-        let errors = pool.root.read_errors + pool.root.write_errors + pool.root.checksum_errors;
-        if errors > 0 {
-            out.push_str("status: One or more devices has experienced an error; applications are unaffected\n        where redundancy allowed the data to be repaired.\n");
-        }
-        out.push_str("config:\n\n");
-        let mut lines = Vec::new();
-        fn walk<'a>(vdev: &'a VdevStatus, depth: usize, lines: &mut Vec<(String, &'a VdevStatus)>) {
-            lines.push((format!("{}{}", "  ".repeat(depth), vdev.name), vdev));
-            for child in &vdev.children {
-                walk(child, depth + 1, lines);
-            }
-        }
-        walk(&pool.root, 0, &mut lines);
-        let width = lines.iter().map(|(n, _)| n.len()).max().unwrap_or(4).max(4) + 2;
-        out.push_str(&format!("\t{:<width$}{:<8}{:>5} {:>5} {:>5}\n", "NAME", "STATE", "READ", "WRITE", "CKSUM"));
-        for (name, vdev) in lines {
-            out.push_str(&format!(
-                "\t{name:<width$}{:<8}{:>5} {:>5} {:>5}\n",
-                vdev.state, vdev.read_errors, vdev.write_errors, vdev.checksum_errors
-            ));
-        }
-        out.push('\n');
-        if pool.data_errors == 0 {
-            out.push_str("errors: No known data errors\n");
-        } else if verbose {
-            out.push_str(&format!("errors: {} data errors (blocks unreadable from every copy)\n", pool.data_errors));
-        } else {
-            out.push_str(&format!("errors: {} data errors, use '-v' for a list\n", pool.data_errors));
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -186,49 +105,5 @@ mod tests {
         let rows = vec![vec!["tank".to_string(), "1.21K".to_string()], vec!["tank/media".into(), "0B".into()]];
         assert_eq!(table(&headers, &rows, false), "NAME        USED\ntank        1.21K\ntank/media  0B\n");
         assert_eq!(table(&headers, &rows, true), "tank\t1.21K\ntank/media\t0B\n");
-    }
-
-    fn leaf(name: &str, cksum: u64) -> VdevStatus {
-        VdevStatus {
-            name: name.into(),
-            vdev_type: "file".into(),
-            guid: 1,
-            state: "ONLINE".into(),
-            read_errors: 0,
-            write_errors: 0,
-            checksum_errors: cksum,
-            children: vec![],
-            reason: None,
-            resilvering: false,
-        }
-    }
-
-    #[test]
-    fn status_json_has_numeric_counters() {
-        let mut top = leaf("raidz1-0", 0);
-        top.vdev_type = "raidz".into();
-        top.children = vec![leaf("/d1", 3), leaf("/d2", 0)];
-        let mut root = leaf("tank", 0);
-        root.vdev_type = "root".into();
-        root.children = vec![top];
-        let pool = PoolStatusData {
-            name: "tank".into(),
-            guid: 9,
-            state: "ONLINE".into(),
-            txg: 5,
-            data_errors: 0,
-            root,
-            scan: None,
-            spares: vec![],
-            error_files: vec![],
-            suspended: None,
-        };
-        let value = status_json(std::slice::from_ref(&pool));
-        let d1 = &value["pools"]["tank"]["vdevs"]["tank"]["vdevs"]["raidz1-0"]["vdevs"]["/d1"];
-        assert_eq!(d1["checksum_errors"], 3);
-        assert_eq!(d1["state"], "ONLINE");
-        let text = status_text(&[pool], false);
-        assert!(text.contains("NAME"), "{text}");
-        assert!(text.contains("    /d1"), "{text}");
     }
 }

@@ -142,7 +142,7 @@ pub fn up(flag: Option<&Path>) -> Result<i32, Failure> {
     let status = call_ok(&socket, &Request::PoolStatus { pools: vec![POOL.into()], verbose: false })?;
     let pools: Vec<tarn_daemon::proto::PoolStatusData> =
         serde_json::from_value(status.data.unwrap_or_default()).map_err(|e| e.to_string())?;
-    print!("{}", crate::output::status_text(&pools, false));
+    print!("{}", crate::status::status_text(&pools, false, crate::clock::Zone::Local));
     let mountpoint = call_ok(
         &socket,
         &Request::Props { datasets: vec![DATASET.into()], recursive: false, props: vec!["mountpoint".into()], parsable: true },

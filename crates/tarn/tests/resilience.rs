@@ -55,7 +55,8 @@ fn write_tree(root: &Path, dir: &str, rng: &mut ChaCha8Rng, count: usize, max: u
     std::fs::create_dir_all(root.join(dir)).unwrap();
     let mut out = BTreeMap::new();
     for i in 0..count {
-        let data = random_bytes(rng, rng.gen_range(1..=max));
+        let len = rng.gen_range(1..=max);
+        let data = random_bytes(rng, len);
         let rel = PathBuf::from(dir).join(format!("f{i:03}"));
         write_file(&root.join(&rel), &data);
         out.insert(rel, hash_file(&root.join(dir).join(format!("f{i:03}"))));
@@ -177,7 +178,8 @@ fn vanished_device_alerts_then_replace() {
             let mut i = 0;
             std::fs::create_dir_all(root.join("during")).unwrap();
             while !stop.load(Ordering::Relaxed) || i < 20 {
-                let data = random_bytes(&mut wrng, wrng.gen_range(1..=300_000));
+                let len = wrng.gen_range(1..=300_000);
+                let data = random_bytes(&mut wrng, len);
                 let rel = PathBuf::from("during").join(format!("w{i:04}"));
                 // Any error here fails the test: clients must see none.
                 write_file(&root.join(&rel), &data);
