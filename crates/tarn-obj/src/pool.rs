@@ -587,6 +587,15 @@ impl ObjPool {
         if !s.readonly && s.suspended.lock().is_none() {
             crate::vdevs::write_labels(s, Some(PoolState::Exported))?;
         }
+        // Let go of the devices now, not when the last handle of this pool
+        // (a lingering mount, a prefetch job) goes away: an import of the
+        // same devices may follow at once.
+        for leaf in s.io.tops().iter().flat_map(|t| t.leaves()) {
+            leaf.close();
+        }
+        for leaf in s.spares.lock().iter() {
+            leaf.close();
+        }
         Ok(())
     }
 

@@ -231,6 +231,12 @@ impl LeafVdev {
         *self.reason.lock() = None;
     }
 
+    /// Lets go of the device (export): its lock is released even while
+    /// other holders of the pool linger.
+    pub fn close(&self) {
+        *self.device.write() = None;
+    }
+
     pub fn state(&self) -> DevState {
         if self.device.read().is_none() {
             return DevState::Unavail;

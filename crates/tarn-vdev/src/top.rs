@@ -711,13 +711,16 @@ impl TopVdev {
                 }
             }
             let recovered = self.recover(&map, &cols, psize, verify)?;
-            let Some((_, shards, _)) = recovered else {
+            let Some((data, _, _)) = recovered else {
                 // Stale leaves (by DTL) are the last resort.
                 let r = self.raidz_read(offset, psize, birth, verify)?;
                 out.read_bytes += r.read_bytes;
                 out.repaired_bytes += r.repaired_bytes;
                 return self.raidz_fill_stale(&map, &self.encode(&map, &r.data)?, birth, out);
             };
+            // What every column should hold, from the verified data: the
+            // reconstruction's own shards keep damaged columns it did not need.
+            let shards = self.encode(&map, &data)?;
             // Compare every copy with what it should hold.
             for ((c, leaf), copy) in jobs.iter().zip(copies) {
                 let expected = Self::column_bytes(&map, &shards, *c);

@@ -436,3 +436,28 @@ fn concurrent_io_from_the_global_pool() {
         });
     }
 }
+
+/// A block whose data fails verification is rebuilt from some of its parity
+/// columns; damaged columns the rebuild did not need must still be found
+/// and rewritten by the scrub, so that a second scrub finds nothing.
+#[test]
+fn scrub_rewrites_every_bad_column_not_only_the_rebuilt_ones() {
+    let (mut rng, _guard) = common::rng();
+    for (parity, n) in [(2u8, 5usize), (3, 6)] {
+        let kind = TopKind::Raidz { parity };
+        let mut rig = rig(kind.clone(), n, 9);
+        fill(&mut rig, &mut rng, 16);
+        let name = kind_name(&kind, n);
+        for block in rig.blocks.iter().filter(|b| b.children.len() > b.parity) {
+            // One data column and every parity column but one, all bad.
+            let mut bad = vec![block.children[block.parity]];
+            bad.extend(block.children[1..block.parity].iter().copied());
+            for &c in &bad {
+                damage(&rig, block, c, Damage::BitFlips, rng.next_u64());
+            }
+            let first = scrub_ok(&rig.top, block, &name);
+            assert!(first > 0, "{name}: nothing repaired");
+            assert_eq!(scrub_ok(&rig.top, block, &name), 0, "{name}: bad columns {bad:?} left behind");
+        }
+    }
+}

@@ -225,14 +225,18 @@ fn vanished_device_alerts_then_replace() {
     assert!(num(&s, &["resilvered"]) > 0, "{s:#}");
     verify(&root, &before, "after replace");
     verify(&root, &during, "after replace");
+    // The finished resilver is mailed too.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !sinks::mails(&mail_dir).iter().any(|m| m.contains("resilver")) {
+        assert!(std::time::Instant::now() < deadline, "no mail for the finished resilver:\n{}", harness.daemon_log());
+        std::thread::sleep(Duration::from_millis(250));
+    }
     // And from disk, not from caches: export, import, read again.
     harness.export("tank");
     drop(bind);
     let root = harness.import("tank", &harness.dir.join("vdevs"));
     verify(&root, &before, "after re-import");
     verify(&root, &during, "after re-import");
-    let resilver_mail = sinks::mails(&mail_dir).iter().any(|m| m.contains("resilver"));
-    assert!(resilver_mail, "no mail for the finished resilver");
     drop((smtp, webhook));
 }
 
