@@ -624,7 +624,9 @@ impl Daemon {
                         .with_state(leaf.state.word()),
                 );
             }
-            if !leaf.state.usable() && leaf.state != DevState::Offline && before != Some(leaf.state) {
+            // Every pass, not only at the change: a spare may be added, or
+            // a new device appear at the path (autoreplace), later.
+            if !leaf.state.usable() && leaf.state != DevState::Offline && leaf.role == LeafRole::Primary {
                 failed_leaves.push((*leaf).clone());
             }
             w.leaves.insert(leaf.guid, (leaf.path.clone(), leaf.state));

@@ -143,7 +143,7 @@ fn scrub_repairs_every_layout() {
 fn alert_config(smtp_port: u16, webhook_port: u16) -> impl Fn(&Path) -> String {
     move |_dir: &Path| {
         format!(
-            "[alerts]\nemail_to = [\"admin@example.org\"]\nemail_from = \"tarn@nas.local\"\nsmtp_server = \"127.0.0.1:{smtp_port}\"\nsmtp_starttls = false\nwebhook_url = \"http://127.0.0.1:{webhook_port}/hook\"\ncapacity_warn_percent = 80\n"
+            "[alerts]\nemail_to = [\"admin@example.org\"]\nemail_from = \"tarn@nas.local\"\nsmtp_server = \"127.0.0.1:{smtp_port}\"\nsmtp_starttls = false\nwebhook_url = \"http://127.0.0.1:{webhook_port}/hook\"\ncapacity_warn_percent = 1\n"
         )
     }
 }
@@ -167,6 +167,9 @@ fn vanished_device_alerts_then_replace() {
     spec.extend(devices.iter().map(|p| path_str(p)));
     let root = harness.create_pool("tank", &spec);
     let before = write_tree(&root, "before", &mut rng, 12, 600_000);
+    // `alert test` goes through every channel.
+    let out = harness.tarn_ok(&["alert", "test", "tank"]);
+    assert!(out.contains("email: ok") && out.contains("webhook: ok"), "{out}");
 
     // A seeded workload writing (and fsyncing) while the device is pulled.
     let stop = Arc::new(AtomicBool::new(false));
@@ -212,6 +215,13 @@ fn vanished_device_alerts_then_replace() {
         assert!(std::time::Instant::now() < deadline, "no alert in 60 s: mails {mails:#?} hooks {hooks:#?}\n{}", harness.daemon_log());
         std::thread::sleep(Duration::from_millis(250));
     }
+    // Past 1% full (the configured threshold): one capacity warning.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !sinks::lines(&hook_log).iter().any(|h| h.contains("\"class\":\"capacity\"")) {
+        assert!(std::time::Instant::now() < deadline, "no capacity alert:\n{:#?}", sinks::lines(&hook_log));
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    assert_eq!(sinks::lines(&hook_log).iter().filter(|h| h.contains("\"class\":\"capacity\"")).count(), 1);
     // Replace the pulled device with a new file; resilver; ONLINE.
     let new = harness.dir.join("vdevs").join("d9");
     std::fs::File::create(&new).unwrap().set_len(128 << 20).unwrap();
@@ -231,6 +241,13 @@ fn vanished_device_alerts_then_replace() {
         assert!(std::time::Instant::now() < deadline, "no mail for the finished resilver:\n{}", harness.daemon_log());
         std::thread::sleep(Duration::from_millis(250));
     }
+    // The event log tells the story.
+    let events: serde_json::Value = serde_json::from_str(&harness.tarn_ok(&["pool", "events", "-j", "tank"])).unwrap();
+    let text = events.to_string();
+    for class in ["statechange", "pool_degraded", "resilver_finish", "capacity"] {
+        assert!(text.contains(&format!("\"class\":\"{class}\"")), "no {class} event: {events:#}");
+    }
+    assert!(text.contains("REMOVED"), "{events:#}");
     // And from disk, not from caches: export, import, read again.
     harness.export("tank");
     drop(bind);
@@ -338,6 +355,63 @@ fn spare_takes_over_and_scans_resume_after_export() {
     let root = harness.import("tank", &alone);
     verify(&root, &files, "spare alone");
     drop(bind);
+}
+
+#[test]
+fn autoreplace_and_damaged_files_named() {
+    let seeded = Seeded::from_env("autoreplace_and_damaged_files_named", 1);
+    let mut rng = seeded.rng(7);
+    let harness = Harness::start();
+    let devices = harness.vdev_files("vdevs", 1, 128 << 20);
+    let mut bind = BindFs::start(&harness.dir.join("under"), &harness.dir.join("bay"));
+    let slot = bind.mnt.join("d1");
+    std::fs::File::create(bind.src.join("d1")).unwrap().set_len(128 << 20).unwrap();
+    let root = harness.create_pool("tank", &["mirror".to_string(), path_str(&devices[0]), path_str(&slot)]);
+    harness.tarn_ok(&["pool", "set", "autoreplace=on", "tank"]);
+    let files = write_tree(&root, "t", &mut rng, 10, 500_000);
+    // The disk in bay d1 dies and a blank one is put in its place.
+    bind.pull();
+    harness.wait_status("tank", Duration::from_secs(60), "d1 REMOVED", |s| leaf_state(s, &slot).as_deref() == Some("REMOVED"));
+    std::fs::remove_file(bind.src.join("d1")).unwrap();
+    std::fs::File::create(bind.src.join("d1")).unwrap().set_len(128 << 20).unwrap();
+    bind.restart();
+    let status = harness.wait_status("tank", Duration::from_secs(60), "autoreplaced and resilvered", |s| {
+        s["state"] == "ONLINE" && scan_done(s, "resilver")
+    });
+    assert_eq!(leaf_state(&status, &slot).as_deref(), Some("ONLINE"));
+    let events = harness.tarn_ok(&["pool", "events", "tank"]);
+    assert!(events.contains("autoreplace"), "{events}");
+    verify(&root, &files, "after autoreplace");
+    harness.export("tank");
+    drop(bind);
+
+    // A single disk has no redundancy: damage is found, not repaired, and
+    // `status -v` names the file.
+    let single = harness.vdev_files("single", 1, 128 << 20);
+    let root = harness.create_pool("one", &[path_str(&single[0])]);
+    let victim = random_bytes(&mut rng, 4 << 20);
+    write_file(&root.join("victim"), &victim);
+    harness.export("one");
+    // Overwrite the device pages that hold the file's second MiB (random
+    // data is stored as is), and nothing else: metadata stays readable.
+    let dev = common::open_rw(&single[0]);
+    let needle = &victim[1 << 20..(1 << 20) + 4096];
+    let hit = common::written_pages(&single[0])
+        .into_iter()
+        .find(|&page| {
+            let mut buf = vec![0u8; 4096];
+            dev.read_exact_at(&mut buf, page).unwrap();
+            buf == needle
+        })
+        .expect("the file's data on the device");
+    dev.write_all_at(&random_bytes(&mut rng, 64 << 10), hit).unwrap();
+    dev.sync_all().unwrap();
+    let root = harness.import("one", &harness.dir.join("single"));
+    harness.tarn_ok(&["pool", "scrub", "-w", "one"]);
+    let status = harness.pool_json("one");
+    assert!(num(&scan(&status), &["errors"]) > 0, "{status:#}");
+    let text = harness.tarn_ok(&["pool", "status", "-v", "one"]);
+    assert!(text.contains(&path_str(&root.join("victim"))), "{text}");
 }
 
 #[test]
