@@ -8,10 +8,10 @@
 # --workdir; --data of incompressible files written through the mount
 # (fio, 1 MiB sequential writes, 8 files), then export/import and dropped
 # page caches, then one timed scrub:
-#   raw       the reference: the four vdev files read at the same time
-#             (one `dd bs=1M` each, page cache dropped) — the aggregate
-#             sequential read bandwidth of the devices for the bytes a scrub
-#             has to read (what is allocated on them)
+#   raw       the reference: four plain files holding as many bytes as
+#             tarn's four devices have allocated, read at the same time (one
+#             `dd bs=1M` each, page cache dropped) — the aggregate sequential
+#             read bandwidth of the disk for what a scrub has to read
 #   zfs-fuse  `zpool scrub` of the same layout and data, time until
 #             `zpool status` says it is done
 #   tarn      `tarn pool scrub -w`, bytes read as `pool status -j` reports
@@ -66,10 +66,11 @@ wait_mount() { for _ in $(seq 100); do mountpoint -q "$1" && return 0; sleep 0.1
 rm -rf "$workdir/tarn" "$workdir/tarn-state"; mkdir -p "$workdir/tarn" "$workdir/tarn-state"
 for i in 1 2 3 4; do truncate -s "$vdev_size" "$workdir/tarn/d$i"; done
 [ -x "$tarn_bin" ] || cargo build -j2 --release -p tarn
+rm -f "$workdir/tarn.sock"
 "$tarn_bin" daemon --state-dir "$workdir/tarn-state" --socket "$workdir/tarn.sock" >"$workdir/tarn-daemon.log" 2>&1 &
 tarn_pid=$!
 trap tarn_stop EXIT
-for _ in $(seq 100); do [ -S "$workdir/tarn.sock" ] && break; sleep 0.1; done
+for _ in $(seq 100); do tarn pool list >/dev/null 2>&1 && break; sleep 0.1; done
 tarn pool create -m "$workdir/mnt-tarn" -O compression=off tbscrub raidz1 "$workdir"/tarn/d{1,2,3,4}
 wait_mount "$workdir/mnt-tarn"
 fill "$workdir/mnt-tarn"
@@ -83,16 +84,21 @@ tarn pool export tbscrub
 kill "$tarn_pid"; wait "$tarn_pid" 2>/dev/null || true; tarn_pid=""
 trap - EXIT
 
-# ---- raw: the same four files, read all at once
+# ---- raw: four plain files holding as many bytes as tarn's devices hold,
+# read all at once (the devices' aggregate sequential read bandwidth)
 if has raw; then
     bytes=$(allocated_on_devices "$workdir"/tarn/d{1,2,3,4})
+    per=$(( bytes / 4 / 1048576 ))
+    mkdir -p "$workdir/raw"
+    fio --name=rawfill --directory="$workdir/raw" --rw=write --bs=1M --size="${per}M" --numjobs=4 \
+        --refill_buffers --end_fsync=1 --output=/dev/null
     drop_caches
     t0=$(now)
-    for i in 1 2 3 4; do dd if="$workdir/tarn/d$i" of=/dev/null bs=1M iflag=fullblock status=none & done
+    for f in "$workdir"/raw/rawfill.*; do dd if="$f" of=/dev/null bs=1M status=none & done
     wait
     t1=$(now)
-    # dd reads the holes too (as zeros, from no disk): count what is allocated.
-    echo -e "raw\t$bytes\t$(echo "$t1 - $t0" | bc)" >> "$results"
+    echo -e "raw\t$(( per * 4 * 1048576 ))\t$(echo "$t1 - $t0" | bc)" >> "$results"
+    rm -rf "$workdir/raw"
 fi
 rm -rf "$workdir/tarn" "$workdir/tarn-state"
 

@@ -13,7 +13,10 @@ use crate::{CheckReport, ObjError, Result};
 
 struct Walker<'a> {
     s: &'a Shared,
-    refs: Vec<Extent>,
+    /// Every copy of every block reached, with the block's birth txg: a
+    /// block shared by a snapshot and its head is reached twice and counted
+    /// once.
+    refs: Vec<(Extent, u64)>,
     report: CheckReport,
 }
 
@@ -21,8 +24,7 @@ impl Walker<'_> {
     fn note(&mut self, bp: &BlockPtr) {
         self.report.blocks += 1;
         for d in bp.dvas() {
-            self.refs.push(Extent { vdev: d.vdev, offset: d.offset, len: d.asize as u64 });
-            self.report.allocated_bytes += d.asize as u64;
+            self.refs.push((Extent { vdev: d.vdev, offset: d.offset, len: d.asize as u64 }, bp.birth));
         }
     }
 
@@ -139,7 +141,11 @@ pub(crate) fn check(s: &Shared) -> CheckReport {
     for e in a.allocated_extents() {
         allocated.insert((e.vdev, e.offset), e.len);
     }
-    let mut referenced = w.refs.clone();
+    let mut unique = std::mem::take(&mut w.refs);
+    unique.sort();
+    unique.dedup();
+    w.report.allocated_bytes = unique.iter().map(|(e, _)| e.len).sum();
+    let mut referenced: Vec<Extent> = unique.into_iter().map(|(e, _)| e).collect();
     for es in a.deferred.values() {
         referenced.extend(es.iter().copied());
     }

@@ -20,7 +20,8 @@
 //! ObjsetPhys (1024 bytes, stored as one block): magic `b"TARNOBJS"`,
 //! version u32, kind u32 (0 MOS, 1 dataset), the meta-dnode (512 bytes)
 //! whose data blocks (16 KiB) are arrays of 32 DnodePhys, then next_object,
-//! used_bytes, logical_bytes, object_count, next_objset (u64 each), zero pad.
+//! used_bytes, logical_bytes, object_count, next_objset, prev_snap_txg,
+//! deadlist (u64 each), zero pad.
 //!
 //! Uberblock payload: version u32, 4 reserved, MOS root block pointer (128),
 //! space map log head block pointer (128), space map chain records u64.
@@ -152,6 +153,11 @@ pub struct ObjsetPhys {
     pub logical_bytes: u64,
     pub object_count: u64,
     pub next_objset: u64,
+    /// Txg of the newest snapshot of this object set (0: none): blocks born
+    /// at or before it are shared with that snapshot.
+    pub prev_snap_txg: u64,
+    /// MOS object of the dead list (0: none yet).
+    pub deadlist: u64,
 }
 
 impl ObjsetPhys {
@@ -160,7 +166,17 @@ impl ObjsetPhys {
         meta.flags = DN_IN_USE;
         meta.otype = OT_META_DNODE;
         meta.block_size = META_BLOCK_SIZE;
-        ObjsetPhys { kind, meta, next_object: 16, used_bytes: 0, logical_bytes: 0, object_count: 0, next_objset: 1 }
+        ObjsetPhys {
+            kind,
+            meta,
+            next_object: 16,
+            used_bytes: 0,
+            logical_bytes: 0,
+            object_count: 0,
+            next_objset: 1,
+            prev_snap_txg: 0,
+            deadlist: 0,
+        }
     }
 
     pub fn encode(&self) -> Vec<u8> {
@@ -170,7 +186,16 @@ impl ObjsetPhys {
         b[12..16].copy_from_slice(&self.kind.to_le_bytes());
         self.meta.encode(&mut b[16..16 + DNODE_SIZE]);
         let o = 16 + DNODE_SIZE;
-        for (i, v) in [self.next_object, self.used_bytes, self.logical_bytes, self.object_count, self.next_objset].iter().enumerate() {
+        let words = [
+            self.next_object,
+            self.used_bytes,
+            self.logical_bytes,
+            self.object_count,
+            self.next_objset,
+            self.prev_snap_txg,
+            self.deadlist,
+        ];
+        for (i, v) in words.iter().enumerate() {
             b[o + i * 8..o + i * 8 + 8].copy_from_slice(&v.to_le_bytes());
         }
         b
@@ -195,6 +220,8 @@ impl ObjsetPhys {
             logical_bytes: u(2),
             object_count: u(3),
             next_objset: u(4),
+            prev_snap_txg: u(5),
+            deadlist: u(6),
         })
     }
 }

@@ -97,6 +97,7 @@ mod objset;
 mod par;
 mod pool;
 pub mod scan;
+mod snap;
 mod tree;
 mod vdevs;
 

@@ -69,6 +69,8 @@ pub(crate) struct Shared {
     pub next_objset: AtomicU64,
     pub created_objsets: Mutex<BTreeMap<Txg, Vec<ObjsetId>>>,
     pub destroyed_objsets: Mutex<BTreeMap<Txg, Vec<(ObjsetId, Arc<ObjsetInner>)>>>,
+    /// Snapshot operations to apply at the end of each txg (see snap.rs).
+    pub snap_ops: Mutex<BTreeMap<Txg, Vec<crate::snap::SnapOp>>>,
     pub last_error: Mutex<Option<String>>,
     /// Set when a txg could not be written: the pool stops syncing and
     /// refuses changes; what is on disk stays as of the last synced txg.
@@ -170,7 +172,7 @@ impl Shared {
         self.cv_sync.notify_all();
     }
 
-    fn meta_spec(&self, copies: u8) -> WriteSpec {
+    pub(crate) fn meta_spec(&self, copies: u8) -> WriteSpec {
         WriteSpec { compression: Compression::Lz4, checksum: ChecksumKind::Fletcher4, copies: (copies + 1).min(3), level: 0, otype: 0 }
     }
 }
@@ -306,6 +308,7 @@ impl ObjPool {
             next_objset: AtomicU64::new(next_objset),
             created_objsets: Mutex::new(BTreeMap::new()),
             destroyed_objsets: Mutex::new(BTreeMap::new()),
+            snap_ops: Mutex::new(BTreeMap::new()),
             last_error: Mutex::new(None),
             suspended: Mutex::new(None),
             prefetch_queue: Mutex::new(None),
@@ -785,11 +788,11 @@ pub(crate) fn sync_once(s: &Arc<Shared>) -> Result<Txg> {
     sync_txg(s, txg)
 }
 
-struct ObjsetSync {
-    inner: Arc<ObjsetInner>,
-    items: Vec<SyncItem>,
-    new_phys: ObjsetPhys,
-    root_bp: BlockPtr,
+pub(crate) struct ObjsetSync {
+    pub inner: Arc<ObjsetInner>,
+    pub items: Vec<SyncItem>,
+    pub new_phys: ObjsetPhys,
+    pub root_bp: BlockPtr,
 }
 
 fn sync_txg(s: &Arc<Shared>, txg: Txg) -> Result<Txg> {
@@ -816,7 +819,7 @@ fn sync_txg(s: &Arc<Shared>, txg: Txg) -> Result<Txg> {
         let keys: Vec<Txg> = c.range(..=txg).map(|(&t, _)| t).collect();
         keys.into_iter().flat_map(|k| c.remove(&k).unwrap_or_default()).collect()
     };
-    let mut ctx = TreeCtx { io: &s.io, txg, meta_spec: s.meta_spec(1), used_delta: 0, logical_delta: 0 };
+    let mut ctx = TreeCtx::new(&s.io, txg, s.meta_spec(1), 0);
     // Destroyed object sets: free their whole trees.
     let mos_handle = ObjectSet { shared: s.clone(), inner: s.mos.clone() };
     for (id, inner) in &destroyed {
@@ -850,6 +853,13 @@ fn sync_txg(s: &Arc<Shared>, txg: Txg) -> Result<Txg> {
         mos_write_in_txg(&mos, txg, id.0 * tarn_block::BP_SIZE as u64, &r.root_bp.encode())?;
         synced.push(r);
     }
+    // Snapshots, snapshot destroys and rollbacks asked for in this txg.
+    let ops: Vec<crate::snap::SnapOp> = {
+        let mut o = s.snap_ops.lock();
+        let keys: Vec<Txg> = o.range(..=txg).map(|(&t, _)| t).collect();
+        keys.into_iter().flat_map(|k| o.remove(&k).unwrap_or_default()).collect()
+    };
+    let evict = crate::snap::apply(s, txg, ops, &mut synced)?;
     // Now the MOS (it may have gained dirty records just above).
     let mos_sync = sync_objset(s, &s.mos, txg)?;
     // Space map log.
@@ -891,6 +901,9 @@ fn sync_txg(s: &Arc<Shared>, txg: Txg) -> Result<Txg> {
     *s.root.lock() = RootState { spacemap_head: sm_head, spacemap_records: sm_records, spacemap_blocks: sm_blocks };
     for r in synced.into_iter().chain(std::iter::once(mos_sync)) {
         publish(s, r, txg);
+    }
+    for id in evict {
+        s.objsets.lock().remove(&id);
     }
     {
         let _no_readers = s.reader_gate.write();
@@ -938,7 +951,7 @@ fn free_objset_tree(ctx: &mut TreeCtx, phys: &ObjsetPhys) -> Result<()> {
     Ok(())
 }
 
-fn sync_objset(s: &Shared, inner: &Arc<ObjsetInner>, txg: Txg) -> Result<ObjsetSync> {
+fn sync_objset(s: &Arc<Shared>, inner: &Arc<ObjsetInner>, txg: Txg) -> Result<ObjsetSync> {
     let props = *inner.props.lock();
     let dnodes: Vec<Arc<crate::objset::Dnode>> = {
         let mut d = inner.dirty.lock();
@@ -1011,7 +1024,8 @@ fn sync_objset(s: &Shared, inner: &Arc<ObjsetInner>, txg: Txg) -> Result<ObjsetS
         items[i].written.insert(b, bp);
     }
     // Trees, bottom-up; then the new dnodes into the meta-object.
-    let mut ctx = TreeCtx { io: &s.io, txg, meta_spec: s.meta_spec(props.copies), used_delta: 0, logical_delta: 0 };
+    let prev_snap_txg = inner.committed.lock().prev_snap_txg;
+    let mut ctx = TreeCtx::new(&s.io, txg, s.meta_spec(props.copies), prev_snap_txg);
     let mut new_dnodes: BTreeMap<u64, DnodePhys> = BTreeMap::new();
     let mut object_delta: i64 = 0;
     for it in &mut items {
@@ -1084,9 +1098,21 @@ fn sync_objset(s: &Shared, inner: &Arc<ObjsetInner>, txg: Txg) -> Result<ObjsetS
     if is_mos {
         committed.next_objset = committed.next_objset.max(s.next_objset.load(Ordering::Relaxed));
     }
-    // The old root block goes in this txg; the new one is written last.
+    // The old root block goes in this txg; the new one is written last. A
+    // root is never shared (a snapshot keeps the root it was taken from and
+    // gives the head a new one), and roots are not counted in used_bytes.
     let old_root = *inner.root_bp.lock();
-    ctx.free(&old_root);
+    if !old_root.is_hole() {
+        s.io.free(&old_root, txg);
+    }
+    // Blocks still held by the newest snapshot: onto the dead list.
+    let dead = std::mem::take(&mut ctx.dead);
+    if !dead.is_empty() {
+        if committed.deadlist == 0 {
+            return Err(ObjError::Corrupt(format!("object set {} has a snapshot but no dead list", inner.id.0)));
+        }
+        crate::snap::deadlist_append(s, txg, committed.deadlist, &dead)?;
+    }
     committed.used_bytes = (committed.used_bytes as i64 + used_delta + ctx.used_delta).max(0) as u64;
     committed.logical_bytes = (committed.logical_bytes as i64 + logical_delta + ctx.logical_delta).max(0) as u64;
     committed.object_count = (committed.object_count as i64 + object_delta).max(0) as u64;

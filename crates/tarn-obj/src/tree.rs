@@ -72,16 +72,28 @@ pub struct TreeCtx<'a> {
     pub used_delta: i64,
     /// Logical bytes of level-0 blocks freed (-) by this update.
     pub logical_delta: i64,
+    /// Blocks born at or before this txg belong to a snapshot too: they go
+    /// to `dead` (the object set's dead list) instead of being freed.
+    pub prev_snap_txg: u64,
+    pub dead: Vec<BlockPtr>,
 }
 
-impl TreeCtx<'_> {
+impl<'a> TreeCtx<'a> {
+    pub fn new(io: &'a BlockIo, txg: u64, meta_spec: WriteSpec, prev_snap_txg: u64) -> TreeCtx<'a> {
+        TreeCtx { io, txg, meta_spec, used_delta: 0, logical_delta: 0, prev_snap_txg, dead: Vec::new() }
+    }
+
     pub fn free(&mut self, bp: &BlockPtr) {
         if !bp.is_hole() {
             self.used_delta -= bp.asize() as i64;
             if bp.level == 0 {
                 self.logical_delta -= bp.lsize as i64;
             }
-            self.io.free(bp, self.txg);
+            if bp.birth <= self.prev_snap_txg {
+                self.dead.push(*bp);
+            } else {
+                self.io.free(bp, self.txg);
+            }
         }
     }
 
