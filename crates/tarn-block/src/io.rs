@@ -278,8 +278,12 @@ impl BlockIo {
             return Ok(total);
         }
         if failed.len() < bp.dvas().len() {
-            // Another copy is good: rewrite the failed ones from it.
-            if let Ok(phys) = self.read_phys(bp) {
+            // Another copy is good: rewrite the failed ones from it (if no
+            // copy reads back, read_phys has counted the data error).
+            let Ok(phys) = self.read_phys(bp) else {
+                return Err(BlockError::Corrupt { where_: format!("{:?}", bp.dva[0]), what: errors.join("; ") });
+            };
+            {
                 for d in &failed {
                     if let Some(t) = tops.get(d.vdev as usize) {
                         if t.write(d.offset, &phys, bp.birth).is_ok() {
@@ -309,10 +313,12 @@ impl BlockIo {
         }
     }
 
-    pub fn flush(&self) -> Result<(), BlockError> {
+    /// Flushes every vdev; `txg` is the txg whose writes the flush makes
+    /// durable (a leaf that fails it records that txg in its DTL).
+    pub fn flush(&self, txg: u64) -> Result<(), BlockError> {
         let mut failures = Vec::new();
         for t in self.tops().iter() {
-            if let Err(e) = t.flush() {
+            if let Err(e) = t.flush(txg) {
                 failures.push(e.to_string());
             }
         }

@@ -486,12 +486,7 @@ impl Daemon {
                 return Err(f(format!("no such device in pool: {dev}")));
             }
         }
-        obj.clear(&|leaf: &LeafStatus| {
-            if device.is_some_and(|d| d != leaf.path) {
-                return None;
-            }
-            reopen_leaf(leaf)
-        })
+        obj.clear(device, &|leaf: &LeafStatus| reopen_leaf(leaf))
         .map_err(|e| f(e.to_string()))?;
         Ok(Response::text(""))
     }

@@ -22,6 +22,7 @@
 pub mod pool;
 pub mod props;
 pub mod size;
+pub mod snapshots;
 pub mod time;
 
 pub use pool::{validate_dataset_name, DatasetRecord, Pool, PropValue};
@@ -41,6 +42,10 @@ pub enum DsError {
     NoParent(String),
     #[error("cannot destroy '{0}': filesystem has children (use -r to destroy them too)")]
     HasChildren(String),
+    #[error("cannot destroy '{0}': filesystem has snapshots (use -r to destroy them too)")]
+    HasSnapshots(String),
+    #[error("{0}")]
+    Snapshot(String),
     #[error("cannot destroy '{0}': it is the pool's root dataset (use 'tarn pool destroy')")]
     IsPoolRoot(String),
     #[error("invalid dataset name '{name}': {why}")]

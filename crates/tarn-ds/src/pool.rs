@@ -46,6 +46,10 @@ pub struct DatasetRecord {
     pub createtxg: u64,
     /// Locally set properties, normalized (see `props`).
     pub props: BTreeMap<String, String>,
+    /// Snapshots only: user holds (`tarn hold TAG`); a held snapshot
+    /// cannot be destroyed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub holds: Vec<String>,
 }
 
 /// An effective property value, ready to print.
@@ -60,9 +64,11 @@ pub struct PropValue {
     pub source_data: String,
 }
 
-struct State {
-    datasets: BTreeMap<String, DatasetRecord>,
-    objsets: HashMap<String, ObjectSet>,
+pub(crate) struct State {
+    pub(crate) datasets: BTreeMap<String, DatasetRecord>,
+    /// Snapshots by full name (`pool/fs@name`), kept in the same ZAP.
+    pub(crate) snapshots: BTreeMap<String, DatasetRecord>,
+    pub(crate) objsets: HashMap<String, ObjectSet>,
     pool_props: BTreeMap<String, String>,
 }
 
@@ -71,18 +77,18 @@ struct State {
 pub type InitObjset<'a> = &'a dyn Fn(&ObjectSet, &Tx) -> std::result::Result<(), String>;
 
 pub struct Pool {
-    obj: Arc<ObjPool>,
-    datasets_zap: ObjectId,
+    pub(crate) obj: Arc<ObjPool>,
+    pub(crate) datasets_zap: ObjectId,
     props_zap: ObjectId,
-    change: Mutex<()>,
-    state: RwLock<State>,
+    pub(crate) change: Mutex<()>,
+    pub(crate) state: RwLock<State>,
 }
 
-fn now_unix() -> u64 {
+pub(crate) fn now_unix() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
-fn new_guid() -> u64 {
+pub(crate) fn new_guid() -> u64 {
     loop {
         let guid: u64 = rand::random();
         if guid != 0 {
@@ -149,7 +155,8 @@ impl Pool {
         let objset = obj.create_objset(&tx)?;
         let os = obj.open_objset(objset)?;
         init(&os, &tx).map_err(DsError::Init)?;
-        let record = DatasetRecord { objset: objset.0, guid: new_guid(), creation: now_unix(), createtxg: tx.txg(), props: local };
+        let record =
+            DatasetRecord { objset: objset.0, guid: new_guid(), creation: now_unix(), createtxg: tx.txg(), props: local, holds: vec![] };
         let encoded = serde_json::to_vec(&record).map_err(|e| DsError::Corrupt(e.to_string()))?;
         Zap::insert(&mos, &tx, datasets_zap, name.as_bytes(), &encoded)?;
         drop(tx);
@@ -161,6 +168,7 @@ impl Pool {
             change: Mutex::new(()),
             state: RwLock::new(State {
                 datasets: BTreeMap::from([(name.clone(), record)]),
+                snapshots: BTreeMap::new(),
                 objsets: HashMap::from([(name.clone(), os)]),
                 pool_props: BTreeMap::new(),
             }),
@@ -211,6 +219,9 @@ impl Pool {
             pool_props.insert(String::from_utf8_lossy(key).into_owned(), String::from_utf8_lossy(value).into_owned());
             true
         })?;
+        let snapshots: BTreeMap<String, DatasetRecord> =
+            datasets.iter().filter(|(n, _)| n.contains('@')).map(|(n, r)| (n.clone(), r.clone())).collect();
+        datasets.retain(|n, _| !n.contains('@'));
         let mut objsets = HashMap::new();
         for (name, record) in &datasets {
             objsets.insert(name.clone(), obj.open_objset(ObjsetId(record.objset))?);
@@ -220,7 +231,7 @@ impl Pool {
             datasets_zap,
             props_zap,
             change: Mutex::new(()),
-            state: RwLock::new(State { datasets, objsets, pool_props }),
+            state: RwLock::new(State { datasets, snapshots, objsets, pool_props }),
         };
         let names: Vec<String> = pool.state.read().datasets.keys().cloned().collect();
         for name in names {
@@ -285,6 +296,10 @@ impl Pool {
         Ok(settings)
     }
 
+    pub(crate) fn reapply_write_props(&self, name: &str) -> Result<()> {
+        self.apply_write_props(name)
+    }
+
     fn apply_write_props(&self, name: &str) -> Result<()> {
         let settings = self.settings(name)?;
         self.objset(name)?.set_write_props(write_props_of(&settings));
@@ -346,6 +361,7 @@ impl Pool {
                 creation: now_unix(),
                 createtxg: tx.txg(),
                 props: if dataset == name { local.clone() } else { BTreeMap::new() },
+                holds: vec![],
             };
             self.store_record(&tx, dataset, &record)?;
             let mut state = self.state.write();
@@ -367,6 +383,9 @@ impl Pool {
         if !self.exists(name) {
             return Err(DsError::NotFound(name.to_string()));
         }
+        if !recursive && !self.snapshots(Some(name)).is_empty() {
+            return Err(DsError::HasSnapshots(name.to_string()));
+        }
         if props::parent_name(name).is_none() {
             return Err(DsError::IsPoolRoot(name.to_string()));
         }
@@ -381,8 +400,16 @@ impl Pool {
     /// Destroy a dataset (with `recursive`, its descendants too). The caller
     /// unmounts first. Returns the names destroyed, deepest first.
     pub fn destroy_dataset(&self, name: &str, recursive: bool) -> Result<Vec<String>> {
-        let _change = self.change.lock();
         let plan = self.destroy_plan(name, recursive)?;
+        // Their snapshots first, newest first (each frees what only it held).
+        for dataset in &plan {
+            let mut snaps = self.snapshots(Some(dataset));
+            snaps.reverse();
+            for snap in snaps {
+                self.destroy_snapshot(&snap, true)?;
+            }
+        }
+        let _change = self.change.lock();
         let mos = self.obj.mos();
         let tx = self.obj.begin();
         for dataset in &plan {
@@ -440,7 +467,10 @@ impl Pool {
             .filter(|(n, _)| n.as_str() == name || n.starts_with(&prefix))
             .map(|(_, os)| os.used_bytes())
             .sum();
-        self.obj.deflate(raw)
+        let names: Vec<String> = state.objsets.keys().filter(|n| n.as_str() == name || n.starts_with(&prefix)).cloned().collect();
+        drop(state);
+        let snaps: u64 = names.iter().map(|n| self.snapshot_space_raw(n)).sum();
+        self.obj.deflate(raw + snaps)
     }
 
     fn logical_bytes(&self, name: &str) -> u64 {
@@ -454,7 +484,7 @@ impl Pool {
             .sum()
     }
 
-    fn referenced_bytes(&self, name: &str) -> u64 {
+    pub(crate) fn referenced_bytes(&self, name: &str) -> u64 {
         self.objset(name).map(|os| self.obj.deflate(os.used_bytes())).unwrap_or(0)
     }
 
@@ -477,6 +507,9 @@ impl Pool {
     /// mountpoints.
     pub fn get_property(&self, name: &str, prop: &str, parsable: bool, altroot: Option<&str>) -> Result<PropValue> {
         let def: &PropDef = props::lookup(prop)?;
+        if name.contains('@') {
+            return self.snapshot_property(def, name, parsable);
+        }
         let record = self.record(name)?;
         let number = |bytes: u64| if parsable { bytes.to_string() } else { format_bytes(bytes) };
         let (value, source) = if def.settable {
@@ -507,6 +540,16 @@ impl Pool {
                 "available" => number(self.available_bytes(name)),
                 "referenced" => number(self.referenced_bytes(name)),
                 "logicalused" => number(self.logical_bytes(name)),
+                "usedbysnapshots" => number(self.obj.deflate(self.snapshot_space_raw(name))),
+                "usedbydataset" => number(self.referenced_bytes(name)),
+                "usedbychildren" => number(
+                    self.used_bytes(name)
+                        .saturating_sub(self.referenced_bytes(name))
+                        .saturating_sub(self.obj.deflate(self.snapshot_space_raw(name))),
+                ),
+                "written" => number(self.written_bytes(name)),
+                "createtxg" => record.createtxg.to_string(),
+                "userrefs" => "-".to_string(),
                 "compressratio" => {
                     let ratio = ratio_hundredths(self.logical_bytes(name), self.used_bytes(name));
                     if parsable {

@@ -49,6 +49,12 @@ pub const PROPERTIES: &[PropDef] = &[
     settable("copies", true, "1"),
     settable("readonly", true, "off"),
     readonly("logicalused"),
+    readonly("usedbysnapshots"),
+    readonly("usedbydataset"),
+    readonly("usedbychildren"),
+    readonly("written"),
+    readonly("createtxg"),
+    readonly("userrefs"),
 ];
 
 /// `name` is a property too (for `-o name,...`) but not part of `all`.
@@ -67,6 +73,9 @@ pub fn column_header(prop: &str) -> String {
         "compression" => "COMPRESS".into(),
         "readonly" => "RDONLY".into(),
         "logicalused" => "LUSED".into(),
+        "usedbysnapshots" => "USEDSNAP".into(),
+        "usedbydataset" => "USEDDS".into(),
+        "usedbychildren" => "USEDCHILD".into(),
         other => other.to_ascii_uppercase(),
     }
 }

@@ -92,6 +92,7 @@ impl Tx {
 }
 
 mod check;
+pub mod diff;
 pub mod format;
 mod objset;
 mod par;

@@ -108,6 +108,8 @@ pub(crate) struct ObjsetInner {
     pub dirty: Mutex<BTreeMap<Txg, HashMap<ObjectId, Arc<Dnode>>>>,
     pub object_delta: Mutex<BTreeMap<Txg, i64>>,
     pub destroyed: std::sync::atomic::AtomicBool,
+    /// A snapshot (or another view that must never change).
+    pub readonly: std::sync::atomic::AtomicBool,
     /// Block pointer of the committed ObjsetPhys block.
     pub root_bp: Mutex<BlockPtr>,
 }
@@ -126,6 +128,7 @@ impl ObjsetInner {
             dirty: Mutex::new(BTreeMap::new()),
             object_delta: Mutex::new(BTreeMap::new()),
             destroyed: std::sync::atomic::AtomicBool::new(false),
+            readonly: std::sync::atomic::AtomicBool::new(false),
             root_bp: Mutex::new(root_bp),
         })
     }
@@ -173,6 +176,11 @@ pub struct ObjectSet {
 }
 
 impl ObjectSet {
+    /// Refuses every change from now on (snapshots).
+    pub fn mark_readonly(&self) {
+        self.inner.readonly.store(true, Ordering::Relaxed);
+    }
+
     pub fn id(&self) -> ObjsetId {
         self.inner.id
     }
@@ -193,7 +201,7 @@ impl ObjectSet {
         if let Some(m) = self.shared.suspended.lock().clone() {
             return Err(ObjError::Io(m));
         }
-        if self.shared.readonly || self.inner.destroyed.load(Ordering::Relaxed) {
+        if self.shared.readonly || self.inner.destroyed.load(Ordering::Relaxed) || self.inner.readonly.load(Ordering::Relaxed) {
             return Err(ObjError::ReadOnly);
         }
         if self.shared.shutdown.load(Ordering::Relaxed) {

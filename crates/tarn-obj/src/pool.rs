@@ -457,12 +457,11 @@ impl ObjPool {
             *s.scanner.stats.lock() = Some(st);
             if running {
                 s.scanner.ctl.lock().pause = paused;
-                {
-                    let mut marks = s.scanner.leaf_marks.lock();
-                    for l in s.io.tops().iter().flat_map(|t| t.leaves()) {
-                        marks.insert(l.guid, l.mark());
-                    }
-                }
+                // What leaves went through before the export is not known:
+                // none counts as having stayed in service (leaf_marks stays
+                // empty), so no DTL is forgotten on the strength of this
+                // scan; a fresh resilver follows it.
+                s.scanner.leaf_marks.lock().clear();
                 crate::scan::spawn(s);
                 if paused {
                     s.scanner.ctl.lock().pause = true;
@@ -886,7 +885,7 @@ fn sync_txg(s: &Arc<Shared>, txg: Txg) -> Result<Txg> {
             (head, blocks, total + added)
         }
     };
-    s.io.flush().map_err(block_err)?;
+    s.io.flush(txg).map_err(block_err)?;
     // Leaves that missed writes (or changed state) get it on record in the
     // labels before the txg that depends on it becomes the newest.
     let dtl_changed = s.io.tops().iter().flat_map(|t| t.leaves()).fold(false, |acc, l| l.take_dtl_dirty() | acc);

@@ -148,12 +148,15 @@ struct Entry {
 #[derive(Default)]
 pub(crate) struct ScanQueue {
     map: BTreeMap<(u32, u64), Entry>,
-    /// While a scan runs: blocks freed lately, with their free txg. A walk
-    /// may still find a block freed in a txg that was syncing when it
-    /// started (its tree is published only at the end of that sync); such
-    /// finds are dropped again before the walk step lets go of the gate.
+    /// Blocks freed lately, with their free txg, recorded always (a scan
+    /// may start while a txg that freed blocks is still syncing). A walk may
+    /// still find a block freed in a txg that was syncing when its step
+    /// started (that txg's trees are published only at the end of its
+    /// sync); such finds are dropped again before the step lets go of the
+    /// gate. A step holds the gate, which stops the next txg's sync at its
+    /// release of deferred frees, so frees older than the txg before the
+    /// newest one recorded can no longer matter.
     recent: Vec<((u32, u64), u64, u64)>,
-    active: bool,
 }
 
 impl ScanQueue {
@@ -168,8 +171,8 @@ impl ScanQueue {
 
     /// Called by the block layer for every freed block.
     pub fn freed(&mut self, bp: &BlockPtr, txg: u64) {
-        if !self.active {
-            return;
+        if self.recent.last().is_some_and(|&(_, _, t)| t < txg) {
+            self.recent.retain(|&(_, _, t)| t + 1 >= txg);
         }
         let d = bp.dva[0];
         let key = (d.vdev, d.offset);
@@ -207,8 +210,12 @@ pub(crate) struct Scanner {
     pub cv: Condvar,
     pub queue: Arc<Mutex<ScanQueue>>,
     pub thread: Mutex<Option<std::thread::JoinHandle<()>>>,
-    /// Each leaf's mark when the scan began (see `LeafVdev::mark`).
+    /// Each leaf's mark when the scan began (see `LeafVdev::mark`); a leaf
+    /// missing here (a scan resumed after import) never counts as having
+    /// stayed in service, so its DTL is kept for another resilver.
     pub leaf_marks: Mutex<std::collections::HashMap<u64, u64>>,
+    /// Serializes starting and cancelling scans.
+    pub start_lock: Mutex<()>,
 }
 
 impl Scanner {
@@ -220,6 +227,7 @@ impl Scanner {
             queue: Arc::new(Mutex::new(ScanQueue::default())),
             thread: Mutex::new(None),
             leaf_marks: Mutex::new(std::collections::HashMap::new()),
+            start_lock: Mutex::new(()),
         }
     }
 }
@@ -264,13 +272,32 @@ pub(crate) fn save(s: &Arc<Shared>, stats: &ScanStats) -> Result<()> {
 
 /// Starts a new scan (the caller has checked that none is running).
 pub(crate) fn start(s: &Arc<Shared>, func: ScanFunc) -> Result<()> {
+    let _start = s.scanner.start_lock.lock();
     // The previous scan's thread may still be on its way out (its stats
-    // already say finished): let it end first.
+    // already say finished or canceled): let it end first.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while s.scanner.ctl.lock().running {
+        let scanning = s.scanner.stats.lock().as_ref().is_some_and(|st| st.phase == ScanPhase::Scanning);
+        if scanning || std::time::Instant::now() > deadline {
+            return Err(ObjError::Invalid("a scrub or resilver is already running".into()));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let previous = s.scanner.thread.lock().take();
     if let Some(t) = previous {
         let _ = t.join();
     }
+    // Each leaf's mark, the DTLs to resilver and the newest synced txg are
+    // taken with no txg in flight, so they agree with each other.
+    let sync_guard = s.sync_lock.lock();
     let tops = s.io.tops();
+    {
+        let mut marks = s.scanner.leaf_marks.lock();
+        marks.clear();
+        for l in tops.iter().flat_map(|t| t.leaves()) {
+            marks.insert(l.guid, l.mark());
+        }
+    }
     let mut dtl = Vec::new();
     let mut min_txg = 0;
     if func == ScanFunc::Resilver {
@@ -286,6 +313,8 @@ pub(crate) fn start(s: &Arc<Shared>, func: ScanFunc) -> Result<()> {
         }
         min_txg = all.min().unwrap_or(0);
     }
+    let max_txg = s.synced_txg.load(Ordering::Acquire);
+    drop(sync_guard);
     let space = crate::pool::space(s);
     let stats = ScanStats {
         func,
@@ -294,7 +323,7 @@ pub(crate) fn start(s: &Arc<Shared>, func: ScanFunc) -> Result<()> {
         start_time: now_secs(),
         end_time: 0,
         min_txg,
-        max_txg: s.synced_txg.load(Ordering::Acquire),
+        max_txg,
         to_examine: space.alloc,
         examined: 0,
         issued: 0,
@@ -330,20 +359,8 @@ pub(crate) fn spawn(s: &Arc<Shared>) {
     if let Some(t) = s.scanner.thread.lock().take() {
         let _ = t.join();
     }
-    s.scanner.queue.lock().active = true;
     let weak = Arc::downgrade(s);
-    let handle = std::thread::Builder::new().name("tarn-scan".into()).spawn(move || {
-        run(weak.clone());
-        if let Some(s) = weak.upgrade() {
-            // Unless a new scan thread started meanwhile, stop tracking frees.
-            let ctl = s.scanner.ctl.lock();
-            if !ctl.running {
-                let mut q = s.scanner.queue.lock();
-                q.active = false;
-                q.recent.clear();
-            }
-        }
-    });
+    let handle = std::thread::Builder::new().name("tarn-scan".into()).spawn(move || run(weak));
     match handle {
         Ok(h) => *s.scanner.thread.lock() = Some(h),
         Err(_) => s.scanner.ctl.lock().running = false,
@@ -369,23 +386,38 @@ struct Cursor {
     pool_meta_done: bool,
 }
 
+enum Exit {
+    /// Export or shutdown: the persisted state stays for a resume.
+    Stop,
+    Cancel,
+    Done,
+}
+
 fn run(weak: Weak<Shared>) {
+    let exit = run_loop(&weak);
+    let Some(s) = weak.upgrade() else { return };
+    match exit {
+        Exit::Stop => {}
+        Exit::Cancel => finish(&s, ScanPhase::Canceled),
+        Exit::Done => finish(&s, ScanPhase::Finished),
+    }
+    // Only now: a new scan waits for this before it starts.
+    s.scanner.ctl.lock().running = false;
+}
+
+fn run_loop(weak: &Weak<Shared>) -> Exit {
     let mut cursor: Option<Cursor> = None;
     let mut issuing = false;
     let mut last_client_ops = 0;
     loop {
-        let Some(s) = weak.upgrade() else { return };
+        let Some(s) = weak.upgrade() else { return Exit::Stop };
         {
             let mut ctl = s.scanner.ctl.lock();
             if ctl.stop || s.shutdown.load(Ordering::Relaxed) {
-                ctl.running = false;
-                return;
+                return Exit::Stop;
             }
             if ctl.cancel {
-                ctl.running = false;
-                drop(ctl);
-                finish(&s, ScanPhase::Canceled);
-                return;
+                return Exit::Cancel;
             }
             if ctl.pause {
                 s.scanner.cv.wait_for(&mut ctl, Duration::from_millis(200));
@@ -396,10 +428,7 @@ fn run(weak: Weak<Shared>) {
             std::thread::sleep(Duration::from_millis(200));
             continue;
         }
-        let Some(stats) = s.scanner.stats.lock().clone() else {
-            s.scanner.ctl.lock().running = false;
-            return;
-        };
+        let Some(stats) = s.scanner.stats.lock().clone() else { return Exit::Stop };
         let c = cursor.get_or_insert_with(|| Cursor {
             objset: stats.bookmark_objset,
             object: stats.bookmark_object,
@@ -409,41 +438,37 @@ fn run(weak: Weak<Shared>) {
         let tunables = *s.tunables.lock();
         let cap = (tunables.scan_mem_max / ENTRY_COST).max(64) as usize;
         let queued = s.scanner.queue.lock().map.len();
-        let result = if !issuing && !c.done && queued < cap {
-            walk_step(&s, c, stats.min_txg)
+        if !issuing && !c.done && queued < cap {
+            if let Err(e) = walk_step(&s, c, stats.min_txg) {
+                // The object set itself could not be read (its root or the
+                // table): count it once and move on to the next one.
+                let mut st = s.scanner.stats.lock();
+                if let Some(st) = st.as_mut() {
+                    st.errors += 1;
+                    note_damage(st, DamagedBlock { objset: c.objset, object: META_OBJECT });
+                }
+                drop(st);
+                eprintln!("tarn: scan of object set {}: {e}", c.objset);
+                c.objset += 1;
+                c.object = 0;
+            }
         } else if queued > 0 {
             issuing = true;
             let client_ops = s.client_ops.load(Ordering::Relaxed);
             let busy = client_ops != last_client_ops;
             last_client_ops = client_ops;
-            let r = issue_step(&s, stats.func, busy, tunables.scan_rate_max);
-            if r.is_ok() && s.scanner.queue.lock().map.is_empty() {
+            issue_step(&s, stats.func, busy, tunables.scan_rate_max);
+            if s.scanner.queue.lock().map.is_empty() {
                 // Drain point: everything before the cursor is issued.
                 issuing = false;
                 checkpoint(&s, c);
             }
-            r
         } else {
             issuing = false;
             if c.done {
                 checkpoint(&s, c);
-                finish(&s, ScanPhase::Finished);
-                s.scanner.ctl.lock().running = false;
-                return;
+                return Exit::Done;
             }
-            Ok(())
-        };
-        if let Err(e) = result {
-            // The walk itself failed (damaged metadata that no copy
-            // recovers): count it and move past the object.
-            let mut st = s.scanner.stats.lock();
-            if let Some(st) = st.as_mut() {
-                st.errors += 1;
-                note_damage(st, DamagedBlock { objset: c.objset, object: c.object });
-            }
-            drop(st);
-            eprintln!("tarn: scan of object set {} object {}: {e}", c.objset, c.object);
-            c.object = c.object.saturating_add(1);
         }
     }
 }
@@ -509,12 +534,39 @@ fn committed_dnode(s: &Shared, os: &ObjsetPhys, object: u64) -> Result<Option<Dn
 
 /// Walks one object (or moves to the next object set) and queues what it
 /// finds. Holds the reader gate throughout.
+/// Walks one object (or moves to the next object set) and queues what it
+/// finds; holds the reader gate throughout. Damage below an object set's
+/// root is counted here, once, and walked past; an error means the object
+/// set itself cannot be read (the caller moves to the next one). What was
+/// found before an error is queued all the same.
 fn walk_step(s: &Arc<Shared>, c: &mut Cursor, min_txg: u64) -> Result<()> {
     let _gate = s.reader_gate.read();
     // Frees of txgs up to this one are published: this walk cannot see them.
     let synced_at_start = s.synced_txg.load(Ordering::Acquire);
-    let mut examined = 0u64;
     let mut queue = Vec::new();
+    let mut damage = Vec::new();
+    let result = walk_inner(s, c, min_txg, &mut queue, &mut damage);
+    let mut examined = 0u64;
+    {
+        let mut q = s.scanner.queue.lock();
+        for (bp, objset, object) in &queue {
+            examined += q.push(bp, *objset, *object);
+        }
+        q.drop_freed_after(synced_at_start);
+    }
+    if let Some(st) = s.scanner.stats.lock().as_mut() {
+        st.examined += examined;
+        for d in damage {
+            st.errors += 1;
+            note_damage(st, d);
+        }
+    }
+    result
+}
+
+type Found = Vec<(BlockPtr, u64, u64)>;
+
+fn walk_inner(s: &Arc<Shared>, c: &mut Cursor, min_txg: u64, queue: &mut Found, damage: &mut Vec<DamagedBlock>) -> Result<()> {
     if !c.pool_meta_done {
         c.pool_meta_done = true;
         for bp in s.root.lock().spacemap_blocks.iter() {
@@ -527,7 +579,7 @@ fn walk_step(s: &Arc<Shared>, c: &mut Cursor, min_txg: u64) -> Result<()> {
     loop {
         if c.objset >= limit.max(1) {
             c.done = true;
-            break;
+            return Ok(());
         }
         let Some(root) = objset_root(s, c.objset)? else {
             c.objset += 1;
@@ -540,32 +592,48 @@ fn walk_step(s: &Arc<Shared>, c: &mut Cursor, min_txg: u64) -> Result<()> {
             continue;
         }
         let os = ObjsetPhys::decode(&s.io.read(&root).map_err(block_err)?)?;
+        let objset = c.objset;
         if c.object == 0 {
             // Entering the set: its root and its meta-dnode tree.
-            queue.push((root, c.objset, META_OBJECT));
-            tree::walk_born_after(&s.io, &os.meta, min_txg, &mut |bp, _| {
-                queue.push((*bp, c.objset, META_OBJECT));
+            queue.push((root, objset, META_OBJECT));
+            let r = tree::walk_born_after(&s.io, &os.meta, min_txg, &mut |bp, _| {
+                queue.push((*bp, objset, META_OBJECT));
                 Ok(())
-            })?;
+            });
+            if r.is_err() {
+                damage.push(DamagedBlock { objset, object: META_OBJECT });
+            }
         }
         // The next object in use at or after the cursor.
         let mut found = None;
         let mut blkid = c.object / DNODES_PER_BLOCK;
         while blkid < os.meta.nblocks && found.is_none() {
-            let bp = tree::lookup(&s.io, &os.meta, blkid)?;
-            if bp.is_hole() || bp.birth < min_txg {
-                blkid += 1;
-                c.object = blkid * DNODES_PER_BLOCK;
-                continue;
-            }
-            let data = s.io.read(&bp).map_err(block_err)?;
-            for i in (c.object % DNODES_PER_BLOCK)..DNODES_PER_BLOCK {
-                let at = i as usize * DNODE_SIZE;
-                let Some(raw) = data.get(at..at + DNODE_SIZE) else { break };
-                let d = DnodePhys::decode(raw)?;
-                if d.in_use() {
-                    found = Some((blkid * DNODES_PER_BLOCK + i, d));
-                    break;
+            let block = tree::lookup(&s.io, &os.meta, blkid)
+                .ok()
+                .filter(|bp| !bp.is_hole() && bp.birth >= min_txg)
+                .map(|bp| s.io.read(&bp).map_err(block_err));
+            let data = match block {
+                None => None,
+                Some(Ok(data)) => Some(data),
+                Some(Err(_)) => {
+                    // A dnode block no copy of which reads: its 32 objects
+                    // are lost to this walk; counted once.
+                    damage.push(DamagedBlock { objset, object: blkid * DNODES_PER_BLOCK });
+                    None
+                }
+            };
+            if let Some(data) = data {
+                for i in (c.object % DNODES_PER_BLOCK)..DNODES_PER_BLOCK {
+                    let at = i as usize * DNODE_SIZE;
+                    let Some(raw) = data.get(at..at + DNODE_SIZE) else { break };
+                    match DnodePhys::decode(raw) {
+                        Ok(d) if d.in_use() => {
+                            found = Some((blkid * DNODES_PER_BLOCK + i, d));
+                            break;
+                        }
+                        Ok(_) => {}
+                        Err(_) => damage.push(DamagedBlock { objset, object: blkid * DNODES_PER_BLOCK + i }),
+                    }
                 }
             }
             if found.is_none() {
@@ -579,32 +647,22 @@ fn walk_step(s: &Arc<Shared>, c: &mut Cursor, min_txg: u64) -> Result<()> {
                 c.object = 0;
             }
             Some((id, d)) => {
-                c.object = id;
-                let objset = c.objset;
-                tree::walk_born_after(&s.io, &d, min_txg, &mut |bp, _| {
+                let r = tree::walk_born_after(&s.io, &d, min_txg, &mut |bp, _| {
                     queue.push((*bp, objset, id));
                     Ok(())
-                })?;
+                });
+                if r.is_err() {
+                    damage.push(DamagedBlock { objset, object: id });
+                }
                 c.object = id + 1;
             }
         }
-        break;
+        return Ok(());
     }
-    {
-        let mut q = s.scanner.queue.lock();
-        for (bp, objset, object) in &queue {
-            examined += q.push(bp, *objset, *object);
-        }
-        q.drop_freed_after(synced_at_start);
-    }
-    if let Some(st) = s.scanner.stats.lock().as_mut() {
-        st.examined += examined;
-    }
-    Ok(())
 }
 
 /// Issues the next run of queued blocks in address order.
-fn issue_step(s: &Arc<Shared>, func: ScanFunc, busy: bool, rate_max: u64) -> Result<()> {
+fn issue_step(s: &Arc<Shared>, func: ScanFunc, busy: bool, rate_max: u64) {
     let started = Instant::now();
     // Smaller batches and a pause while clients are active keep their
     // latency low; an idle pool gets the devices' full speed.
@@ -664,7 +722,6 @@ fn issue_step(s: &Arc<Shared>, func: ScanFunc, busy: bool, rate_max: u64) -> Res
     if let Some(st) = s.scanner.stats.lock().as_mut() {
         st.pass_secs += started.elapsed().as_secs_f64();
     }
-    Ok(())
 }
 
 /// Ends the scan: final counters, DTLs of fully resilvered leaves cleared,

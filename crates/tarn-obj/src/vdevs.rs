@@ -140,7 +140,12 @@ fn check_leaf_size(top: &TopVdev, dev: &Arc<dyn Device>) -> Result<()> {
 pub(crate) fn scan_done(s: &Arc<Shared>, stats: &ScanStats) {
     let _g = s.sync_lock.lock();
     let tops = s.io.tops();
-    for (guid, ranges) in &stats.dtl {
+    // A scan that met an unrecoverable block (or unreadable metadata) did
+    // not copy everything: every DTL stays, no replacement completes.
+    let complete = stats.errors == 0;
+    // The copies written are durable before any label says so.
+    let flushed = s.io.flush(s.synced_txg.load(Ordering::Acquire)).is_ok();
+    for (guid, ranges) in stats.dtl.iter().filter(|_| complete && flushed) {
         let Some(leaf) = tops.iter().flat_map(|t| t.leaves()).find(|l| l.guid == *guid) else { continue };
         let unchanged = s.scanner.leaf_marks.lock().get(guid).copied() == Some(leaf.mark());
         if leaf.usable() && unchanged {
@@ -151,7 +156,7 @@ pub(crate) fn scan_done(s: &Arc<Shared>, stats: &ScanStats) {
         // A scrub writes every block to leaves lacking it, like a resilver.
         for leaf in tops.iter().flat_map(|t| t.leaves()) {
             let unchanged = s.scanner.leaf_marks.lock().get(&leaf.guid).copied() == Some(leaf.mark());
-            if leaf.usable() && unchanged && stats.errors == 0 {
+            if leaf.usable() && unchanged && complete && flushed {
                 let upto = tarn_vdev::Dtl(vec![(0, stats.max_txg)]);
                 if leaf.dtl().overlaps(0, stats.max_txg) {
                     leaf.dtl_resilvered(&upto);
@@ -167,7 +172,10 @@ pub(crate) fn scan_done(s: &Arc<Shared>, stats: &ScanStats) {
         for child in cfg.children.iter_mut() {
             let leaves: Vec<LeafConfig> = child.slot_leaves().cloned().collect();
             let done = leaves.iter().find(|l| {
-                l.role == LeafRole::Replacing && l.dtl.is_empty() && top.leaves().iter().any(|x| x.guid == l.guid && x.usable())
+                complete
+                    && l.role == LeafRole::Replacing
+                    && l.dtl.is_empty()
+                    && top.leaves().iter().any(|x| x.guid == l.guid && x.usable())
             });
             if let Some(winner) = done.cloned() {
                 for l in leaves.iter().filter(|l| l.guid != winner.guid) {
@@ -185,7 +193,12 @@ pub(crate) fn scan_done(s: &Arc<Shared>, stats: &ScanStats) {
             let all = top.leaves();
             match top.reconfigure(cfg, &[]) {
                 Ok(t) => s.io.replace_top(Arc::new(t)),
-                Err(e) => eprintln!("tarn: cannot finish replacing in {}: {e}", top.name()),
+                Err(e) => {
+                    eprintln!("tarn: cannot finish replacing in {}: {e}", top.name());
+                    returned_spares.clear();
+                    dropped.clear();
+                    continue;
+                }
             }
             for leaf in all {
                 if returned_spares.contains(&leaf.guid) {
@@ -225,13 +238,6 @@ pub(crate) fn scan_done(s: &Arc<Shared>, stats: &ScanStats) {
 pub(crate) fn start_scan(s: &Arc<Shared>, func: ScanFunc) -> Result<()> {
     if s.readonly {
         return Err(ObjError::ReadOnly);
-    }
-    {
-        let mut marks = s.scanner.leaf_marks.lock();
-        marks.clear();
-        for l in s.io.tops().iter().flat_map(|t| t.leaves()) {
-            marks.insert(l.guid, l.mark());
-        }
     }
     scan::start(s, func)
 }
@@ -276,6 +282,7 @@ impl ObjPool {
 
     fn cancel_scan_and_wait(&self) {
         let s = &self.shared;
+        let _start = s.scanner.start_lock.lock();
         s.scanner.ctl.lock().cancel = true;
         s.scanner.cv.notify_all();
         if let Some(t) = s.scanner.thread.lock().take() {
@@ -561,6 +568,18 @@ impl ObjPool {
     /// Puts an available spare in for a failed leaf and resilvers it.
     /// Returns the spare's path, or None if no spare fits.
     pub fn activate_spare(&self, failed: &str) -> Result<Option<String>> {
+        // Cheap checks first: the monitor asks every pass while a device is down.
+        {
+            let s = &self.shared;
+            if s.readonly || !s.spares.lock().iter().any(|l| l.usable()) {
+                return Ok(None);
+            }
+            let (top, leaf) = find_leaf(s, failed)?;
+            let covered = top.slots().iter().any(|slot| slot.iter().any(|l| l.guid == leaf.guid) && slot.len() > 1);
+            if leaf.usable() || covered {
+                return Ok(None);
+            }
+        }
         let used = self.config_op(|s| {
             let (top, leaf) = find_leaf(s, failed)?;
             if leaf.usable() {
@@ -596,11 +615,17 @@ impl ObjPool {
     /// `pool clear`: resets error counters; FAULTED and REMOVED leaves are
     /// reopened (through `reopen`, which opens the path and checks the
     /// label) and resilvered.
-    pub fn clear(&self, reopen: &dyn Fn(&LeafStatus) -> Option<Arc<dyn Device>>) -> Result<()> {
+    pub fn clear(&self, device: Option<&str>, reopen: &dyn Fn(&LeafStatus) -> Option<Arc<dyn Device>>) -> Result<()> {
         let s = &self.shared;
         s.io.data_errors.store(0, Ordering::Relaxed);
         let mut reopened = false;
+        // Under the sync lock: a device comes back between txgs, never in
+        // the middle of one.
+        let guard = s.sync_lock.lock();
         for leaf in s.io.tops().iter().flat_map(|t| t.leaves()) {
+            if device.is_some_and(|d| d != leaf.path && d != leaf.guid.to_string()) {
+                continue;
+            }
             if !leaf.usable() && !leaf.is_offline() {
                 if let Some(dev) = reopen(&leaf.status()) {
                     leaf.reopen(dev);
@@ -609,6 +634,7 @@ impl ObjPool {
             }
             leaf.clear_errors();
         }
+        drop(guard);
         if let Some(st) = s.scanner.stats.lock().as_mut() {
             if st.phase != ScanPhase::Scanning {
                 st.errors = 0;
@@ -633,7 +659,8 @@ impl ObjPool {
                 let _ = leaf.probe();
             }
         }
-        for leaf in self.shared.spares.lock().iter() {
+        let spares = self.shared.spares.lock().clone();
+        for leaf in spares {
             if leaf.usable() {
                 let _ = leaf.probe();
             }

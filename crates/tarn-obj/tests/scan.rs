@@ -337,7 +337,15 @@ fn interrupted_scrub_and_resilver_resume_after_import() {
         // Resumed, not restarted: the whole run issued about one pass.
         assert!(done.issued <= done.to_examine + (4 << 20), "{func:?}: {done:?}");
         if func == ScanFunc::Resilver {
-            assert!(r.pool.status().tops[0].children.iter().all(|c| c.dtl.is_empty()));
+            // A resumed resilver keeps the DTLs (what happened to the device
+            // before the export is not known) and a fresh one follows.
+            let deadline = std::time::Instant::now() + Duration::from_secs(60);
+            while !r.pool.status().tops[0].children.iter().all(|c| c.dtl.is_empty()) {
+                assert!(std::time::Instant::now() < deadline, "DTLs never cleared: {:?}", r.pool.status());
+                r.pool.set_tunables(Tunables::default());
+                wait_scan(&r.pool);
+                std::thread::sleep(Duration::from_millis(50));
+            }
         }
     }
     verify(&r.pool, r.osid, &r.files, "after resumed scans");
@@ -384,4 +392,25 @@ fn unrecoverable_damage_is_reported_with_its_object() {
     let st = wait_scan(&r.pool);
     assert!(st.errors > 0, "{st:?}");
     assert!(st.damaged.iter().any(|d| d.objset == r.osid.0), "{st:?}");
+}
+
+#[test]
+fn resilver_that_meets_damage_keeps_the_old_device_and_the_dtl() {
+    let (seed, _) = seed_and_count(1);
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 9);
+    let mut r = rig(TopKind::Disk, 1);
+    write_files(&mut r, &mut rng, 6, 1_000_000);
+    let alloc = r.pool.space().alloc;
+    let mut junk = vec![0u8; 256 << 10];
+    rng.fill_bytes(&mut junk);
+    r.mem[0].write_at(&junk, tarn_vdev::DATA_START + alloc / 2 / 4096 * 4096).unwrap();
+    let new = MemDevice::new("d9", DEV);
+    r.pool.replace("d0", "d9".into(), new as Arc<dyn Device>).unwrap();
+    let st = wait_scan(&r.pool);
+    assert!(st.errors > 0, "{st:?}");
+    // Not everything was copied: the old device stays, the new one still
+    // lacks what it lacked.
+    let status = r.pool.status();
+    let leaves: Vec<(String, bool)> = status.tops[0].children.iter().map(|c| (c.path.clone(), c.dtl.is_empty())).collect();
+    assert_eq!(leaves, [("d0".to_string(), true), ("d9".to_string(), false)], "{status:?}");
 }

@@ -157,7 +157,7 @@ pub struct LeafVdev {
     checksum_errors: AtomicU64,
     consecutive_errors: AtomicU64,
     dtl: Mutex<Dtl>,
-    /// Times the leaf left service (see [`LeafVdev::mark`]).
+    /// Times the leaf left service or missed a write (see [`LeafVdev::mark`]).
     outages: AtomicU64,
     /// The DTL changed in a way the labels do not record yet.
     dtl_dirty: std::sync::atomic::AtomicBool,
@@ -262,7 +262,7 @@ impl LeafVdev {
     /// resilver may forget a leaf's DTL only if its mark is the same at
     /// the end as at the start.
     pub fn mark(&self) -> u64 {
-        (self.outages.load(Ordering::Relaxed) << 40) ^ self.write_errors()
+        self.outages.load(Ordering::Relaxed)
     }
 
     /// Adds `[first, last]` to the DTL (a leaf joining the pool lacks
@@ -327,6 +327,8 @@ impl LeafVdev {
 
     /// Records that the write of `txg` did not reach this leaf.
     pub fn note_missed(&self, txg: u64) {
+        // Monotonic (unlike the error counters, which `clear` resets).
+        self.outages.fetch_add(1, Ordering::Relaxed);
         let mut d = self.dtl.lock();
         if d.contains(txg) {
             return;

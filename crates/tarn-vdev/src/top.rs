@@ -350,10 +350,17 @@ impl TopVdev {
     }
 
     /// Flushes every leaf in service; fails only if more slots than the
-    /// redundancy allows could not flush.
-    pub fn flush(&self) -> Result<()> {
+    /// redundancy allows could not flush. A leaf whose flush fails may have
+    /// lost the writes of `txg`: they go to its DTL.
+    pub fn flush(&self, txg: u64) -> Result<()> {
         let leaves: Vec<Arc<LeafVdev>> = self.leaves().into_iter().filter(|l| l.usable()).collect();
-        let results = par_map(&leaves, |leaf| (leaf.guid, leaf.flush().is_ok()));
+        let results = par_map(&leaves, |leaf| {
+            let ok = leaf.flush().is_ok();
+            if !ok {
+                leaf.note_missed(txg);
+            }
+            (leaf.guid, ok)
+        });
         let failed = self
             .slots
             .iter()

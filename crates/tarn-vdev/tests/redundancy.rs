@@ -115,7 +115,7 @@ fn fill(rig: &mut Rig, rng: &mut ChaCha8Rng, count: u64) {
         rig.blocks.push(Block { offset, data, children, parity: parity as usize, child_range });
         offset = next;
     }
-    rig.top.flush().unwrap();
+    rig.top.flush(1).unwrap();
 }
 
 fn verify_for(expected: &[u8]) -> impl Fn(&[u8]) -> bool + Sync {
@@ -281,7 +281,7 @@ fn whole_children_overwritten_or_failing() {
             assert!(read_errors(&rig.top) > before_read, "{name}: no read errors counted");
         }
         for _ in 0..3 {
-            rig.top.flush().unwrap();
+            rig.top.flush(1).unwrap();
         }
         assert_eq!(checksum_errors(&rig.top), before_cksum, "{name}: I/O errors are not checksum errors");
         let status = rig.top.status();
