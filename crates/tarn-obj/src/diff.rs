@@ -77,6 +77,7 @@ impl ObjectAttrs {
 
 /// A difference in the object list, in increasing object id order.
 #[derive(Clone, Debug)]
+#[allow(clippy::large_enum_variant)] // handed to a callback one at a time, never stored in bulk
 pub enum ObjectChange {
     /// An object of the target whose dnode differs from the base's (or that
     /// the base does not have). `base` is the base's object of that id, if

@@ -1,0 +1,524 @@
+//! Receiving streams.
+//!
+//! Design (see `docs/send-stream.md`, "Receive"): records are applied to
+//! the target as they arrive, each only after its own checksum and its
+//! place in the order have been verified; the END record's whole-sub-stream
+//! hash is checked before the sub-stream's snapshot is taken. A failure
+//! restores the target with the snapshot machinery of the object layer:
+//! a full receive destroys the object set it created, an incremental one
+//! destroys the snapshots it took and rolls the head back to its base
+//! snapshot. A resumable receive (`-s`) instead syncs what it applied and
+//! returns a token naming the sub-stream and the position reached.
+//!
+//! Every record is idempotent given the order (OBJECT with NEW recreates
+//! the object, WRITE and FREE set absolute contents, FREEOBJECTS frees what
+//! exists), so replaying a sub-stream from any earlier position converges
+//! to the same state; a token is therefore valid for any state at or past
+//! its position.
+
+use std::io::Read;
+
+use tarn_obj::{ObjError, ObjPool, ObjType, ObjectId, ObjectSet, ObjsetId};
+
+use crate::format::*;
+use crate::{PartialRecv, ReceivedSnap, RecvOptions, RecvOutcome, RecvTarget, Result, SendError, SnapRef};
+
+fn corrupt<T>(m: impl Into<String>) -> Result<T> {
+    Err(SendError::Corrupt(m.into()))
+}
+
+/// Reads and verifies the first BEGIN record of a stream; returns it and
+/// the bytes consumed, so a caller can decide on the target and then
+/// receive `raw.chain(input)`.
+pub fn peek_begin(input: &mut dyn Read) -> Result<(Begin, Vec<u8>)> {
+    let mut raw = vec![0u8; REC_HEADER + BEGIN_LEN];
+    if let Err(e) = input.read_exact(&mut raw) {
+        return Err(if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            SendError::Truncated("stream ends inside its first record".into())
+        } else {
+            SendError::Io(e)
+        });
+    }
+    let mut src: &[u8] = &raw;
+    let b = RecordReader::new(&mut src).read_begin()?;
+    Ok((b, raw))
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    New,
+    Existing { base: SnapRef },
+    Resume,
+}
+
+/// The object whose records are being applied.
+#[derive(Clone, Copy)]
+struct Cur {
+    id: u64,
+    bs: u64,
+    nblocks: u64,
+    /// Data records of this object must start at or after this offset.
+    end: u64,
+}
+
+struct Receiver<'p> {
+    pool: &'p ObjPool,
+    kind: Kind,
+    head: ObjsetId,
+    os: ObjectSet,
+    resumable: bool,
+    created: Vec<ReceivedSnap>,
+    /// BEGIN of the current sub-stream (between sub-streams: the last one).
+    begin: Begin,
+    /// The current sub-stream is done and snapshotted; the next BEGIN has
+    /// not been read.
+    between: bool,
+    /// Where the current sub-stream started (its resume position, if any).
+    start: Position,
+    /// The next OBJECT or FREEOBJECTS id must be at least this.
+    next_min: u64,
+    cur: Option<Cur>,
+    /// A resumed sub-stream whose first OBJECT (RESUMED) has not come yet.
+    pending_resume: Option<Position>,
+    /// The END record did not verify: everything of this sub-stream is
+    /// suspect, so a token restarts it from where it started.
+    end_failed: bool,
+}
+
+/// Applies a send stream (see the crate documentation and
+/// `docs/send-stream.md`). Verifies every record before applying it; on
+/// failure the target is as it was (or, with `opts.resumable` or a
+/// `RecvTarget::Resume`, keeps the partial state and the error is
+/// `SendError::Interrupted` with the resume token).
+pub fn receive(pool: &ObjPool, input: &mut dyn Read, target: RecvTarget, opts: &RecvOptions) -> Result<RecvOutcome> {
+    let mut rd = RecordReader::new(input);
+    let begin = rd.read_begin()?;
+    if begin.flags & FLAG_RAW != 0 {
+        return Err(SendError::Unsupported("raw (encrypted) send streams are not yet supported".into()));
+    }
+    let (kind, head, os, resumable) = setup(pool, &begin, target, opts)?;
+    let mut r = Receiver {
+        pool,
+        kind,
+        head,
+        os,
+        resumable,
+        created: Vec::new(),
+        begin,
+        between: false,
+        start: Position::default(),
+        next_min: 0,
+        cur: None,
+        pending_resume: None,
+        end_failed: false,
+    };
+    r.reset_cursor();
+    match r.run(&mut rd) {
+        Ok(()) => Ok(RecvOutcome { head, snapshots: r.created, bytes: rd.total_bytes, records: rd.total_records }),
+        Err(e) => {
+            let (sub, total) = (rd.substream_bytes(), rd.total_bytes);
+            Err(r.fail(e, sub, total))
+        }
+    }
+}
+
+fn setup(pool: &ObjPool, begin: &Begin, target: RecvTarget, opts: &RecvOptions) -> Result<(Kind, ObjsetId, ObjectSet, bool)> {
+    let resumed = begin.flags & FLAG_RESUME != 0;
+    let (kind, head, os, resumable) = match target {
+        RecvTarget::New => {
+            if begin.is_incremental() {
+                return Err(SendError::Invalid("an incremental stream is received onto an existing object set".into()));
+            }
+            if resumed || begin.series_index != 0 {
+                return Err(SendError::Invalid("a resumed stream is received with RecvTarget::Resume".into()));
+            }
+            let id = {
+                let tx = pool.begin();
+                pool.create_objset(&tx)?
+            };
+            (Kind::New, id, pool.open_objset(id)?, opts.resumable)
+        }
+        RecvTarget::Existing { head, base, force } => {
+            if !begin.is_incremental() {
+                return Err(SendError::Invalid("a full stream is received into a new object set".into()));
+            }
+            if resumed || begin.series_index != 0 {
+                return Err(SendError::Invalid("a resumed stream is received with RecvTarget::Resume".into()));
+            }
+            if begin.from_guid != base.guid {
+                return Err(SendError::WrongBase(format!(
+                    "the stream is based on snapshot {:#018x}, the target's base is {:#018x}",
+                    begin.from_guid, base.guid
+                )));
+            }
+            pool.open_objset(base.objset)?;
+            let (newest, _, _) = pool.snapshot_info(head)?;
+            if newest != base.txg {
+                return Err(SendError::WrongBase(format!(
+                    "the base (txg {}) is not the newest snapshot of object set {} (txg {newest})",
+                    base.txg, head.0
+                )));
+            }
+            let mut os = pool.open_objset(head)?;
+            if os.changed_since(base.txg) {
+                if !force {
+                    return Err(SendError::Modified);
+                }
+                drop(os);
+                pool.sync()?;
+                {
+                    let tx = pool.begin();
+                    pool.rollback(&tx, head, base.objset)?;
+                }
+                pool.sync()?;
+                os = pool.open_objset(head)?;
+            }
+            (Kind::Existing { base }, head, os, opts.resumable)
+        }
+        RecvTarget::Resume { head, token } => {
+            let t = ResumeToken::decode(&token)?;
+            let matches = resumed
+                && begin.series_index == t.series_index
+                && begin.series_count == t.series_count
+                && begin.series_last_guid == t.series_last_guid
+                && begin.from_guid == t.from_guid
+                && (t.to_guid == 0 || begin.to_guid == t.to_guid)
+                && begin.resume == t.position;
+            if !matches {
+                return Err(SendError::Invalid("the stream does not continue this partial receive (make it with send_resume and this token)".into()));
+            }
+            (Kind::Resume, head, pool.open_objset(head)?, true)
+        }
+    };
+    if let Some(p) = opts.props {
+        os.set_write_props(p);
+    }
+    Ok((kind, head, os, resumable))
+}
+
+impl Receiver<'_> {
+    fn reset_cursor(&mut self) {
+        self.cur = None;
+        self.end_failed = false;
+        self.between = false;
+        if self.begin.flags & FLAG_RESUME != 0 {
+            let p = self.begin.resume;
+            self.start = p;
+            self.next_min = p.object;
+            self.pending_resume = p.started.then_some(p);
+        } else {
+            self.start = Position::default();
+            self.next_min = 0;
+            self.pending_resume = None;
+        }
+    }
+
+    fn position(&self) -> Position {
+        if let Some(p) = self.pending_resume {
+            return p;
+        }
+        match self.cur {
+            Some(c) => Position { object: c.id, offset: c.end, started: true },
+            None => Position { object: self.next_min, offset: 0, started: false },
+        }
+    }
+
+    fn run(&mut self, rd: &mut RecordReader) -> Result<()> {
+        loop {
+            self.substream(rd)?;
+            self.snapshot()?;
+            if self.begin.series_index + 1 == self.begin.series_count {
+                return Ok(());
+            }
+            self.between = true;
+            let next = rd.read_begin()?;
+            let b = &self.begin;
+            if next.flags != 0
+                || next.stream_guid != b.stream_guid
+                || next.series_index != b.series_index + 1
+                || next.series_count != b.series_count
+                || next.series_last_guid != b.series_last_guid
+                || next.from_guid != b.to_guid
+                || next.from_txg != b.to_txg
+            {
+                return corrupt(format!("sub-stream {} does not follow sub-stream {} of this stream", next.series_index, b.series_index));
+            }
+            self.begin = next;
+            self.reset_cursor();
+        }
+    }
+
+    fn substream(&mut self, rd: &mut RecordReader) -> Result<()> {
+        loop {
+            let (ty, p) = rd.read_record()?;
+            match ty {
+                RecordType::Object => self.object(ObjectRec::decode(&p)?)?,
+                RecordType::FreeObjects => self.free_objects(&p)?,
+                RecordType::Write => self.write(&p)?,
+                RecordType::Free => self.free(&p)?,
+                RecordType::End => {
+                    if let Err(e) = rd.finish_end(&p) {
+                        self.end_failed = true;
+                        return Err(e);
+                    }
+                    if let Some(p) = self.pending_resume {
+                        return corrupt(format!("resumed sub-stream ends before object {}", p.object));
+                    }
+                    return self.finish_object();
+                }
+                RecordType::Begin => return corrupt("BEGIN inside a sub-stream"),
+            }
+        }
+    }
+
+    fn snapshot(&mut self) -> Result<()> {
+        let (snap, txg) = {
+            let tx = self.pool.begin();
+            (self.pool.snapshot(&tx, self.head)?, tx.txg())
+        };
+        self.pool.sync()?;
+        self.created.push(ReceivedSnap { objset: snap, txg, guid: self.begin.to_guid, source_txg: self.begin.to_txg });
+        Ok(())
+    }
+
+    /// The current object's length becomes what the stream declared
+    /// (trailing holes extend it, blocks past it are freed).
+    fn finish_object(&mut self) -> Result<()> {
+        let Some(c) = self.cur else { return Ok(()) };
+        let id = ObjectId(c.id);
+        let info = self.os.info(id)?;
+        let want = c.nblocks * c.bs;
+        if info.length > want {
+            let tx = self.pool.begin();
+            self.os.free_range(&tx, id, want, None)?;
+        } else if info.length < want {
+            let tx = self.pool.begin();
+            self.os.write_data(&tx, id, want - c.bs, &vec![0u8; c.bs as usize])?;
+        }
+        self.cur = None;
+        Ok(())
+    }
+
+    fn object(&mut self, r: ObjectRec) -> Result<()> {
+        let id = ObjectId(r.object);
+        if let Some(p) = self.pending_resume {
+            if r.flags != OBJ_RESUMED || r.object != p.object {
+                return corrupt(format!("a sub-stream resumed inside object {} must start with it", p.object));
+            }
+        } else {
+            if r.flags & OBJ_RESUMED != 0 {
+                return corrupt(format!("object {} marked RESUMED outside the start of a resumed sub-stream", r.object));
+            }
+            if r.object < self.next_min {
+                return corrupt(format!("object {} out of order (expected {} or above)", r.object, self.next_min));
+            }
+            if !self.begin.is_incremental() && r.flags & OBJ_NEW == 0 {
+                return corrupt(format!("a full stream changes object {} as if it existed", r.object));
+            }
+        }
+        self.finish_object()?;
+        {
+            let tx = self.pool.begin();
+            if r.flags & OBJ_NEW != 0 {
+                match self.os.info(id) {
+                    Ok(_) => self.os.free(&tx, id)?,
+                    Err(ObjError::NotFound(_)) => {}
+                    Err(e) => return Err(e.into()),
+                }
+                self.os.create_with_id(&tx, id, ObjType(r.otype), r.block_size, &r.bonus)?;
+            } else {
+                let info = match self.os.info(id) {
+                    Ok(i) => i,
+                    Err(ObjError::NotFound(_)) => {
+                        return corrupt(format!("the stream changes object {} which the receiving object set does not have", r.object))
+                    }
+                    Err(e) => return Err(e.into()),
+                };
+                if info.otype.0 != r.otype || info.block_size != r.block_size {
+                    return corrupt(format!(
+                        "the stream changes object {} (type {}, block size {}) but the receiving object set has type {}, block size {}",
+                        r.object, r.otype, r.block_size, info.otype.0, info.block_size
+                    ));
+                }
+                if info.bonus != r.bonus {
+                    self.os.set_bonus(&tx, id, &r.bonus)?;
+                }
+            }
+        }
+        let end = self.pending_resume.take().map_or(0, |p| p.offset);
+        self.cur = Some(Cur { id: r.object, bs: r.block_size as u64, nblocks: r.nblocks, end });
+        self.next_min = r.object + 1;
+        Ok(())
+    }
+
+    fn free_objects(&mut self, p: &[u8]) -> Result<()> {
+        let (first, count) = decode_freeobjects(p)?;
+        if self.pending_resume.is_some() || first < self.next_min {
+            return corrupt(format!("FREEOBJECTS {first} + {count} out of order"));
+        }
+        self.finish_object()?;
+        let end = first + count;
+        for id in self.os.objects_in_range(ObjectId(first), ObjectId(end))? {
+            let tx = self.pool.begin();
+            match self.os.free(&tx, id) {
+                Ok(()) | Err(ObjError::NotFound(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        self.next_min = end;
+        Ok(())
+    }
+
+    fn current(&mut self, object: u64, what: &str) -> Result<&mut Cur> {
+        match self.cur.as_mut() {
+            Some(c) if c.id == object => Ok(c),
+            _ => corrupt(format!("{what} of object {object} outside that object's records")),
+        }
+    }
+
+    fn write(&mut self, p: &[u8]) -> Result<()> {
+        let (h, data) = WriteHdr::decode(p)?;
+        let c = *self.current(h.object, "WRITE")?;
+        if h.logical_len as u64 != c.bs || h.offset % c.bs != 0 || h.offset < c.end || h.offset / c.bs >= c.nblocks {
+            return corrupt(format!(
+                "WRITE of object {} at {} + {} (block size {}, {} blocks, next offset {})",
+                h.object, h.offset, h.logical_len, c.bs, c.nblocks, c.end
+            ));
+        }
+        {
+            let tx = self.pool.begin();
+            self.os.write_data(&tx, ObjectId(h.object), h.offset, data)?;
+        }
+        self.current(h.object, "WRITE")?.end = h.offset + c.bs;
+        Ok(())
+    }
+
+    fn free(&mut self, p: &[u8]) -> Result<()> {
+        let (object, offset, len) = decode_free(p)?;
+        let c = *self.current(object, "FREE")?;
+        if offset < c.end {
+            return corrupt(format!("FREE of object {object} at {offset} out of order (next offset {})", c.end));
+        }
+        let end = {
+            let tx = self.pool.begin();
+            if len == u64::MAX {
+                self.os.free_range(&tx, ObjectId(object), offset, None)?;
+                u64::MAX
+            } else {
+                self.os.free_range(&tx, ObjectId(object), offset, Some(len))?;
+                offset + len
+            }
+        };
+        self.current(object, "FREE")?.end = end;
+        Ok(())
+    }
+
+    fn token(&self, sub_bytes: u64, total_bytes: u64) -> ResumeToken {
+        let b = &self.begin;
+        let common = ResumeToken {
+            stream_guid: b.stream_guid,
+            series_count: b.series_count,
+            series_last_guid: b.series_last_guid,
+            total_bytes,
+            head: self.head.0,
+            ..Default::default()
+        };
+        if self.between {
+            return ResumeToken { series_index: b.series_index + 1, from_guid: b.to_guid, from_txg: b.to_txg, ..common };
+        }
+        ResumeToken {
+            series_index: b.series_index,
+            to_guid: b.to_guid,
+            to_txg: b.to_txg,
+            from_guid: b.from_guid,
+            from_txg: b.from_txg,
+            position: if self.end_failed { self.start } else { self.position() },
+            bytes: sub_bytes,
+            ..common
+        }
+    }
+
+    fn fail(self, cause: SendError, sub_bytes: u64, total_bytes: u64) -> SendError {
+        if self.resumable {
+            // What was applied must be on disk before a token names it.
+            if let Err(e) = self.pool.sync() {
+                return SendError::CleanupFailed { cause: Box::new(cause), cleanup: format!("the partial state could not be written: {e}") };
+            }
+            let token = self.token(sub_bytes, total_bytes).encode();
+            return SendError::Interrupted {
+                cause: Box::new(cause),
+                partial: Box::new(PartialRecv { token, head: self.head, snapshots: self.created }),
+            };
+        }
+        match self.restore() {
+            Ok(()) => cause,
+            Err(e) => SendError::CleanupFailed { cause: Box::new(cause), cleanup: e.to_string() },
+        }
+    }
+
+    /// Puts the target back as it was before this receive.
+    fn restore(self) -> tarn_obj::Result<()> {
+        let Receiver { pool, kind, head, os, created, .. } = self;
+        drop(os);
+        let base_txg = match kind {
+            Kind::Existing { base } => base.txg,
+            _ => 0,
+        };
+        for k in (0..created.len()).rev() {
+            let prev = if k == 0 { base_txg } else { created[k - 1].txg };
+            {
+                let tx = pool.begin();
+                pool.destroy_snapshot(&tx, created[k].objset, prev, head)?;
+            }
+            pool.sync()?;
+        }
+        match kind {
+            Kind::New => {
+                {
+                    let tx = pool.begin();
+                    pool.destroy_objset(&tx, head)?;
+                }
+                pool.sync()?;
+            }
+            Kind::Existing { base } => {
+                pool.sync()?;
+                {
+                    let tx = pool.begin();
+                    pool.rollback(&tx, head, base.objset)?;
+                }
+                pool.sync()?;
+            }
+            Kind::Resume => {}
+        }
+        Ok(())
+    }
+}
+
+/// Gives up an interrupted resumable receive: `head` is rolled back to
+/// `newest`, its newest snapshot (the incremental's base, or the last
+/// snapshot the receive took), or, with `None` (a full receive interrupted
+/// in its first sub-stream), the object set is destroyed.
+pub fn abort_partial(pool: &ObjPool, head: ObjsetId, newest: Option<&SnapRef>) -> Result<()> {
+    match newest {
+        Some(s) => {
+            let (txg, _, _) = pool.snapshot_info(head)?;
+            if txg != s.txg {
+                return Err(SendError::Invalid(format!("txg {} is not the newest snapshot of object set {} (txg {txg})", s.txg, head.0)));
+            }
+            pool.sync()?;
+            {
+                let tx = pool.begin();
+                pool.rollback(&tx, head, s.objset)?;
+            }
+            pool.sync()?;
+        }
+        None => {
+            {
+                let tx = pool.begin();
+                pool.destroy_objset(&tx, head)?;
+            }
+            pool.sync()?;
+        }
+    }
+    Ok(())
+}

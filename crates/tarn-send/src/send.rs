@@ -1,0 +1,359 @@
+//! Producing streams (and their exact size without producing them).
+//!
+//! One generator walks the difference between two snapshots (or a whole
+//! snapshot) through `tarn_obj::diff`, in increasing object id and, within
+//! an object, increasing offset order, and hands records to a sink: the
+//! stream writer, or a counter for estimates. Only WRITE records need a
+//! block's contents, and the counter never reads them, so an estimate
+//! reads exactly the metadata a send reads and nothing else.
+
+use std::io::{BufWriter, Write};
+
+use tarn_obj::diff::{BlockChange, BlockRef, ObjectChange};
+use tarn_obj::{ObjError, ObjPool, ObjectId, ObjectSet};
+
+use crate::format::*;
+use crate::{Result, SendError, SendSummary, SnapRef};
+
+trait Sink {
+    fn begin(&mut self, b: &Begin) -> Result<()>;
+    fn record(&mut self, ty: RecordType, parts: &[&[u8]]) -> Result<()>;
+    fn write_block(&mut self, os: &ObjectSet, hdr: WriteHdr, block: &BlockRef) -> Result<()>;
+    fn end(&mut self) -> Result<()>;
+}
+
+struct StreamSink<'w> {
+    w: RecordWriter<'w>,
+}
+
+impl Sink for StreamSink<'_> {
+    fn begin(&mut self, b: &Begin) -> Result<()> {
+        self.w.begin(b)
+    }
+
+    fn record(&mut self, ty: RecordType, parts: &[&[u8]]) -> Result<()> {
+        self.w.record(ty, parts)
+    }
+
+    fn write_block(&mut self, os: &ObjectSet, mut hdr: WriteHdr, block: &BlockRef) -> Result<()> {
+        let mut data = os.read_block_ref(block)?;
+        // Blocks are stored at the object's block size; be lenient with a
+        // short one (zero-filled, as a read would return it).
+        data.resize(hdr.logical_len as usize, 0);
+        hdr.data_len = hdr.logical_len;
+        self.w.record(RecordType::Write, &[&hdr.encode(), &data])
+    }
+
+    fn end(&mut self) -> Result<()> {
+        self.w.end()
+    }
+}
+
+#[derive(Default)]
+struct CountSink {
+    bytes: u64,
+    records: u64,
+}
+
+impl Sink for CountSink {
+    fn begin(&mut self, _b: &Begin) -> Result<()> {
+        self.bytes += record_size(BEGIN_LEN);
+        self.records += 1;
+        Ok(())
+    }
+
+    fn record(&mut self, _ty: RecordType, parts: &[&[u8]]) -> Result<()> {
+        self.bytes += record_size(parts.iter().map(|p| p.len()).sum());
+        self.records += 1;
+        Ok(())
+    }
+
+    fn write_block(&mut self, _os: &ObjectSet, hdr: WriteHdr, _block: &BlockRef) -> Result<()> {
+        self.bytes += record_size(WRITE_HEADER + hdr.logical_len as usize);
+        self.records += 1;
+        Ok(())
+    }
+
+    fn end(&mut self) -> Result<()> {
+        self.bytes += record_size(END_LEN);
+        self.records += 1;
+        Ok(())
+    }
+}
+
+/// Runs `body` inside a `tarn_obj` callback: a send error stops the walk
+/// and is kept in `slot` (the walk itself returns a placeholder).
+fn bridge(slot: &mut Option<SendError>, r: Result<()>) -> tarn_obj::Result<()> {
+    r.map_err(|e| {
+        *slot = Some(e);
+        ObjError::Io("send stopped".into())
+    })
+}
+
+fn settle(slot: Option<SendError>, r: tarn_obj::Result<()>) -> Result<()> {
+    match slot {
+        Some(e) => Err(e),
+        None => Ok(r?),
+    }
+}
+
+fn random_guid() -> u64 {
+    loop {
+        let g: u64 = rand::random();
+        if g != 0 {
+            return g;
+        }
+    }
+}
+
+/// Opens `to` (and `from`) and checks what can be checked at this layer:
+/// the txgs are consistent with the object sets' roots and `from` is older.
+fn open_pair(pool: &ObjPool, to: &SnapRef, from: Option<&SnapRef>) -> Result<(ObjectSet, Option<ObjectSet>)> {
+    let tos = pool.open_objset(to.objset)?;
+    if tos.root_birth() > to.txg || tos.prev_snap_txg() >= to.txg {
+        return Err(SendError::Invalid(format!(
+            "object set {} was not snapshotted in txg {} (its root is from txg {}, its previous snapshot from txg {})",
+            to.objset.0,
+            to.txg,
+            tos.root_birth(),
+            tos.prev_snap_txg()
+        )));
+    }
+    let bos = match from {
+        None => None,
+        Some(f) => {
+            let bos = pool.open_objset(f.objset)?;
+            if f.txg >= to.txg || bos.root_birth() > f.txg || tos.prev_snap_txg() < f.txg {
+                return Err(SendError::Invalid(format!(
+                    "snapshot of txg {} (object set {}) is not an earlier snapshot of the same head as txg {} (object set {})",
+                    f.txg, f.objset.0, to.txg, to.objset.0
+                )));
+            }
+            Some(bos)
+        }
+    };
+    Ok((tos, bos))
+}
+
+/// One sub-stream: BEGIN, the records, END.
+fn substream(pool: &ObjPool, to: &SnapRef, from: Option<&SnapRef>, begin: &Begin, sink: &mut dyn Sink) -> Result<()> {
+    let (tos, bos) = open_pair(pool, to, from)?;
+    let from_txg = from.map_or(0, |f| f.txg);
+    let resume = (begin.flags & FLAG_RESUME != 0).then_some(begin.resume);
+    let started = resume.filter(|p| p.started);
+    sink.begin(begin)?;
+    let mut resumed_seen = false;
+    let mut slot: Option<SendError> = None;
+    let start = resume.map_or(0, |p| p.object);
+    let r = tos.changed_objects(bos.as_ref(), from_txg, ObjectId(start), &mut |ch| {
+        let r = (|| -> Result<()> {
+            match ch {
+                ObjectChange::Freed { first, count } => {
+                    let mut a = first.0;
+                    let e = first.0 + count;
+                    if let Some(p) = started {
+                        a = a.max(p.object + 1);
+                    }
+                    if a < e {
+                        sink.record(RecordType::FreeObjects, &[&encode_freeobjects(a, e - a)])?;
+                    }
+                }
+                ObjectChange::Changed { target, base } => {
+                    let id = target.id.0;
+                    let resuming = started.is_some_and(|p| p.object == id);
+                    if started.is_some_and(|p| id < p.object) {
+                        return Ok(());
+                    }
+                    resumed_seen |= resuming;
+                    let usable = base.filter(|b| b.otype == target.otype && b.block_size == target.block_size);
+                    let flags = if resuming {
+                        OBJ_RESUMED
+                    } else if usable.is_none() {
+                        OBJ_NEW
+                    } else {
+                        0
+                    };
+                    let rec = ObjectRec {
+                        object: id,
+                        otype: target.otype.0,
+                        flags,
+                        block_size: target.block_size,
+                        nblocks: target.nblocks,
+                        bonus: target.bonus,
+                    };
+                    sink.record(RecordType::Object, &[&rec.encode()])?;
+                    let skip_to = if resuming { started.map_or(0, |p| p.offset) } else { 0 };
+                    let bs = target.block_size as u64;
+                    let nb = target.nblocks;
+                    let end_bytes = nb * bs;
+                    let mut inner: Option<SendError> = None;
+                    let r = tos.changed_blocks(&target, usable.as_ref(), from_txg, skip_to / bs, &mut |bc| {
+                        let r = (|| -> Result<()> {
+                            match bc {
+                                BlockChange::Data { blkid, block } => {
+                                    if blkid >= nb {
+                                        return Err(SendError::Obj(ObjError::Corrupt(format!(
+                                            "object {id}: block {blkid} past its {nb} blocks"
+                                        ))));
+                                    }
+                                    let offset = blkid * bs;
+                                    if offset < skip_to {
+                                        return Ok(());
+                                    }
+                                    let hdr = WriteHdr { object: id, offset, logical_len: target.block_size, ..Default::default() };
+                                    sink.write_block(&tos, hdr, &block)
+                                }
+                                BlockChange::Hole { first, count } => {
+                                    let a = first.saturating_mul(bs).max(skip_to);
+                                    let e = first.saturating_add(count).saturating_mul(bs).min(end_bytes);
+                                    if a < e {
+                                        sink.record(RecordType::Free, &[&encode_free(id, a, e - a)])?;
+                                    }
+                                    Ok(())
+                                }
+                            }
+                        })();
+                        bridge(&mut inner, r)
+                    });
+                    settle(inner, r)?;
+                    // Truncation: the base had blocks past the new end.
+                    if usable.is_some_and(|b| b.nblocks > nb) && skip_to <= end_bytes {
+                        sink.record(RecordType::Free, &[&encode_free(id, end_bytes, u64::MAX)])?;
+                    }
+                }
+            }
+            Ok(())
+        })();
+        bridge(&mut slot, r)
+    });
+    settle(slot, r)?;
+    if let Some(p) = started {
+        if !resumed_seen {
+            return Err(SendError::Invalid(format!("resume token names object {} which this sub-stream does not send", p.object)));
+        }
+    }
+    sink.end()
+}
+
+/// Checks the series and the token; returns the first sub-stream to send
+/// and its resume position.
+fn plan(snaps: &[SnapRef], from: Option<&SnapRef>, token: Option<&str>) -> Result<(usize, Option<Position>)> {
+    let last = snaps.last().ok_or_else(|| SendError::Invalid("no snapshot to send".into()))?;
+    if snaps.len() > MAX_SERIES as usize {
+        return Err(SendError::Invalid(format!("a series of {} snapshots", snaps.len())));
+    }
+    let mut prev = from;
+    for s in snaps {
+        if s.guid == 0 {
+            return Err(SendError::Invalid(format!("snapshot {} has no guid", s.objset.0)));
+        }
+        if let Some(p) = prev {
+            if p.txg >= s.txg || p.guid == s.guid {
+                return Err(SendError::Invalid(format!("snapshots out of order: txg {} then txg {}", p.txg, s.txg)));
+            }
+        }
+        prev = Some(s);
+    }
+    let Some(tok) = token else { return Ok((0, None)) };
+    let t = ResumeToken::decode(tok)?;
+    if t.series_count as usize != snaps.len() || t.series_last_guid != last.guid {
+        return Err(SendError::Invalid("the resume token belongs to another stream (different snapshots)".into()));
+    }
+    let i = t.series_index as usize;
+    let base_guid = if i == 0 { from.map_or(0, |f| f.guid) } else { snaps[i - 1].guid };
+    if (t.to_guid != 0 && t.to_guid != snaps[i].guid) || t.from_guid != base_guid {
+        return Err(SendError::Invalid(format!("the resume token names sub-stream {i} of other snapshots")));
+    }
+    Ok((i, Some(t.position)))
+}
+
+fn run(pool: &ObjPool, snaps: &[SnapRef], from: Option<&SnapRef>, token: Option<&str>, sink: &mut dyn Sink) -> Result<u64> {
+    let (first, position) = plan(snaps, from, token)?;
+    let stream_guid = random_guid();
+    let last = snaps[snaps.len() - 1].guid;
+    for i in first..snaps.len() {
+        let to = &snaps[i];
+        let base = if i == 0 { from } else { Some(&snaps[i - 1]) };
+        let mut begin = Begin {
+            flags: 0,
+            stream_guid,
+            series_index: i as u32,
+            series_count: snaps.len() as u32,
+            series_last_guid: last,
+            pool_guid: pool.guid(),
+            objset: to.objset.0,
+            to_txg: to.txg,
+            to_guid: to.guid,
+            from_txg: base.map_or(0, |b| b.txg),
+            from_guid: base.map_or(0, |b| b.guid),
+            resume: Position::default(),
+        };
+        if i == first {
+            if let Some(p) = position {
+                begin.flags |= FLAG_RESUME;
+                begin.resume = p;
+            }
+        }
+        substream(pool, to, base, &begin, sink)?;
+    }
+    Ok(stream_guid)
+}
+
+fn run_to(pool: &ObjPool, snaps: &[SnapRef], from: Option<&SnapRef>, token: Option<&str>, out: &mut dyn Write) -> Result<SendSummary> {
+    let mut buf = BufWriter::with_capacity(1 << 20, out);
+    let mut sink = StreamSink { w: RecordWriter::new(&mut buf) };
+    let stream_guid = run(pool, snaps, from, token, &mut sink)?;
+    sink.w.flush()?;
+    let (bytes, records) = (sink.w.total_bytes, sink.w.total_records);
+    drop(sink);
+    buf.flush()?;
+    Ok(SendSummary { bytes, records, stream_guid })
+}
+
+/// Writes a stream of snapshot `snap`: full, or incremental from `from`
+/// (an earlier snapshot of the same head). The snapshots must not be
+/// destroyed while this runs.
+pub fn send(pool: &ObjPool, snap: &SnapRef, from: Option<&SnapRef>, out: &mut dyn Write) -> Result<SendSummary> {
+    run_to(pool, std::slice::from_ref(snap), from, None, out)
+}
+
+/// Writes `snaps` (consecutive snapshots of one head, oldest first) as one
+/// stream of sub-streams: the first full or from `from`, each next one from
+/// the previous snapshot (`send -I from snaps.last()`).
+pub fn send_series(pool: &ObjPool, snaps: &[SnapRef], from: Option<&SnapRef>, out: &mut dyn Write) -> Result<SendSummary> {
+    run_to(pool, snaps, from, None, out)
+}
+
+/// The rest of the stream `send(snap, base)` after the interruption that
+/// returned `token`.
+pub fn send_resume(pool: &ObjPool, snap: &SnapRef, base: Option<&SnapRef>, token: &str, out: &mut dyn Write) -> Result<SendSummary> {
+    run_to(pool, std::slice::from_ref(snap), base, Some(token), out)
+}
+
+/// The rest of the stream `send_series(snaps, from)` after the interruption
+/// that returned `token`: from the sub-stream and position it names.
+pub fn send_series_resume(pool: &ObjPool, snaps: &[SnapRef], from: Option<&SnapRef>, token: &str, out: &mut dyn Write) -> Result<SendSummary> {
+    run_to(pool, snaps, from, Some(token), out)
+}
+
+fn count(pool: &ObjPool, snaps: &[SnapRef], from: Option<&SnapRef>, token: Option<&str>) -> Result<u64> {
+    let mut sink = CountSink::default();
+    run(pool, snaps, from, token, &mut sink)?;
+    Ok(sink.bytes)
+}
+
+/// Bytes `send(snap, from)` would write, computed without reading any data
+/// block (exact).
+pub fn estimate(pool: &ObjPool, snap: &SnapRef, from: Option<&SnapRef>) -> Result<u64> {
+    count(pool, std::slice::from_ref(snap), from, None)
+}
+
+/// Bytes `send_series(snaps, from)` would write (exact).
+pub fn estimate_series(pool: &ObjPool, snaps: &[SnapRef], from: Option<&SnapRef>) -> Result<u64> {
+    count(pool, snaps, from, None)
+}
+
+/// Bytes `send_series_resume(snaps, from, token)` would write (exact).
+pub fn estimate_resume(pool: &ObjPool, snaps: &[SnapRef], from: Option<&SnapRef>, token: &str) -> Result<u64> {
+    count(pool, snaps, from, Some(token))
+}
