@@ -632,14 +632,7 @@ fn run_command(program: &Path, args: &[String], event: &Event, timeout: Duration
 }
 
 fn hostname() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: gethostname writes at most buf.len() bytes into buf.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if rc != 0 {
-        return "localhost".into();
-    }
-    let len = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..len]).into_owned()
+    crate::daemon::hostname()
 }
 
 #[cfg(test)]

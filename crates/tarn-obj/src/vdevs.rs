@@ -417,11 +417,9 @@ impl ObjPool {
                 None if leaf.device().is_some() => leaf.clear_errors(),
                 None => return Err(invalid(format!("cannot online {path}: cannot open the device"))),
             }
-            // It may have missed the txg that was open while it was away.
-            let synced = s.synced_txg.load(Ordering::Acquire);
-            if !leaf.dtl().is_empty() {
-                leaf.fill_dtl(leaf.dtl().min().unwrap_or(synced), synced);
-            }
+            // Its DTL is exact: every txg that wrote to its vdev while it
+            // was away recorded itself there, and none is in flight now
+            // (the sync lock is held).
             Ok(())
         })?;
         self.resilver_if_needed()?;
