@@ -4,7 +4,7 @@
 //! each is wrapped in `catch_unwind` by the server, so a failing command
 //! answers with an error and the daemon (and every other pool) carries on.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -24,6 +24,9 @@ pub struct Imported {
     pub devices: Vec<String>,
     pub altroot: Option<String>,
     pub mounts: BTreeMap<String, Mounted>,
+    /// Datasets being rolled back: unmounted, and not to be mounted,
+    /// snapshotted or destroyed until the rollback is done.
+    pub busy: BTreeSet<String>,
 }
 
 pub struct Daemon {
@@ -172,10 +175,23 @@ impl Daemon {
             Request::PoolStatus { pools, verbose } => self.pool_status(&pools, verbose),
             Request::PoolSet { prop, value, pool } => self.pool_set(&prop, &value, &pool),
             Request::Create { dataset, parents, props } => self.create(&dataset, parents, &props),
-            Request::Destroy { dataset, recursive, force } => self.destroy(&dataset, recursive, force),
-            Request::Props { datasets, recursive, props, parsable } => {
-                self.dataset_props(&datasets, recursive, &props, parsable)
+            Request::Destroy { dataset, recursive, force, dry_run } => {
+                if dataset.contains('@') {
+                    self.destroy_snapshots(&dataset, recursive, dry_run)
+                } else {
+                    self.destroy(&dataset, recursive, force, dry_run)
+                }
             }
+            Request::Props { datasets, recursive, props, parsable } => {
+                self.dataset_props(&datasets, recursive, &props, parsable, &["filesystem".to_string()])
+            }
+            Request::TypedProps { datasets, recursive, props, parsable, types } => {
+                self.dataset_props(&datasets, recursive, &props, parsable, &types)
+            }
+            Request::Snapshot { names, recursive } => self.snapshot(&names, recursive),
+            Request::Rollback { snapshot, destroy_later, force } => self.rollback(&snapshot, destroy_later, force),
+            Request::Hold { tag, snapshots, release, recursive } => self.hold(&tag, &snapshots, release, recursive),
+            Request::Holds { snapshots, recursive } => self.holds(&snapshots, recursive),
             Request::Set { assignments, dataset } => self.set(&assignments, &dataset),
             Request::Mount { dataset } => self.mount(dataset.as_deref()),
             Request::Unmount { target, force } => self.unmount(&target, force),
@@ -333,7 +349,7 @@ impl Daemon {
                 warnings.push_str(&format!("warning: {e}\n"));
             }
         }
-        let mut imported = Imported { ds, devices: all_paths.clone(), altroot, mounts: BTreeMap::new() };
+        let mut imported = Imported { ds, devices: all_paths.clone(), altroot, mounts: BTreeMap::new(), busy: BTreeSet::new() };
         let mount_failures = mount_all(&mut imported);
         let exit = if mount_failures.is_empty() { 0 } else { 1 };
         warnings.push_str(&mount_failures);
@@ -400,7 +416,7 @@ impl Daemon {
         let obj = ObjPool::import(devices, options).map_err(|e| fail(e.to_string()))?;
         obj.set_tunables(self.tunables);
         let ds = tarn_ds::Pool::open(obj).map_err(|e| fail(e.to_string()))?;
-        let mut imported = Imported { ds, devices: device_paths.clone(), altroot, mounts: BTreeMap::new() };
+        let mut imported = Imported { ds, devices: device_paths.clone(), altroot, mounts: BTreeMap::new(), busy: BTreeSet::new() };
         let mut warnings = mount_all(&mut imported);
         let exit = if warnings.is_empty() { 0 } else { 1 };
         let cached = CachedPool { name: name.clone(), guid, devices: device_paths, altroot: imported.altroot.clone() };
@@ -417,6 +433,9 @@ impl Daemon {
         let Some(imported) = pools.get_mut(pool) else {
             return Err(format!("cannot {verb} '{pool}': no such pool"));
         };
+        if let Some(busy) = imported.busy.first() {
+            return Err(format!("cannot {verb} '{pool}': '{busy}' is being rolled back; try again when it is done"));
+        }
         unmount_pool(imported, force).map_err(|e| format!("cannot {verb} '{pool}': {e}"))?;
         let Some(imported) = pools.remove(pool) else {
             return Err(format!("cannot {verb} '{pool}': no such pool"));
@@ -555,7 +574,7 @@ impl Daemon {
         Ok(Response { stderr: warnings, exit, ..Response::text("") })
     }
 
-    fn destroy(&self, dataset: &str, recursive: bool, force: bool) -> HandlerResult {
+    fn destroy(&self, dataset: &str, recursive: bool, force: bool, dry_run: bool) -> HandlerResult {
         let fail = |why: String| format!("cannot destroy '{dataset}': {why}");
         let pool_name = dataset.split('/').next().unwrap_or_default();
         let mut pools = self.pools.lock();
@@ -563,11 +582,35 @@ impl Daemon {
         let plan = imported.ds.destroy_plan(dataset, recursive).map_err(|e| match e {
             tarn_ds::DsError::NotFound(_) => fail("dataset does not exist".into()),
             tarn_ds::DsError::HasChildren(_) => fail("filesystem has children (use -r to destroy them too)".into()),
+            tarn_ds::DsError::HasSnapshots(_) => fail("filesystem has snapshots (use -r to destroy them too)".into()),
             tarn_ds::DsError::IsPoolRoot(_) => fail("it is the pool's root dataset (use 'tarn pool destroy')".into()),
             other => fail(other.to_string()),
         })?;
-        // Children first; a busy mount stops the destroy unless forced.
-        for name in plan.iter().rev() {
+        // What goes: each dataset's snapshots, then the dataset, deepest first.
+        let mut doomed = Vec::new();
+        for name in &plan {
+            if imported.busy.contains(name) {
+                return Err(fail(format!("'{name}' is busy (a rollback is in progress)")));
+            }
+            for snap in imported.ds.snapshots(Some(name)).into_iter().rev() {
+                // As in zfs, a held snapshot stops a recursive destroy too.
+                let holds = imported.ds.snapshot_record(&snap).map(|r| r.holds).unwrap_or_default();
+                if !holds.is_empty() {
+                    return Err(fail(format!(
+                        "snapshot '{snap}' is held ({}); release it with 'tarn release'",
+                        holds.join(", ")
+                    )));
+                }
+                doomed.push(snap);
+            }
+            doomed.push(name.clone());
+        }
+        if dry_run {
+            return Ok(Response::data(json!(doomed)));
+        }
+        // Children first (plan is deepest first); a busy mount stops the
+        // destroy unless forced.
+        for name in plan.iter() {
             if let Some(mut mounted) = imported.mounts.remove(name) {
                 if force {
                     mounted.unmount();
@@ -578,33 +621,65 @@ impl Daemon {
             }
         }
         imported.ds.destroy_dataset(dataset, recursive).map_err(|e| fail(e.to_string()))?;
-        Ok(Response::text(""))
+        Ok(Response::data(json!(doomed)))
     }
 
-    fn dataset_props(&self, datasets: &[String], recursive: bool, wanted: &[String], parsable: bool) -> HandlerResult {
+    fn dataset_props(
+        &self,
+        datasets: &[String],
+        recursive: bool,
+        wanted: &[String],
+        parsable: bool,
+        types: &[String],
+    ) -> HandlerResult {
+        let want_fs = types.iter().any(|t| t == "filesystem");
+        let want_snap = types.iter().any(|t| t == "snapshot");
+        // `list -t snapshot fs`: the snapshots of fs (zfs: depth 1).
+        let snaps_of_named = want_snap && !want_fs && !recursive;
         let mut names: Vec<String> = Vec::new();
         for prop in wanted.iter().filter(|p| p.as_str() != "all") {
             props::lookup(prop).map_err(|e| e.to_string())?;
         }
-        let wanted: Vec<String> = if wanted.is_empty() || wanted.iter().any(|p| p == "all") {
+        let all = wanted.is_empty() || wanted.iter().any(|p| p == "all");
+        let wanted: Vec<String> = if all {
             props::PROPERTIES.iter().map(|p| p.name.to_string()).collect()
         } else {
             wanted.to_vec()
         };
         let pools = self.pools.lock();
+        // A dataset, then its snapshots (oldest first), as the types ask.
+        let add = |imported: &Imported, dataset: &str, names: &mut Vec<String>| {
+            if want_fs {
+                names.push(dataset.to_string());
+            }
+            if want_snap {
+                names.extend(imported.ds.snapshots(Some(dataset)));
+            }
+        };
         if datasets.is_empty() {
             for imported in pools.values() {
-                names.extend(imported.ds.list());
+                for dataset in imported.ds.list() {
+                    add(imported, &dataset, &mut names);
+                }
             }
         } else {
             for dataset in datasets {
-                let pool_name = dataset.split('/').next().unwrap_or_default();
-                let imported = pools
-                    .get(pool_name)
-                    .filter(|p| p.ds.exists(dataset))
-                    .ok_or_else(|| format!("cannot open '{dataset}': dataset does not exist"))?;
+                let missing = || format!("cannot open '{dataset}': dataset does not exist");
+                let imported = pools.get(pool_of(dataset)).ok_or_else(missing)?;
+                if dataset.contains('@') {
+                    imported.ds.snapshot_record(dataset).map_err(|_| missing())?;
+                    names.push(dataset.clone());
+                    continue;
+                }
+                if !imported.ds.exists(dataset) {
+                    return Err(missing());
+                }
                 if recursive {
-                    names.extend(imported.ds.subtree(dataset));
+                    for name in imported.ds.subtree(dataset) {
+                        add(imported, &name, &mut names);
+                    }
+                } else if snaps_of_named {
+                    names.extend(imported.ds.snapshots(Some(dataset)));
                 } else {
                     names.push(dataset.clone());
                 }
@@ -612,15 +687,20 @@ impl Daemon {
         }
         let mut rows = Vec::new();
         for name in names {
-            let pool_name = name.split('/').next().unwrap_or_default().to_string();
+            let pool_name = pool_of(&name).to_string();
             let Some(imported) = pools.get(&pool_name) else { continue };
-            let record = imported.ds.record(&name).map_err(|e| e.to_string())?;
+            let record = if name.contains('@') { imported.ds.snapshot_record(&name) } else { imported.ds.record(&name) }
+                .map_err(|e| e.to_string())?;
             let mut cells = Vec::new();
             for prop in &wanted {
                 let value = imported
                     .ds
                     .get_property(&name, prop, parsable, imported.altroot.as_deref())
                     .map_err(|e| format!("cannot get '{prop}' of '{name}': {e}"))?;
+                // `get all` of a snapshot: the properties snapshots have.
+                if all && name.contains('@') && value.value == "-" {
+                    continue;
+                }
                 cells.push(PropCell {
                     property: value.property,
                     value: value.value,
@@ -765,6 +845,11 @@ impl Daemon {
     }
 }
 
+/// The pool of a dataset or snapshot name (`tank/a@s` → `tank`).
+fn pool_of(name: &str) -> &str {
+    name.split(['/', '@']).next().unwrap_or_default()
+}
+
 pub(crate) fn describe_group(group: &VdevGroup) -> String {
     match group.kind {
         VdevKind::Disk => "stripe".into(),
@@ -794,10 +879,14 @@ fn mount_path(imported: &Imported, name: &str) -> Result<Option<PathBuf>, String
 
 /// Mount one dataset at its effective mountpoint (no-op for none/legacy).
 fn mount_dataset(imported: &mut Imported, name: &str) -> Result<(), String> {
+    if imported.busy.contains(name) {
+        return Err("dataset is busy (a rollback is in progress)".into());
+    }
     let Some(path) = mount_path(imported, name)? else { return Ok(()) };
     let settings = imported.ds.settings(name).map_err(|e| e.to_string())?;
     let os = imported.ds.objset(name).map_err(|e| e.to_string())?;
-    let mounted = Mounted::mount(imported.ds.obj().clone(), os, &settings, name, &path)?;
+    let snapshots = mount::snapshot_source(&imported.ds, name, &settings);
+    let mounted = Mounted::mount(imported.ds.obj().clone(), os, &settings, name, &path, Some(snapshots))?;
     imported.mounts.insert(name.to_string(), mounted);
     Ok(())
 }
@@ -902,3 +991,319 @@ fn describe_candidates(candidates: &BTreeMap<u64, scan::Candidate>) -> String {
     out
 }
 
+// ---------------------------------------------------------------------------
+// Snapshots: snapshot, destroy of snapshots, rollback, holds.
+//
+// The slow parts (each change is a synced txg) run with the pools mutex
+// released: the handlers take what they need under it (and, for rollback,
+// unmount and mark the dataset busy), then let go.
+
+/// The one-line reason for a bad snapshot name.
+fn bad_snapshot_name(e: tarn_ds::DsError) -> String {
+    match e {
+        tarn_ds::DsError::BadName { why, .. } => why,
+        other => other.to_string(),
+    }
+}
+
+/// The message of a failed snapshot operation (the dataset layer's
+/// snapshot errors are complete sentences already).
+fn snapshot_error(e: tarn_ds::DsError, fail: impl Fn(String) -> String) -> String {
+    match e {
+        tarn_ds::DsError::Snapshot(message) => message,
+        tarn_ds::DsError::NotFound(name) if name.contains('@') => fail(format!("snapshot '{name}' does not exist")),
+        tarn_ds::DsError::NotFound(name) => fail(format!("dataset '{name}' does not exist")),
+        other => fail(other.to_string()),
+    }
+}
+
+/// Unmounts `dataset` and everything mounted at or below its mountpoint,
+/// deepest first; returns the names unmounted (deepest first). A busy
+/// mount stops it (what was unmounted is mounted again) unless `force`:
+/// then the mount is made read-only and detached lazily, so processes
+/// still using it can write nothing to the tree being rolled back.
+fn unmount_for_rollback(imported: &mut Imported, dataset: &str, force: bool) -> Result<Vec<String>, String> {
+    let Some(top) = imported.mounts.get(dataset).map(|m| m.path.clone()) else { return Ok(vec![]) };
+    let mut names: Vec<String> =
+        imported.mounts.iter().filter(|(_, m)| m.path.starts_with(&top)).map(|(n, _)| n.clone()).collect();
+    names.sort_by_key(|n| std::cmp::Reverse(imported.mounts.get(n).map_or(0, |m| m.path.components().count())));
+    let mut done: Vec<String> = Vec::new();
+    for name in names {
+        let Some(mut mounted) = imported.mounts.remove(&name) else { continue };
+        match mounted.try_unmount() {
+            Ok(()) => done.push(name),
+            Err(_) if force => {
+                if let Ok(mut settings) = imported.ds.settings(&name) {
+                    settings.readonly = true;
+                    mounted.set_options(&settings);
+                }
+                mounted.unmount();
+                done.push(name);
+            }
+            Err(_) => {
+                let path = mounted.path.display().to_string();
+                imported.mounts.insert(name.clone(), mounted);
+                for undone in done.iter().rev() {
+                    let _ = mount_dataset(imported, undone);
+                }
+                return Err(format!("dataset is busy ('{path}' is in use; use -f to force)"));
+            }
+        }
+    }
+    Ok(done)
+}
+
+impl Daemon {
+    fn snapshot(&self, names: &[String], recursive: bool) -> HandlerResult {
+        let Some(first) = names.first() else { return Err("cannot create snapshots: no snapshot named".into()) };
+        let mut full: Vec<String> = Vec::new();
+        let ds = {
+            let pools = self.pools.lock();
+            let pool_name = pool_of(first);
+            for name in names {
+                let fail = |why: String| format!("cannot create snapshot '{name}': {why}");
+                let (dataset, snap) = tarn_ds::snapshots::validate_snapshot_name(name).map_err(|e| fail(bad_snapshot_name(e)))?;
+                if pool_of(&dataset) != pool_name {
+                    return Err(fail(format!("not in pool '{pool_name}' (the snapshots of one command are taken in one pool)")));
+                }
+                let imported = pools
+                    .get(pool_name)
+                    .filter(|p| p.ds.exists(&dataset))
+                    .ok_or_else(|| fail("dataset does not exist".into()))?;
+                let datasets = if recursive { imported.ds.subtree(&dataset) } else { vec![dataset] };
+                for dataset in datasets {
+                    if imported.busy.contains(&dataset) {
+                        return Err(fail(format!("'{dataset}' is busy (a rollback is in progress)")));
+                    }
+                    let one = format!("{dataset}@{snap}");
+                    if !full.contains(&one) {
+                        full.push(one);
+                    }
+                }
+            }
+            let imported = pools.get(pool_name).ok_or_else(|| format!("cannot create snapshot '{first}': no such pool"))?;
+            imported.ds.clone()
+        };
+        let fail = |why: String| format!("cannot create snapshot '{first}': {why}");
+        ds.snapshot(&full).map_err(|e| match e {
+            tarn_ds::DsError::BadName { name, why } => format!("cannot create snapshot '{name}': {why}"),
+            other => snapshot_error(other, fail),
+        })?;
+        Ok(Response::data(json!(full)))
+    }
+
+    /// `destroy [-r] [-n] fs@spec` where spec is `name`, `a%c` or a comma
+    /// list of those.
+    fn destroy_snapshots(&self, spec: &str, recursive: bool, dry_run: bool) -> HandlerResult {
+        let fail = |why: String| format!("cannot destroy '{spec}': {why}");
+        let (dataset, list) = spec.split_once('@').ok_or_else(|| fail("not a snapshot".into()))?;
+        tarn_ds::validate_dataset_name(dataset).map_err(|e| fail(bad_snapshot_name(e)))?;
+        let ds = {
+            let pools = self.pools.lock();
+            let imported = pools
+                .get(pool_of(dataset))
+                .filter(|p| p.ds.exists(dataset))
+                .ok_or_else(|| fail(format!("dataset '{dataset}' does not exist")))?;
+            if let Some(busy) = imported.ds.subtree(dataset).iter().find(|d| imported.busy.contains(*d)) {
+                return Err(fail(format!("'{busy}' is busy (a rollback is in progress)")));
+            }
+            imported.ds.clone()
+        };
+        let datasets = if recursive { ds.subtree(dataset) } else { vec![dataset.to_string()] };
+        let mut doomed: Vec<String> = Vec::new();
+        for item in list.split(',') {
+            if item.is_empty() {
+                return Err(fail("empty snapshot name".into()));
+            }
+            for (i, dataset) in datasets.iter().enumerate() {
+                let one = format!("{dataset}@{item}");
+                if !item.contains('%') {
+                    tarn_ds::snapshots::validate_snapshot_name(&one).map_err(|e| fail(bad_snapshot_name(e)))?;
+                }
+                match ds.expand_snapshot_spec(&one) {
+                    Ok(names) => {
+                        for name in names {
+                            if !doomed.contains(&name) {
+                                doomed.push(name);
+                            }
+                        }
+                    }
+                    // -r: descendants need not have the snapshots.
+                    Err(_) if recursive && i > 0 => {}
+                    Err(tarn_ds::DsError::NotFound(_)) if recursive => {}
+                    Err(tarn_ds::DsError::NotFound(name)) if name == spec => {
+                        return Err(fail("snapshot does not exist".into()))
+                    }
+                    Err(tarn_ds::DsError::NotFound(name)) => {
+                        return Err(fail(format!("snapshot '{name}' does not exist")))
+                    }
+                    Err(tarn_ds::DsError::Snapshot(message)) => {
+                        let prefix = format!("'{one}' ");
+                        return Err(fail(message.strip_prefix(&prefix).unwrap_or(&message).to_string()));
+                    }
+                    Err(e) => return Err(fail(e.to_string())),
+                }
+            }
+        }
+        if doomed.is_empty() {
+            return Err(fail("could not find any snapshots to destroy; check snapshot names".into()));
+        }
+        // All or nothing: a held snapshot stops the whole destroy.
+        let mut records = Vec::new();
+        for name in &doomed {
+            let record = ds.snapshot_record(name).map_err(|e| snapshot_error(e, fail))?;
+            if !record.holds.is_empty() {
+                return Err(format!(
+                    "cannot destroy snapshot '{name}': it is held ({}); release it with 'tarn release'",
+                    record.holds.join(", ")
+                ));
+            }
+            records.push((name.clone(), record.createtxg));
+        }
+        if dry_run {
+            return Ok(Response::data(json!(doomed)));
+        }
+        // Newest first.
+        records.sort_by_key(|(_, txg)| std::cmp::Reverse(*txg));
+        for (name, _) in &records {
+            ds.destroy_snapshot(name, false).map_err(|e| {
+                snapshot_error(e, |why| format!("cannot destroy snapshot '{name}': {why}"))
+            })?;
+        }
+        Ok(Response::data(json!(doomed)))
+    }
+
+    fn rollback(&self, snapshot: &str, destroy_later: bool, force: bool) -> HandlerResult {
+        let fail = |why: String| format!("cannot rollback to '{snapshot}': {why}");
+        let (dataset, _) = tarn_ds::snapshots::validate_snapshot_name(snapshot).map_err(|e| fail(bad_snapshot_name(e)))?;
+        let pool_name = pool_of(&dataset).to_string();
+        let (ds, unmounted) = {
+            let mut pools = self.pools.lock();
+            let imported = pools
+                .get_mut(&pool_name)
+                .filter(|p| p.ds.exists(&dataset))
+                .ok_or_else(|| fail(format!("dataset '{dataset}' does not exist")))?;
+            let target = imported.ds.snapshot_record(snapshot).map_err(|_| fail("snapshot does not exist".into()))?;
+            if imported.busy.contains(&dataset) {
+                return Err(fail("dataset is busy (a rollback is in progress)".into()));
+            }
+            let later: Vec<(String, tarn_ds::DatasetRecord)> = imported
+                .ds
+                .snapshots(Some(&dataset))
+                .into_iter()
+                .filter_map(|n| imported.ds.snapshot_record(&n).ok().map(|r| (n, r)))
+                .filter(|(_, r)| r.createtxg > target.createtxg)
+                .collect();
+            if !later.is_empty() && !destroy_later {
+                let names: Vec<&str> = later.iter().map(|(n, _)| n.as_str()).collect();
+                return Err(fail(format!("more recent snapshots exist ({}); use -r to destroy them", names.join(", "))));
+            }
+            if let Some((name, record)) = later.iter().find(|(_, r)| !r.holds.is_empty()) {
+                return Err(fail(format!(
+                    "more recent snapshot '{name}' is held ({}); release it with 'tarn release'",
+                    record.holds.join(", ")
+                )));
+            }
+            let unmounted = unmount_for_rollback(imported, &dataset, force).map_err(fail)?;
+            imported.busy.insert(dataset.clone());
+            (imported.ds.clone(), unmounted)
+        };
+        let result = ds.rollback(snapshot, destroy_later);
+        let mut warnings = String::new();
+        {
+            let mut pools = self.pools.lock();
+            // Unless the pool went away (exported) meanwhile.
+            if let Some(imported) = pools.get_mut(&pool_name).filter(|p| Arc::ptr_eq(&p.ds, &ds)) {
+                imported.busy.remove(&dataset);
+                for name in unmounted.iter().rev() {
+                    if let Err(e) = mount_dataset(imported, name) {
+                        warnings.push_str(&format!("tarn: rolled back, but cannot mount '{name}': {e}\n"));
+                    }
+                }
+            }
+        }
+        let destroyed = result.map_err(|e| snapshot_error(e, fail))?;
+        let exit = if warnings.is_empty() { 0 } else { 1 };
+        Ok(Response { stderr: warnings, exit, data: Some(json!(destroyed)), ..Response::text("") })
+    }
+
+    /// The snapshots `names` stand for (`recursive`: the same snapshot
+    /// name in every descendant that has it), and their pool's dataset
+    /// tree. Every named snapshot must exist.
+    fn snapshot_set(
+        &self,
+        names: &[String],
+        recursive: bool,
+        fail: impl Fn(&str, String) -> String,
+    ) -> Result<(Arc<tarn_ds::Pool>, Vec<String>), String> {
+        let pools = self.pools.lock();
+        let mut full: Vec<String> = Vec::new();
+        let mut ds: Option<Arc<tarn_ds::Pool>> = None;
+        for name in names {
+            let (dataset, snap) =
+                tarn_ds::snapshots::validate_snapshot_name(name).map_err(|e| fail(name, bad_snapshot_name(e)))?;
+            let imported = pools
+                .get(pool_of(&dataset))
+                .filter(|p| p.ds.snapshot_record(name).is_ok())
+                .ok_or_else(|| fail(name, "snapshot does not exist".into()))?;
+            if ds.as_ref().is_some_and(|d| !Arc::ptr_eq(d, &imported.ds)) {
+                return Err(fail(name, "the snapshots of one command must be in one pool".into()));
+            }
+            ds = Some(imported.ds.clone());
+            let datasets = if recursive { imported.ds.subtree(&dataset) } else { vec![dataset] };
+            for dataset in datasets {
+                let one = format!("{dataset}@{snap}");
+                if imported.ds.snapshot_record(&one).is_ok() && !full.contains(&one) {
+                    full.push(one);
+                }
+            }
+        }
+        let ds = ds.ok_or_else(|| "no snapshot named".to_string())?;
+        Ok((ds, full))
+    }
+
+    fn hold(&self, tag: &str, snapshots: &[String], release: bool, recursive: bool) -> HandlerResult {
+        let fail = |name: &str, why: String| {
+            if release {
+                format!("cannot release hold from snapshot '{name}': {why}")
+            } else {
+                format!("cannot hold snapshot '{name}': {why}")
+            }
+        };
+        let first = snapshots.first().map(String::as_str).unwrap_or("");
+        if tag.is_empty() {
+            return Err(fail(first, "empty tag".into()));
+        }
+        if tag.len() > 255 || tag.chars().any(char::is_control) {
+            return Err(fail(first, format!("bad tag '{tag}' (at most 255 printable characters)")));
+        }
+        let (ds, full) = self.snapshot_set(snapshots, recursive, fail)?;
+        // All or nothing: check every snapshot before changing any.
+        for name in &full {
+            let record = ds.snapshot_record(name).map_err(|_| fail(name, "snapshot does not exist".into()))?;
+            let has = record.holds.iter().any(|t| t == tag);
+            if has && !release {
+                return Err(fail(name, format!("tag '{tag}' already exists on this snapshot")));
+            }
+            if !has && release {
+                return Err(fail(name, format!("no such tag '{tag}' on this snapshot")));
+            }
+        }
+        for name in &full {
+            ds.hold(name, tag, !release).map_err(|e| snapshot_error(e, |why| fail(name, why)))?;
+        }
+        Ok(Response::data(json!(full)))
+    }
+
+    fn holds(&self, snapshots: &[String], recursive: bool) -> HandlerResult {
+        let (ds, full) = self.snapshot_set(snapshots, recursive, |name, why| format!("cannot open '{name}': {why}"))?;
+        let mut rows = Vec::new();
+        for name in full {
+            let record = ds.snapshot_record(&name).map_err(|_| format!("cannot open '{name}': snapshot does not exist"))?;
+            for tag in record.holds {
+                rows.push(HoldRow { name: name.clone(), tag });
+            }
+        }
+        Ok(Response::data(serde_json::to_value(rows).map_err(|e| e.to_string())?))
+    }
+}

@@ -21,6 +21,35 @@ fn fs_options(settings: &Settings) -> tarn_fs::FsOptions {
     }
 }
 
+/// `.zfs/snapshot` of a mounted dataset: its snapshots, each opened
+/// read-only (object set and file system) on first access.
+struct DatasetSnapshots {
+    ds: Arc<tarn_ds::Pool>,
+    dataset: String,
+    visible: bool,
+}
+
+impl tarn_fuse::SnapshotSource for DatasetSnapshots {
+    fn names(&self) -> Vec<String> {
+        let prefix = format!("{}@", self.dataset);
+        self.ds.snapshots(Some(&self.dataset)).iter().filter_map(|n| n.strip_prefix(&prefix).map(str::to_string)).collect()
+    }
+
+    fn open(&self, name: &str) -> Option<Arc<tarn_fs::Fs>> {
+        let os = self.ds.snapshot_objset(&format!("{}@{name}", self.dataset)).ok()?;
+        let opts = tarn_fs::FsOptions { readonly: true, atime: false, ..tarn_fs::FsOptions::default() };
+        tarn_fs::Fs::open(self.ds.obj().clone(), os, opts).ok()
+    }
+
+    fn visible(&self) -> bool {
+        self.ds.settings(&self.dataset).map_or(self.visible, |s| s.snapdir_visible)
+    }
+}
+
+pub fn snapshot_source(ds: &Arc<tarn_ds::Pool>, dataset: &str, settings: &Settings) -> Arc<dyn tarn_fuse::SnapshotSource> {
+    Arc::new(DatasetSnapshots { ds: ds.clone(), dataset: dataset.to_string(), visible: settings.snapdir_visible })
+}
+
 /// A mounted dataset.
 pub struct Mounted {
     pub path: PathBuf,
@@ -35,6 +64,7 @@ impl Mounted {
         settings: &Settings,
         dataset: &str,
         path: &Path,
+        snapshots: Option<Arc<dyn tarn_fuse::SnapshotSource>>,
     ) -> Result<Mounted, String> {
         std::fs::create_dir_all(path).map_err(|e| format!("cannot create mountpoint {}: {e}", path.display()))?;
         let fs = tarn_fs::Fs::open(pool, os, fs_options(settings)).map_err(|e| e.to_string())?;
@@ -43,7 +73,7 @@ impl Mounted {
             readonly: settings.readonly,
             allow_other: false,
         };
-        let handle = tarn_fuse::mount(fs.clone(), path, options).map_err(|e| e.to_string())?;
+        let handle = tarn_fuse::mount_with_snapshots(fs.clone(), path, options, snapshots).map_err(|e| e.to_string())?;
         Ok(Mounted { path: path.to_path_buf(), fs, handle })
     }
 

@@ -64,9 +64,52 @@ pub enum Request {
     },
     PoolSet { prop: String, value: String, pool: String },
     Create { dataset: String, parents: bool, props: Vec<(String, String)> },
-    Destroy { dataset: String, recursive: bool, force: bool },
-    /// `list` and `get`: properties of datasets. `props` empty = all.
+    /// `destroy`: a file system (`-r`: with its descendants; with its
+    /// snapshots either way, which plain destroy refuses), or snapshots:
+    /// `fs@a`, `fs@a%c` (a range, oldest to newest; either end may be
+    /// empty), `fs@a,b%c` (a list); `-r` takes the same names in every
+    /// descendant. `dry_run` (-n) destroys nothing. Data: the names
+    /// destroyed (or that would be), as a JSON array of strings.
+    Destroy {
+        dataset: String,
+        recursive: bool,
+        force: bool,
+        #[serde(default)]
+        dry_run: bool,
+    },
+    /// `list` and `get` of file systems: properties of datasets (and of
+    /// the snapshots named in `datasets`). `props` empty = all.
     Props { datasets: Vec<String>, recursive: bool, props: Vec<String>, parsable: bool },
+    /// `list -t` / `get -t`: as `Props`, of the types asked for
+    /// (`filesystem`, `snapshot`). A dataset's snapshots follow it, oldest
+    /// first. Without `recursive`, `types == ["snapshot"]` lists the
+    /// snapshots of the datasets named (as `zfs list -t snapshot fs` does).
+    TypedProps { datasets: Vec<String>, recursive: bool, props: Vec<String>, parsable: bool, types: Vec<String> },
+    /// `snapshot [-r] fs@name...`: all in one txg, consistent with every
+    /// write acknowledged before the request; `recursive`: the same name in
+    /// every descendant too. All names must be in one pool.
+    Snapshot { names: Vec<String>, recursive: bool },
+    /// `rollback [-r] [-f] fs@name`: unmounts the dataset (and what is
+    /// mounted below it), rolls back, mounts again. `destroy_later` (-r)
+    /// destroys more recent snapshots; `force` (-f) detaches a busy mount.
+    /// Data: the snapshots destroyed.
+    Rollback { snapshot: String, destroy_later: bool, force: bool },
+    /// `hold TAG snap...` / `release TAG snap...` (`recursive`: the same
+    /// snapshot name in every descendant). All or nothing: every name is
+    /// checked before any changes.
+    Hold {
+        tag: String,
+        snapshots: Vec<String>,
+        release: bool,
+        #[serde(default)]
+        recursive: bool,
+    },
+    /// `holds snap...`: data `Vec<HoldRow>`.
+    Holds {
+        snapshots: Vec<String>,
+        #[serde(default)]
+        recursive: bool,
+    },
     Set { assignments: Vec<(String, String)>, dataset: String },
     Mount { dataset: Option<String> },
     Unmount { target: String, force: bool },
@@ -133,13 +176,22 @@ pub struct PropCell {
     pub source_data: String,
 }
 
-/// One dataset's properties (data of `props`: `Vec<DatasetRow>`).
+/// One dataset's or snapshot's properties (data of `props` and
+/// `typed_props`: `Vec<DatasetRow>`).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct DatasetRow {
     pub name: String,
     pub pool: String,
     pub createtxg: u64,
     pub props: Vec<PropCell>,
+}
+
+/// One user hold (data of `holds`: `Vec<HoldRow>`). Hold times are not
+/// stored.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct HoldRow {
+    pub name: String,
+    pub tag: String,
 }
 
 /// One pool's properties (data of `pool_list`: `Vec<PoolRow>`).

@@ -48,6 +48,7 @@ pub const PROPERTIES: &[PropDef] = &[
     settable("atime", true, "on"),
     settable("copies", true, "1"),
     settable("readonly", true, "off"),
+    settable("snapdir", true, "hidden"),
     readonly("logicalused"),
     readonly("usedbysnapshots"),
     readonly("usedbydataset"),
@@ -159,6 +160,10 @@ pub fn validate(prop: &str, value: &str) -> Result<(&'static str, String), PropE
         "atime" | "readonly" => match value {
             "on" | "off" => value.to_string(),
             _ => return Err(bad(name, value, "must be on or off")),
+        },
+        "snapdir" => match value {
+            "hidden" | "visible" => value.to_string(),
+            _ => return Err(bad(name, value, "must be hidden or visible")),
         },
         "quota" => {
             if value == "none" {
@@ -312,6 +317,8 @@ pub struct Settings {
     pub readonly: bool,
     pub quota: Option<u64>,
     pub mountpoint: Mountpoint,
+    /// `snapdir=visible`: `.zfs` is listed in the root directory.
+    pub snapdir_visible: bool,
 }
 
 /// Effective typed settings of dataset `name`.
@@ -332,6 +339,7 @@ pub fn settings(name: &str, local: &dyn Fn(&str, &str) -> Option<String>) -> Set
         copies: value("copies").parse().unwrap_or(1),
         atime: value("atime") == "on",
         readonly: value("readonly") == "on",
+        snapdir_visible: value("snapdir") == "visible",
         quota: value("quota").parse().ok(),
         mountpoint,
     }

@@ -16,7 +16,11 @@
 //!
 //! Inode numbers: FUSE's root (1) is the root directory object; every
 //! other inode number is the object id (object 1 is the master node and
-//! never appears as a file).
+//! never appears as a file). Snapshots (`.zfs/snapshot/<name>`, as in ZFS:
+//! reachable by path always, listed in the root directory when `snapdir`
+//! is visible) are served by read-only file systems of their own: the k-th
+//! snapshot opened in this mount has inode numbers `k << 48 | object id`,
+//! and `.zfs` and `.zfs/snapshot` are two fixed virtual directories.
 //!
 //! No request ever panics the daemon: every handler runs under
 //! `catch_unwind` and a panic becomes `EIO`.
@@ -142,6 +146,16 @@ impl Drop for MountHandle {
 /// The mount syscall is made here (not by fuser) so the file system type
 /// is `fuse.tarn` and the source is `opts.fsname`, as `mount(8)` shows them.
 pub fn mount(fs: Arc<Fs>, mountpoint: &Path, opts: MountOptions) -> std::io::Result<MountHandle> {
+    mount_with_snapshots(fs, mountpoint, opts, None)
+}
+
+/// Like [`mount`], with `.zfs/snapshot/<name>` served from `snapshots`.
+pub fn mount_with_snapshots(
+    fs: Arc<Fs>,
+    mountpoint: &Path,
+    opts: MountOptions,
+    snapshots: Option<Arc<dyn SnapshotSource>>,
+) -> std::io::Result<MountHandle> {
     use std::os::fd::{AsRawFd, OwnedFd};
     let mountpoint = mountpoint.canonicalize()?;
     let dev = std::fs::OpenOptions::new()
@@ -192,6 +206,8 @@ pub fn mount(fs: Arc<Fs>, mountpoint: &Path, opts: MountOptions) -> std::io::Res
     let front = TarnFuse {
         fs,
         opened: Mutex::new(HashMap::new()),
+        snapshots,
+        snap_fs: Mutex::new(Vec::new()),
     };
     let session = fuser::Session::from_fd(front, OwnedFd::from(dev), config.acl, config.clone())
         .and_then(fuser::Session::spawn);
@@ -207,10 +223,41 @@ pub fn mount(fs: Arc<Fs>, mountpoint: &Path, opts: MountOptions) -> std::io::Res
     }
 }
 
+/// Where `.zfs/snapshot` gets its contents (the daemon: the dataset's
+/// snapshots, each opened read-only).
+pub trait SnapshotSource: Send + Sync {
+    /// Snapshot names (the part after `@`), oldest first.
+    fn names(&self) -> Vec<String>;
+    /// The named snapshot's file system, read-only.
+    fn open(&self, name: &str) -> Option<Arc<Fs>>;
+    /// `snapdir=visible`: list `.zfs` in the root directory.
+    fn visible(&self) -> bool;
+}
+
+const SNAP_SHIFT: u32 = 48;
+const CTL_INO: u64 = (0x7fff << SNAP_SHIFT) | 1;
+const SNAPDIR_INO: u64 = (0x7fff << SNAP_SHIFT) | 2;
+const CTL_NAME: &[u8] = b".zfs";
+/// readdir offset of the `.zfs` entry appended to the root directory.
+const CTL_OFFSET: u64 = u64::MAX - 1;
+
 struct TarnFuse {
     fs: Arc<Fs>,
     /// (mtime, size) of each file at its last open, for `keep_cache`.
-    opened: Mutex<HashMap<u64, (i64, u64)>>,
+    opened: Mutex<HashMap<(u64, u64), (i64, u64)>>,
+    snapshots: Option<Arc<dyn SnapshotSource>>,
+    /// Snapshots opened so far: index + 1 is their `k`.
+    snap_fs: Mutex<Vec<(String, Arc<Fs>)>>,
+}
+
+/// What an inode number names.
+enum Target {
+    /// `.zfs`
+    Ctl,
+    /// `.zfs/snapshot`
+    SnapDir,
+    /// Object `ino` of file system `k` (0: the dataset, k ≥ 1: a snapshot).
+    Node { fs: Arc<Fs>, ino: u64, k: u64 },
 }
 
 fn to_time(ns: i64) -> SystemTime {
@@ -255,23 +302,46 @@ fn guarded<T>(f: impl FnOnce() -> tarn_fs::Result<T>) -> tarn_fs::Result<T> {
 }
 
 impl TarnFuse {
-    fn ino_in(&self, ino: INodeNo) -> u64 {
-        if ino.0 == 1 {
-            self.fs.root_ino()
-        } else {
-            ino.0
+    fn target(&self, ino: INodeNo) -> tarn_fs::Result<Target> {
+        match ino.0 {
+            1 => Ok(Target::Node { fs: self.fs.clone(), ino: self.fs.root_ino(), k: 0 }),
+            CTL_INO if self.snapshots.is_some() => Ok(Target::Ctl),
+            SNAPDIR_INO if self.snapshots.is_some() => Ok(Target::SnapDir),
+            n => {
+                let k = n >> SNAP_SHIFT;
+                let inner = n & ((1 << SNAP_SHIFT) - 1);
+                if k == 0 {
+                    return Ok(Target::Node { fs: self.fs.clone(), ino: n, k: 0 });
+                }
+                let fs = self.snap_fs.lock().get(k as usize - 1).map(|(_, f)| f.clone()).ok_or(FsError::NotFound)?;
+                Ok(Target::Node { fs, ino: inner, k })
+            }
         }
     }
-    fn ino_out(&self, ino: u64) -> INodeNo {
-        if ino == self.fs.root_ino() {
+
+    /// The file system and inode an operation acts on; the virtual
+    /// directories take no changes.
+    fn node(&self, ino: INodeNo) -> tarn_fs::Result<(Arc<Fs>, u64, u64)> {
+        match self.target(ino)? {
+            Target::Node { fs, ino, k } => Ok((fs, ino, k)),
+            Target::Ctl | Target::SnapDir => Err(FsError::ReadOnly),
+        }
+    }
+
+    fn ino_out(&self, fs: &Fs, k: u64, ino: u64) -> INodeNo {
+        if k == 0 && ino == self.fs.root_ino() {
             INodeNo(1)
-        } else {
+        } else if k == 0 {
             INodeNo(ino)
+        } else {
+            let _ = fs;
+            INodeNo((k << SNAP_SHIFT) | ino)
         }
     }
-    fn attr(&self, a: &Attr) -> FileAttr {
+
+    fn attr(&self, fs: &Fs, k: u64, a: &Attr) -> FileAttr {
         FileAttr {
-            ino: self.ino_out(a.ino),
+            ino: self.ino_out(fs, k, a.ino),
             size: a.size,
             blocks: a.blocks,
             atime: to_time(a.atime_ns),
@@ -288,12 +358,56 @@ impl TarnFuse {
             flags: 0,
         }
     }
-    fn entry(&self, r: tarn_fs::Result<Attr>, reply: ReplyEntry) {
+
+    /// Attributes of `.zfs` and `.zfs/snapshot`: read-only directories
+    /// with the dataset root's owner and times.
+    fn virtual_attr(&self, ino: u64) -> FileAttr {
+        let root = self.fs.getattr(self.fs.root_ino()).ok();
+        let t = root.as_ref().map_or(UNIX_EPOCH, |a| to_time(a.mtime_ns));
+        FileAttr {
+            ino: INodeNo(ino),
+            size: 0,
+            blocks: 0,
+            atime: t,
+            mtime: t,
+            ctime: t,
+            crtime: t,
+            kind: FileType::Directory,
+            perm: 0o555,
+            nlink: 2,
+            uid: root.as_ref().map_or(0, |a| a.uid),
+            gid: root.as_ref().map_or(0, |a| a.gid),
+            rdev: 0,
+            blksize: 4096,
+            flags: 0,
+        }
+    }
+
+    /// The k of snapshot `name`, opening it on first use.
+    fn snapshot_k(&self, name: &str) -> Option<(u64, Arc<Fs>)> {
+        let source = self.snapshots.as_ref()?;
+        let mut opened = self.snap_fs.lock();
+        if let Some(i) = opened.iter().position(|(n, _)| n == name) {
+            return opened.get(i).map(|(_, f)| (i as u64 + 1, f.clone()));
+        }
+        if !source.names().iter().any(|n| n == name) {
+            return None;
+        }
+        let fs = source.open(name)?;
+        if opened.len() + 1 >= 0x7fff {
+            return None;
+        }
+        opened.push((name.to_string(), fs.clone()));
+        Some((opened.len() as u64, fs))
+    }
+
+    fn entry(&self, fs: &Fs, k: u64, r: tarn_fs::Result<Attr>, reply: ReplyEntry) {
         match r {
-            Ok(a) => reply.entry(&TTL, &self.attr(&a), Generation(a.generation)),
+            Ok(a) => reply.entry(&TTL, &self.attr(fs, k, &a), Generation(a.generation)),
             Err(e) => reply.error(errno(&e)),
         }
     }
+
     fn empty(r: tarn_fs::Result<()>, reply: ReplyEmpty) {
         match r {
             Ok(()) => reply.ok(),
@@ -316,6 +430,15 @@ fn ts(t: Option<TimeOrNow>) -> Option<TimeSet> {
     })
 }
 
+macro_rules! node_or_reply {
+    ($self:ident, $ino:expr, $reply:ident) => {
+        match $self.node($ino) {
+            Ok(x) => x,
+            Err(e) => return $reply.error(errno(&e)),
+        }
+    };
+}
+
 impl fuser::Filesystem for TarnFuse {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         let _ = config.set_max_write(MAX_IO);
@@ -328,24 +451,51 @@ impl fuser::Filesystem for TarnFuse {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let r = guarded(|| self.fs.lookup(self.ino_in(parent), name.as_bytes()));
-        self.entry(r, reply)
+        let target = match self.target(parent) {
+            Ok(t) => t,
+            Err(e) => return reply.error(errno(&e)),
+        };
+        match target {
+            Target::Ctl => match name.as_bytes() {
+                b"snapshot" => reply.entry(&TTL, &self.virtual_attr(SNAPDIR_INO), Generation(0)),
+                _ => reply.error(Errno::ENOENT),
+            },
+            Target::SnapDir => match self.snapshot_k(&name.to_string_lossy()) {
+                Some((k, fs)) => {
+                    let r = guarded(|| fs.getattr(fs.root_ino()));
+                    self.entry(&fs, k, r, reply)
+                }
+                None => reply.error(Errno::ENOENT),
+            },
+            Target::Node { fs, ino, k } => {
+                if k == 0 && ino == self.fs.root_ino() && name.as_bytes() == CTL_NAME && self.snapshots.is_some() {
+                    return reply.entry(&TTL, &self.virtual_attr(CTL_INO), Generation(0));
+                }
+                let r = guarded(|| fs.lookup(ino, name.as_bytes()));
+                self.entry(&fs, k, r, reply)
+            }
+        }
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        let ino = self.ino_in(ino);
+        let Ok((fs, inner, k)) = self.node(ino) else { return };
         let _ = guarded(|| {
-            self.fs.forget(ino, nlookup);
+            fs.forget(inner, nlookup);
             Ok(())
         });
-        if self.fs.references(ino) == 0 {
-            self.opened.lock().remove(&ino);
+        if fs.references(inner) == 0 {
+            self.opened.lock().remove(&(k, inner));
         }
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        match guarded(|| self.fs.getattr(self.ino_in(ino))) {
-            Ok(a) => reply.attr(&TTL, &self.attr(&a)),
+        match self.target(ino) {
+            Ok(Target::Ctl) => reply.attr(&TTL, &self.virtual_attr(CTL_INO)),
+            Ok(Target::SnapDir) => reply.attr(&TTL, &self.virtual_attr(SNAPDIR_INO)),
+            Ok(Target::Node { fs, ino, k }) => match guarded(|| fs.getattr(ino)) {
+                Ok(a) => reply.attr(&TTL, &self.attr(&fs, k, &a)),
+                Err(e) => reply.error(errno(&e)),
+            },
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -368,6 +518,7 @@ impl fuser::Filesystem for TarnFuse {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        let (fs, ino, k) = node_or_reply!(self, ino, reply);
         let sa = SetAttr {
             mode: mode.map(|m| m & 0o7777),
             uid,
@@ -376,14 +527,15 @@ impl fuser::Filesystem for TarnFuse {
             atime: ts(atime),
             mtime: ts(mtime),
         };
-        match guarded(|| self.fs.setattr(self.ino_in(ino), &sa)) {
-            Ok(a) => reply.attr(&TTL, &self.attr(&a)),
+        match guarded(|| fs.setattr(ino, &sa)) {
+            Ok(a) => reply.attr(&TTL, &self.attr(&fs, k, &a)),
             Err(e) => reply.error(errno(&e)),
         }
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        match guarded(|| self.fs.readlink(self.ino_in(ino))) {
+        let (fs, ino, _) = node_or_reply!(self, ino, reply);
+        match guarded(|| fs.readlink(ino)) {
             Ok(t) => reply.data(&t),
             Err(e) => reply.error(errno(&e)),
         }
@@ -399,16 +551,9 @@ impl fuser::Filesystem for TarnFuse {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        let r = guarded(|| {
-            self.fs.mknod(
-                self.ino_in(parent),
-                name.as_bytes(),
-                mode,
-                rdev as u64,
-                cred(req),
-            )
-        });
-        self.entry(r, reply)
+        let (fs, parent, k) = node_or_reply!(self, parent, reply);
+        let r = guarded(|| fs.mknod(parent, name.as_bytes(), mode, rdev as u64, cred(req)));
+        self.entry(&fs, k, r, reply)
     }
 
     fn mkdir(
@@ -420,29 +565,19 @@ impl fuser::Filesystem for TarnFuse {
         _umask: u32,
         reply: ReplyEntry,
     ) {
-        let r = guarded(|| {
-            self.fs.mkdir(
-                self.ino_in(parent),
-                name.as_bytes(),
-                mode & 0o7777,
-                cred(req),
-            )
-        });
-        self.entry(r, reply)
+        let (fs, parent, k) = node_or_reply!(self, parent, reply);
+        let r = guarded(|| fs.mkdir(parent, name.as_bytes(), mode & 0o7777, cred(req)));
+        self.entry(&fs, k, r, reply)
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        Self::empty(
-            guarded(|| self.fs.unlink(self.ino_in(parent), name.as_bytes())),
-            reply,
-        )
+        let (fs, parent, _) = node_or_reply!(self, parent, reply);
+        Self::empty(guarded(|| fs.unlink(parent, name.as_bytes())), reply)
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        Self::empty(
-            guarded(|| self.fs.rmdir(self.ino_in(parent), name.as_bytes())),
-            reply,
-        )
+        let (fs, parent, _) = node_or_reply!(self, parent, reply);
+        Self::empty(guarded(|| fs.rmdir(parent, name.as_bytes())), reply)
     }
 
     fn symlink(
@@ -453,15 +588,9 @@ impl fuser::Filesystem for TarnFuse {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        let r = guarded(|| {
-            self.fs.symlink(
-                self.ino_in(parent),
-                link_name.as_bytes(),
-                target.as_os_str().as_bytes(),
-                cred(req),
-            )
-        });
-        self.entry(r, reply)
+        let (fs, parent, k) = node_or_reply!(self, parent, reply);
+        let r = guarded(|| fs.symlink(parent, link_name.as_bytes(), target.as_os_str().as_bytes(), cred(req)));
+        self.entry(&fs, k, r, reply)
     }
 
     fn rename(
@@ -474,15 +603,12 @@ impl fuser::Filesystem for TarnFuse {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        let r = guarded(|| {
-            self.fs.rename(
-                self.ino_in(parent),
-                name.as_bytes(),
-                self.ino_in(newparent),
-                newname.as_bytes(),
-                flags.bits(),
-            )
-        });
+        let (fs, parent, k) = node_or_reply!(self, parent, reply);
+        let (_, newparent, k2) = node_or_reply!(self, newparent, reply);
+        if k != k2 {
+            return reply.error(Errno::EXDEV);
+        }
+        let r = guarded(|| fs.rename(parent, name.as_bytes(), newparent, newname.as_bytes(), flags.bits()));
         Self::empty(r, reply)
     }
 
@@ -494,24 +620,30 @@ impl fuser::Filesystem for TarnFuse {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        let r = guarded(|| {
-            self.fs
-                .link(self.ino_in(ino), self.ino_in(newparent), newname.as_bytes())
-        });
-        self.entry(r, reply)
+        let (fs, ino, k) = node_or_reply!(self, ino, reply);
+        let (_, newparent, k2) = node_or_reply!(self, newparent, reply);
+        if k != k2 {
+            return reply.error(Errno::EXDEV);
+        }
+        let r = guarded(|| fs.link(ino, newparent, newname.as_bytes()));
+        self.entry(&fs, k, r, reply)
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let ino = self.ino_in(ino);
-        match guarded(|| self.fs.getattr(ino)) {
+        let (fs, ino, k) = node_or_reply!(self, ino, reply);
+        // Snapshots: nothing opens for writing.
+        if k > 0 && (flags.0 & libc::O_ACCMODE != libc::O_RDONLY || flags.0 & libc::O_TRUNC != 0) {
+            return reply.error(Errno::EROFS);
+        }
+        match guarded(|| fs.getattr(ino)) {
             Ok(a) => {
                 let mut open_flags = FopenFlags::empty();
                 let trunc = flags.0 & libc::O_TRUNC != 0;
                 let mut m = self.opened.lock();
-                if !trunc && m.get(&ino) == Some(&(a.mtime_ns, a.size)) {
+                if !trunc && m.get(&(k, ino)) == Some(&(a.mtime_ns, a.size)) {
                     open_flags |= FopenFlags::FOPEN_KEEP_CACHE;
                 }
-                m.insert(ino, (a.mtime_ns, a.size));
+                m.insert((k, ino), (a.mtime_ns, a.size));
                 reply.opened(FileHandle(0), open_flags)
             }
             Err(e) => reply.error(errno(&e)),
@@ -529,7 +661,8 @@ impl fuser::Filesystem for TarnFuse {
         _lock_owner: Option<fuser::LockOwner>,
         reply: ReplyData,
     ) {
-        match guarded(|| self.fs.read(self.ino_in(ino), offset, size)) {
+        let (fs, ino, _) = node_or_reply!(self, ino, reply);
+        match guarded(|| fs.read(ino, offset, size)) {
             Ok(d) => reply.data(&d),
             Err(e) => reply.error(errno(&e)),
         }
@@ -547,19 +680,19 @@ impl fuser::Filesystem for TarnFuse {
         _lock_owner: Option<fuser::LockOwner>,
         reply: ReplyWrite,
     ) {
-        let ino = self.ino_in(ino);
+        let (fs, ino, k) = node_or_reply!(self, ino, reply);
         let r = guarded(|| {
-            let n = self.fs.write(ino, offset, data)?;
+            let n = fs.write(ino, offset, data)?;
             if flags.0 & (libc::O_SYNC | libc::O_DSYNC) != 0 {
-                self.fs.fsync(ino)?;
+                fs.fsync(ino)?;
             }
             Ok(n)
         });
         match r {
             Ok(n) => {
-                if let Ok(a) = self.fs.getattr(ino) {
+                if let Ok(a) = fs.getattr(ino) {
                     // Our own write: the kernel's cached pages are current.
-                    self.opened.lock().insert(ino, (a.mtime_ns, a.size));
+                    self.opened.lock().insert((k, ino), (a.mtime_ns, a.size));
                 }
                 reply.written(n)
             }
@@ -578,13 +711,18 @@ impl fuser::Filesystem for TarnFuse {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        Self::empty(guarded(|| self.fs.fsync(self.ino_in(ino))), reply)
+        let (fs, ino, _) = node_or_reply!(self, ino, reply);
+        Self::empty(guarded(|| fs.fsync(ino)), reply)
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        match guarded(|| self.fs.getattr(self.ino_in(ino))) {
-            Ok(a) if a.kind == FileKind::Dir => reply.opened(FileHandle(0), FopenFlags::empty()),
-            Ok(_) => reply.error(Errno::ENOTDIR),
+        match self.target(ino) {
+            Ok(Target::Ctl | Target::SnapDir) => reply.opened(FileHandle(0), FopenFlags::empty()),
+            Ok(Target::Node { fs, ino, .. }) => match guarded(|| fs.getattr(ino)) {
+                Ok(a) if a.kind == FileKind::Dir => reply.opened(FileHandle(0), FopenFlags::empty()),
+                Ok(_) => reply.error(Errno::ENOTDIR),
+                Err(e) => reply.error(errno(&e)),
+            },
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -597,12 +735,53 @@ impl fuser::Filesystem for TarnFuse {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let r = guarded(|| {
-            self.fs.readdir(self.ino_in(ino), offset, &mut |e| {
-                let name = std::ffi::OsString::from_vec(e.name.clone());
-                !reply.add(self.ino_out(e.ino), e.next_offset, ftype(e.kind), &name)
+        let target = match self.target(ino) {
+            Ok(t) => t,
+            Err(e) => return reply.error(errno(&e)),
+        };
+        let (fs, inner, k) = match target {
+            Target::Ctl | Target::SnapDir => {
+                let (me, children): (u64, Vec<(u64, String)>) = if matches!(target, Target::Ctl) {
+                    (CTL_INO, vec![(SNAPDIR_INO, "snapshot".to_string())])
+                } else {
+                    let names = self.snapshots.as_ref().map(|s| s.names()).unwrap_or_default();
+                    let mut list = Vec::new();
+                    for name in names {
+                        if let Some((k, fs)) = self.snapshot_k(&name) {
+                            list.push(((k << SNAP_SHIFT) | fs.root_ino(), name));
+                        }
+                    }
+                    (SNAPDIR_INO, list)
+                };
+                let parent = if me == CTL_INO { 1 } else { CTL_INO };
+                let mut all = vec![(me, ".".to_string()), (parent, "..".to_string())];
+                all.extend(children);
+                for (i, (ino, name)) in all.iter().enumerate().skip(offset as usize) {
+                    if reply.add(INodeNo(*ino), i as u64 + 1, FileType::Directory, OsStr::new(name)) {
+                        break;
+                    }
+                }
+                return reply.ok();
+            }
+            Target::Node { fs, ino, k } => (fs, ino, k),
+        };
+        let at_root = k == 0 && inner == self.fs.root_ino();
+        let visible = at_root && self.snapshots.as_ref().is_some_and(|s| s.visible());
+        let mut full = false;
+        let r = if offset == CTL_OFFSET + 1 {
+            Ok(())
+        } else {
+            guarded(|| {
+                fs.readdir(inner, if offset == CTL_OFFSET { u64::MAX } else { offset }, &mut |e| {
+                    let name = std::ffi::OsString::from_vec(e.name.clone());
+                    full = reply.add(self.ino_out(&fs, k, e.ino), e.next_offset, ftype(e.kind), &name);
+                    !full
+                })
             })
-        });
+        };
+        if r.is_ok() && visible && !full && offset <= CTL_OFFSET {
+            let _ = reply.add(INodeNo(CTL_INO), CTL_OFFSET + 1, FileType::Directory, OsStr::new(".zfs"));
+        }
         match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
@@ -617,7 +796,11 @@ impl fuser::Filesystem for TarnFuse {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        Self::empty(guarded(|| self.fs.fsync(self.ino_in(ino))), reply)
+        match self.target(ino) {
+            Ok(Target::Node { fs, ino, .. }) => Self::empty(guarded(|| fs.fsync(ino)), reply),
+            Ok(_) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
@@ -646,15 +829,17 @@ impl fuser::Filesystem for TarnFuse {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        let r = guarded(|| {
-            self.fs
-                .setxattr(self.ino_in(ino), name.as_bytes(), value, flags as u32)
-        });
+        let (fs, ino, _) = node_or_reply!(self, ino, reply);
+        let r = guarded(|| fs.setxattr(ino, name.as_bytes(), value, flags as u32));
         Self::empty(r, reply)
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        match guarded(|| self.fs.getxattr(self.ino_in(ino), name.as_bytes())) {
+        let (fs, ino, _) = match self.node(ino) {
+            Ok(x) => x,
+            Err(_) => return reply.error(Errno::ENODATA),
+        };
+        match guarded(|| fs.getxattr(ino, name.as_bytes())) {
             Ok(v) if size == 0 => reply.size(v.len() as u32),
             Ok(v) if v.len() > size as usize => reply.error(Errno::ERANGE),
             Ok(v) => reply.data(&v),
@@ -663,7 +848,11 @@ impl fuser::Filesystem for TarnFuse {
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        match guarded(|| self.fs.listxattr(self.ino_in(ino))) {
+        let names = match self.node(ino) {
+            Ok((fs, ino, _)) => guarded(|| fs.listxattr(ino)),
+            Err(_) => Ok(Vec::new()),
+        };
+        match names {
             Ok(names) => {
                 let mut buf = Vec::new();
                 for n in names {
@@ -683,18 +872,17 @@ impl fuser::Filesystem for TarnFuse {
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        Self::empty(
-            guarded(|| self.fs.removexattr(self.ino_in(ino), name.as_bytes())),
-            reply,
-        )
+        let (fs, ino, _) = node_or_reply!(self, ino, reply);
+        Self::empty(guarded(|| fs.removexattr(ino, name.as_bytes())), reply)
     }
 
     fn access(&self, _req: &Request, ino: INodeNo, _mask: fuser::AccessFlags, reply: ReplyEmpty) {
         // default_permissions: the kernel checks modes; we only confirm existence.
-        Self::empty(
-            guarded(|| self.fs.getattr(self.ino_in(ino)).map(|_| ())),
-            reply,
-        )
+        match self.target(ino) {
+            Ok(Target::Node { fs, ino, .. }) => Self::empty(guarded(|| fs.getattr(ino).map(|_| ())), reply),
+            Ok(_) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
     }
 
     fn create(
@@ -707,17 +895,12 @@ impl fuser::Filesystem for TarnFuse {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        let (fs, parent, k) = node_or_reply!(self, parent, reply);
         let excl = flags & libc::O_EXCL != 0;
         let r = guarded(|| {
-            let (a, _) = self.fs.create(
-                self.ino_in(parent),
-                name.as_bytes(),
-                mode & 0o7777,
-                cred(req),
-                excl,
-            )?;
+            let (a, _) = fs.create(parent, name.as_bytes(), mode & 0o7777, cred(req), excl)?;
             if flags & libc::O_TRUNC != 0 && a.size != 0 {
-                return self.fs.setattr(
+                return fs.setattr(
                     a.ino,
                     &SetAttr {
                         size: Some(0),
@@ -729,10 +912,10 @@ impl fuser::Filesystem for TarnFuse {
         });
         match r {
             Ok(a) => {
-                self.opened.lock().insert(a.ino, (a.mtime_ns, a.size));
+                self.opened.lock().insert((k, a.ino), (a.mtime_ns, a.size));
                 reply.created(
                     &TTL,
-                    &self.attr(&a),
+                    &self.attr(&fs, k, &a),
                     Generation(a.generation),
                     FileHandle(0),
                     FopenFlags::empty(),

@@ -96,13 +96,78 @@ pub enum Command {
         props: Vec<(String, String)>,
         dataset: String,
     },
-    /// Destroy a dataset.
+    /// Destroy a dataset, or snapshots: DATASET@NAME, DATASET@FIRST%LAST
+    /// (a range; either end may be empty), DATASET@A,B%C (a list).
     Destroy {
+        /// A dataset: its descendants too. Snapshots: the same names in
+        /// every descendant.
         #[arg(short = 'r')]
         recursive: bool,
+        /// Unmount busy file systems anyway.
         #[arg(short = 'f')]
         force: bool,
+        /// Dry run: destroy nothing (with -v: list what would go).
+        #[arg(short = 'n')]
+        dry_run: bool,
+        /// Print what is (or would be) destroyed.
+        #[arg(short = 'v')]
+        verbose: bool,
+        /// With -v: machine-parsable lines (`destroy<TAB>NAME`).
+        #[arg(short = 'p')]
+        parsable: bool,
+        #[arg(value_name = "DATASET|SNAPSHOTS")]
         dataset: String,
+    },
+    /// Take snapshots, all at once (atomically).
+    #[command(alias = "snap")]
+    Snapshot {
+        /// The same snapshot of every descendant too.
+        #[arg(short = 'r')]
+        recursive: bool,
+        #[arg(required = true, value_name = "DATASET@NAME")]
+        snapshots: Vec<String>,
+    },
+    /// Roll a dataset back to a snapshot (it is unmounted and mounted again).
+    Rollback {
+        /// Destroy snapshots more recent than the one rolled back to.
+        #[arg(short = 'r')]
+        destroy_later: bool,
+        /// Unmount the dataset even if it is busy.
+        #[arg(short = 'f')]
+        force: bool,
+        #[arg(value_name = "DATASET@NAME")]
+        snapshot: String,
+    },
+    /// Place a user hold on snapshots (a held snapshot cannot be destroyed).
+    Hold {
+        /// The same snapshot of every descendant too.
+        #[arg(short = 'r')]
+        recursive: bool,
+        tag: String,
+        #[arg(required = true, value_name = "SNAPSHOT")]
+        snapshots: Vec<String>,
+    },
+    /// Release a user hold from snapshots.
+    Release {
+        #[arg(short = 'r')]
+        recursive: bool,
+        tag: String,
+        #[arg(required = true, value_name = "SNAPSHOT")]
+        snapshots: Vec<String>,
+    },
+    /// List the user holds of snapshots.
+    Holds {
+        #[arg(short = 'r')]
+        recursive: bool,
+        #[arg(short = 'H')]
+        scripted: bool,
+        /// Accepted for zfs compatibility (hold times are not stored).
+        #[arg(short = 'p')]
+        parsable: bool,
+        #[arg(short = 'j')]
+        json: bool,
+        #[arg(required = true, value_name = "SNAPSHOT")]
+        snapshots: Vec<String>,
     },
     /// List datasets.
     List {
@@ -132,6 +197,8 @@ pub enum Command {
         recursive: bool,
         #[arg(short = 'o', value_name = "FIELDS", value_parser = comma_list)]
         fields: Option<CommaList>,
+        #[arg(short = 't', value_name = "TYPE", value_parser = comma_list)]
+        types: Option<CommaList>,
         #[arg(value_parser = comma_list, value_name = "PROP[,PROP...]|all")]
         props: CommaList,
         datasets: Vec<String>,
@@ -513,6 +580,34 @@ mod tests {
         assert_eq!(fields.unwrap().0, vec!["name", "value"]);
         let Command::List { columns, .. } = parse("list -o name,used").unwrap().command else { panic!() };
         assert_eq!(columns.unwrap().0, vec!["name", "used"]);
+    }
+
+    #[test]
+    fn parses_snapshot_commands() {
+        let Command::Snapshot { recursive, snapshots } = parse("snapshot -r tank/a@x tank/b@x").unwrap().command else { panic!() };
+        assert!(recursive);
+        assert_eq!(snapshots, vec!["tank/a@x", "tank/b@x"]);
+        assert!(matches!(parse("snap tank@x").unwrap().command, Command::Snapshot { recursive: false, .. }));
+        let Command::Rollback { destroy_later, force, snapshot } = parse("rollback -r -f tank/a@x").unwrap().command else { panic!() };
+        assert!(destroy_later && force);
+        assert_eq!(snapshot, "tank/a@x");
+        let Command::Destroy { recursive, dry_run, verbose, parsable, dataset, .. } = parse("destroy -r -n -v -p tank/a@x%y").unwrap().command else { panic!() };
+        assert!(recursive && dry_run && verbose && parsable);
+        assert_eq!(dataset, "tank/a@x%y");
+        let Command::Hold { recursive, tag, snapshots } = parse("hold -r keep tank/a@x tank/a@y").unwrap().command else { panic!() };
+        assert!(recursive);
+        assert_eq!((tag.as_str(), snapshots.len()), ("keep", 2));
+        assert!(matches!(parse("release keep tank/a@x").unwrap().command, Command::Release { .. }));
+        assert!(matches!(parse("holds -H -r tank/a@x").unwrap().command, Command::Holds { scripted: true, recursive: true, .. }));
+        assert!(parse("list -t snapshot -o name,used,refer -p -H").is_ok());
+        assert!(parse("get -t snapshot -r used tank").is_ok());
+        usage_error("snapshot");
+        usage_error("snapshot -x tank@a");
+        usage_error("rollback");
+        usage_error("rollback tank@a tank@b");
+        usage_error("hold keep");
+        usage_error("release keep");
+        usage_error("holds");
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use tarn_daemon::proto::{AlertTestRow, DatasetRow, PoolRow, PoolStatusData, Request, Response};
+use tarn_daemon::proto::{AlertTestRow, DatasetRow, HoldRow, PoolRow, PoolStatusData, Request, Response};
 use tarn_ds::props;
 
 use crate::cli::{AlertCommand, Cli, Command, DebugCommand, PoolCommand};
@@ -94,6 +94,36 @@ fn get_table(rows: Vec<(String, Vec<tarn_daemon::proto::PropCell>)>, fields: &[S
     output::table(&headers, &lines, scripted)
 }
 
+/// `-t TYPE[,TYPE]...` as the daemon takes it: `filesystem` and/or
+/// `snapshot` (volumes and bookmarks do not exist in tarn: asking for
+/// them alone lists nothing).
+fn dataset_types(types: Option<crate::cli::CommaList>, default: &[&str]) -> Result<Vec<String>, Failure> {
+    let Some(types) = types else { return Ok(default.iter().map(|t| t.to_string()).collect()) };
+    let mut out: Vec<String> = Vec::new();
+    for kind in &types.0 {
+        let add: &[&str] = match kind.as_str() {
+            "filesystem" | "fs" => &["filesystem"],
+            "snapshot" | "snap" => &["snapshot"],
+            "all" => &["filesystem", "snapshot"],
+            "volume" | "vol" | "bookmark" => &[],
+            _ => return Err(Failure::usage(format!("invalid type '{kind}' (filesystem, snapshot, volume, bookmark, all)"))),
+        };
+        for t in add {
+            if !out.iter().any(|o| o == t) {
+                out.push(t.to_string());
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// `tarn holds`: NAME TAG TIMESTAMP (hold times are not stored: `-`).
+fn holds_table(rows: &[HoldRow], scripted: bool) -> String {
+    let headers = ["NAME", "TAG", "TIMESTAMP"].map(String::from);
+    let lines: Vec<Vec<String>> = rows.iter().map(|r| vec![r.name.clone(), r.tag.clone(), "-".to_string()]).collect();
+    output::table(&headers, &lines, scripted)
+}
+
 pub fn run(cli: Cli) -> Result<i32, Failure> {
     let socket = client::socket_path(cli.socket.as_deref());
     match cli.command {
@@ -117,28 +147,53 @@ pub fn run(cli: Cli) -> Result<i32, Failure> {
             send(&socket, &Request::Create { dataset, parents, props })?;
             Ok(0)
         }
-        Command::Destroy { recursive, force, dataset } => {
-            send(&socket, &Request::Destroy { dataset, recursive, force })?;
+        Command::Destroy { recursive, force, dry_run, verbose, parsable, dataset } => {
+            let response = send(&socket, &Request::Destroy { dataset, recursive, force, dry_run })?;
+            if verbose || parsable {
+                let names: Vec<String> = data(response)?;
+                for name in names {
+                    if parsable {
+                        println!("destroy\t{name}");
+                    } else {
+                        println!("{} destroy {name}", if dry_run { "would" } else { "will" });
+                    }
+                }
+            }
+            Ok(0)
+        }
+        Command::Snapshot { recursive, snapshots } => {
+            send(&socket, &Request::Snapshot { names: snapshots, recursive })?;
+            Ok(0)
+        }
+        Command::Rollback { destroy_later, force, snapshot } => {
+            send(&socket, &Request::Rollback { snapshot, destroy_later, force })?;
+            Ok(0)
+        }
+        Command::Hold { recursive, tag, snapshots } => {
+            send(&socket, &Request::Hold { tag, snapshots, release: false, recursive })?;
+            Ok(0)
+        }
+        Command::Release { recursive, tag, snapshots } => {
+            send(&socket, &Request::Hold { tag, snapshots, release: true, recursive })?;
+            Ok(0)
+        }
+        Command::Holds { recursive, scripted, parsable: _, json, snapshots } => {
+            let rows: Vec<HoldRow> = data(send(&socket, &Request::Holds { snapshots, recursive })?)?;
+            if json {
+                print_json(&output::holds_json(&rows));
+            } else {
+                print!("{}", holds_table(&rows, scripted));
+            }
             Ok(0)
         }
         Command::List { recursive, scripted, parsable, json, columns, types, datasets } => {
             let columns = columns.map(|c| c.0).unwrap_or_else(|| props::LIST_DEFAULT_COLUMNS.iter().map(|s| s.to_string()).collect());
             check_props(&columns)?;
-            let mut want_filesystems = true;
-            if let Some(types) = types.map(|t| t.0) {
-                for kind in &types {
-                    if !["filesystem", "fs", "all", "snapshot", "snap", "volume", "vol", "bookmark"].contains(&kind.as_str()) {
-                        return Err(Failure::usage(format!("invalid type '{kind}'")));
-                    }
-                }
-                want_filesystems = types.iter().any(|t| ["filesystem", "fs", "all"].contains(&t.as_str()));
-            }
+            // zfs's default (listsnapshots=off): file systems only.
+            let types = dataset_types(types, &["filesystem"])?;
             let columns: Vec<String> = columns.iter().map(|c| canonical(c)).collect();
-            let response = send(&socket, &Request::Props { datasets, recursive, props: columns.clone(), parsable })?;
-            let mut rows: Vec<DatasetRow> = data(response)?;
-            if !want_filesystems {
-                rows.clear();
-            }
+            let request = Request::TypedProps { datasets, recursive, props: columns.clone(), parsable, types };
+            let rows: Vec<DatasetRow> = data(send(&socket, &request)?)?;
             if json {
                 print_json(&output::datasets_json("zfs list", &rows));
             } else {
@@ -149,12 +204,14 @@ pub fn run(cli: Cli) -> Result<i32, Failure> {
             }
             Ok(0)
         }
-        Command::Get { scripted, parsable, json, recursive, fields, props: wanted, datasets } => {
+        Command::Get { scripted, parsable, json, recursive, fields, types, props: wanted, datasets } => {
             let fields = get_fields(fields)?;
             let wanted: Vec<String> = wanted.0;
             check_props(&wanted)?;
             let wanted: Vec<String> = wanted.iter().map(|p| canonical(p)).collect();
-            let response = send(&socket, &Request::Props { datasets, recursive, props: wanted, parsable })?;
+            // zfs get: every type (snapshots show up with -r or no dataset).
+            let types = dataset_types(types, &["filesystem", "snapshot"])?;
+            let response = send(&socket, &Request::TypedProps { datasets, recursive, props: wanted, parsable, types })?;
             let rows: Vec<DatasetRow> = data(response)?;
             if json {
                 print_json(&output::datasets_json("zfs get", &rows));

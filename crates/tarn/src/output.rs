@@ -4,7 +4,7 @@
 //! is in status.rs, `pool events` and `alert test` in events.rs.
 
 use serde_json::{json, Map, Value};
-use tarn_daemon::proto::{DatasetRow, PoolRow, PropCell};
+use tarn_daemon::proto::{DatasetRow, HoldRow, PoolRow, PropCell};
 
 pub fn table(headers: &[String], rows: &[Vec<String>], scripted: bool) -> String {
     let mut out = String::new();
@@ -58,22 +58,45 @@ fn props_object(cells: &[PropCell]) -> Value {
     Value::Object(props)
 }
 
-/// `tarn list -j` / `tarn get -j`.
+/// `tarn list -j` / `tarn get -j`. Snapshots (`fs@name`) are of type
+/// SNAPSHOT and carry `dataset` and `snapshot_name`, as OpenZFS 2.3 prints
+/// them.
 pub fn datasets_json(command: &str, rows: &[DatasetRow]) -> Value {
     let mut datasets = Map::new();
     for row in rows {
-        datasets.insert(
-            row.name.clone(),
-            json!({
-                "name": row.name,
-                "type": "FILESYSTEM",
-                "pool": row.pool,
-                "createtxg": row.createtxg,
-                "properties": props_object(&row.props),
-            }),
-        );
+        let mut entry = Map::new();
+        entry.insert("name".into(), json!(row.name));
+        match row.name.split_once('@') {
+            Some((dataset, snapshot)) => {
+                entry.insert("type".into(), json!("SNAPSHOT"));
+                entry.insert("pool".into(), json!(row.pool));
+                entry.insert("createtxg".into(), json!(row.createtxg));
+                entry.insert("dataset".into(), json!(dataset));
+                entry.insert("snapshot_name".into(), json!(snapshot));
+            }
+            None => {
+                entry.insert("type".into(), json!("FILESYSTEM"));
+                entry.insert("pool".into(), json!(row.pool));
+                entry.insert("createtxg".into(), json!(row.createtxg));
+            }
+        }
+        entry.insert("properties".into(), props_object(&row.props));
+        datasets.insert(row.name.clone(), Value::Object(entry));
     }
     json!({"output_version": output_version(command), "datasets": datasets})
+}
+
+/// `tarn holds -j`: one entry per snapshot named, with its tags (hold
+/// times are not stored: `timestamp` is null).
+pub fn holds_json(rows: &[HoldRow]) -> Value {
+    let mut holds = Map::new();
+    for row in rows {
+        let entry = holds.entry(row.name.clone()).or_insert_with(|| json!({"name": row.name, "holds": {}}));
+        if let Some(tags) = entry.get_mut("holds").and_then(Value::as_object_mut) {
+            tags.insert(row.tag.clone(), json!({"timestamp": null}));
+        }
+    }
+    json!({"output_version": output_version("zfs holds"), "holds": holds})
 }
 
 /// `tarn pool list -j` / `tarn pool get -j`.
@@ -105,5 +128,38 @@ mod tests {
         let rows = vec![vec!["tank".to_string(), "1.21K".to_string()], vec!["tank/media".into(), "0B".into()]];
         assert_eq!(table(&headers, &rows, false), "NAME        USED\ntank        1.21K\ntank/media  0B\n");
         assert_eq!(table(&headers, &rows, true), "tank\t1.21K\ntank/media\t0B\n");
+    }
+
+    #[test]
+    fn snapshots_in_json() {
+        let cell = PropCell {
+            property: "used".into(),
+            value: "0".into(),
+            source: "-".into(),
+            source_type: "NONE".into(),
+            source_data: "-".into(),
+        };
+        let rows = vec![
+            DatasetRow { name: "tank/a".into(), pool: "tank".into(), createtxg: 5, props: vec![cell.clone()] },
+            DatasetRow { name: "tank/a@monday".into(), pool: "tank".into(), createtxg: 9, props: vec![cell] },
+        ];
+        let doc = datasets_json("zfs list", &rows);
+        let fs = &doc["datasets"]["tank/a"];
+        assert_eq!(fs["type"], "FILESYSTEM");
+        assert!(fs.get("dataset").is_none() && fs.get("snapshot_name").is_none());
+        let snap = &doc["datasets"]["tank/a@monday"];
+        assert_eq!(snap["type"], "SNAPSHOT");
+        assert_eq!(snap["dataset"], "tank/a");
+        assert_eq!(snap["snapshot_name"], "monday");
+        assert_eq!(snap["createtxg"], 9);
+        assert_eq!(snap["properties"]["used"]["value"], "0");
+
+        let holds = holds_json(&[
+            HoldRow { name: "tank/a@monday".into(), tag: "keep".into() },
+            HoldRow { name: "tank/a@monday".into(), tag: "backup".into() },
+        ]);
+        assert_eq!(holds["output_version"]["command"], "zfs holds");
+        assert!(holds["holds"]["tank/a@monday"]["holds"]["keep"]["timestamp"].is_null());
+        assert!(holds["holds"]["tank/a@monday"]["holds"].get("backup").is_some());
     }
 }
