@@ -56,37 +56,53 @@ pub struct DaemonOptions {
     pub config: Option<PathBuf>,
 }
 
-/// Block SIGTERM/SIGINT in this thread (and so in every thread it spawns
-/// afterwards) and wait for them on a dedicated thread.
-fn install_signal_thread(daemon: Arc<Daemon>) -> Result<(), String> {
-    // SAFETY: plain signal-mask manipulation on a zeroed sigset.
+fn termination_signals() -> libc::sigset_t {
+    // SAFETY: plain signal-set manipulation on a zeroed sigset.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
         libc::sigaddset(&mut set, libc::SIGTERM);
         libc::sigaddset(&mut set, libc::SIGINT);
-        if libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) != 0 {
-            return Err("cannot block signals".into());
-        }
-        std::thread::Builder::new()
-            .name("tarn-signals".into())
-            .spawn(move || {
-                let mut signal: libc::c_int = 0;
-                loop {
-                    if libc::sigwait(&set, &mut signal) == 0 {
-                        eprintln!("tarn daemon: signal {signal}, shutting down");
-                        daemon.shutdown();
-                        std::process::exit(0);
-                    }
-                }
-            })
-            .map_err(|e| e.to_string())?;
+        set
     }
+}
+
+/// Block SIGTERM/SIGINT in this thread, and so in every thread it spawns
+/// afterwards. Called first thing: a thread started before (the alerter's,
+/// say) would otherwise take the signal and end the process without a
+/// clean shutdown.
+fn block_signals() -> Result<(), String> {
+    let set = termination_signals();
+    // SAFETY: plain signal-mask manipulation with a valid sigset.
+    if unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) } != 0 {
+        return Err("cannot block signals".into());
+    }
+    Ok(())
+}
+
+/// Wait for SIGTERM/SIGINT on a dedicated thread and shut down cleanly.
+fn install_signal_thread(daemon: Arc<Daemon>) -> Result<(), String> {
+    let set = termination_signals();
+    std::thread::Builder::new()
+        .name("tarn-signals".into())
+        .spawn(move || {
+            let mut signal: libc::c_int = 0;
+            loop {
+                // SAFETY: sigwait on a valid set, writing one int.
+                if unsafe { libc::sigwait(&set, &mut signal) } == 0 {
+                    eprintln!("tarn daemon: signal {signal}, shutting down");
+                    daemon.shutdown();
+                    std::process::exit(0);
+                }
+            }
+        })
+        .map_err(|e| e.to_string())?;
     Ok(())
 }
 
 /// Run the daemon in the foreground until a signal or `shutdown` request.
 pub fn run(options: DaemonOptions) -> Result<(), String> {
+    block_signals()?;
     let config = match &options.config {
         Some(path) => {
             let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
