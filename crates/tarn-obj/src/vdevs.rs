@@ -121,6 +121,12 @@ fn joining_leaf(s: &Shared, path: String, dev: Arc<dyn Device>, role: LeafRole) 
     leaf
 }
 
+/// Puts `top` rebuilt for `cfg` (with `new_leaves` joining) in place.
+fn swap_top(s: &Shared, top: &TopVdev, cfg: TopConfig, new_leaves: &[Arc<LeafVdev>]) -> Result<()> {
+    s.io.replace_top(Arc::new(top.reconfigure(cfg, new_leaves)?));
+    Ok(())
+}
+
 fn check_leaf_size(top: &TopVdev, dev: &Arc<dyn Device>) -> Result<()> {
     let need = TopVdev::leaf_size_needed(&top.config());
     let have = tarn_vdev::data_region_size(dev.size());
@@ -439,8 +445,7 @@ impl ObjPool {
             let mut cfg: TopConfig = top.config();
             cfg.kind = TopKind::Mirror;
             cfg.children.push(leaf_config(&leaf));
-            let t = top.reconfigure(cfg, std::slice::from_ref(&leaf))?;
-            s.io.replace_top(Arc::new(t));
+            swap_top(s, &top, cfg, std::slice::from_ref(&leaf))?;
             Ok(())
         })?;
         self.resilver_if_needed()?;
@@ -464,8 +469,7 @@ impl ObjPool {
             }
             let leaf = joining_leaf(s, new_path, dev, LeafRole::Replacing);
             child.joined.push(leaf_config(&leaf));
-            let t = top.reconfigure(cfg, std::slice::from_ref(&leaf))?;
-            s.io.replace_top(Arc::new(t));
+            swap_top(s, &top, cfg, std::slice::from_ref(&leaf))?;
             Ok(())
         })?;
         self.resilver_if_needed()?;
@@ -504,8 +508,7 @@ impl ObjPool {
                 }
                 *child = primary;
             }
-            let t = top.reconfigure(cfg, &[])?;
-            s.io.replace_top(Arc::new(t));
+            swap_top(s, &top, cfg, &[])?;
             if leaf.role() == LeafRole::Spare {
                 s.spares.lock().push(leaf);
             } else if let (true, Some(dev)) = (leaf.usable(), leaf.device()) {
@@ -600,8 +603,7 @@ impl ObjPool {
             spare.fill_dtl(1, synced.max(1));
             spare.set_role(LeafRole::Spare);
             child.joined.push(leaf_config(&spare));
-            let t = top.reconfigure(cfg, std::slice::from_ref(&spare))?;
-            s.io.replace_top(Arc::new(t));
+            swap_top(s, &top, cfg, std::slice::from_ref(&spare))?;
             Ok(Some(spare.path.clone()))
         })?;
         if used.is_some() {

@@ -28,6 +28,19 @@ fn read_model(os: &ObjectSet, ids: &[ObjectId], model: &Model, what: &str) {
     }
 }
 
+/// Destroys the `i`-th snapshot (oldest first) of `head`, telling the pool
+/// its neighbours, and syncs.
+fn destroy_nth(pool: &ObjPool, head: ObjsetId, snaps: &mut Vec<(ObjsetId, Txg, Model)>, i: usize) {
+    let prev_txg = if i == 0 { 0 } else { snaps[i - 1].1 };
+    let next = snaps.get(i + 1).map_or(head, |n| n.0);
+    {
+        let tx = pool.begin();
+        pool.destroy_snapshot(&tx, snaps[i].0, prev_txg, next).unwrap();
+    }
+    pool.sync().unwrap();
+    snaps.remove(i);
+}
+
 #[test]
 fn random_snapshot_destroy_rollback_sequences_stay_consistent() {
     let (seed, count) = seed_and_count(120);
@@ -86,14 +99,7 @@ fn random_snapshot_destroy_rollback_sequences_stay_consistent() {
             }
             8 if !snaps.is_empty() => {
                 let i = rng.gen_range(0..snaps.len());
-                let prev_txg = if i == 0 { 0 } else { snaps[i - 1].1 };
-                let next = snaps.get(i + 1).map_or(head, |n| n.0);
-                {
-                    let tx = pool.begin();
-                    pool.destroy_snapshot(&tx, snaps[i].0, prev_txg, next).unwrap();
-                }
-                pool.sync().unwrap();
-                snaps.remove(i);
+                destroy_nth(&pool, head, &mut snaps, i);
             }
             9 if !snaps.is_empty() => {
                 let (sid, _, m) = snaps.last().unwrap().clone();
@@ -126,14 +132,7 @@ fn random_snapshot_destroy_rollback_sequences_stay_consistent() {
     // Destroy what is left in a random order; then the head alone holds space.
     while !snaps.is_empty() {
         let i = rng.gen_range(0..snaps.len());
-        let prev_txg = if i == 0 { 0 } else { snaps[i - 1].1 };
-        let next = snaps.get(i + 1).map_or(head, |n| n.0);
-        {
-            let tx = pool.begin();
-            pool.destroy_snapshot(&tx, snaps[i].0, prev_txg, next).unwrap();
-        }
-        pool.sync().unwrap();
-        snaps.remove(i);
+        destroy_nth(&pool, head, &mut snaps, i);
         let report = pool.check();
         assert!(report.ok(), "final destroys: {report:?}");
     }
