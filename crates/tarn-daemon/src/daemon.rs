@@ -178,6 +178,8 @@ impl Daemon {
             Request::Destroy { dataset, recursive, force, dry_run } => {
                 if dataset.contains('@') {
                     self.destroy_snapshots(&dataset, recursive, dry_run)
+                } else if dataset.contains('#') {
+                    self.destroy_bookmark(&dataset, dry_run)
                 } else {
                     self.destroy(&dataset, recursive, force, dry_run)
                 }
@@ -189,7 +191,10 @@ impl Daemon {
                 self.dataset_props(&datasets, recursive, &props, parsable, &types)
             }
             Request::Snapshot { names, recursive } => self.snapshot(&names, recursive),
+            Request::Bookmark { source, target } => self.bookmark(&source, &target),
             Request::Rollback { snapshot, destroy_later, force } => self.rollback(&snapshot, destroy_later, force),
+            Request::Clone { snapshot, target, properties } => self.clone_snapshot(&snapshot, &target, &properties),
+            Request::Promote { dataset } => self.promote(&dataset),
             Request::Hold { tag, snapshots, release, recursive } => self.hold(&tag, &snapshots, release, recursive),
             Request::Holds { snapshots, recursive } => self.holds(&snapshots, recursive),
             Request::Set { assignments, dataset } => self.set(&assignments, &dataset),
@@ -634,8 +639,9 @@ impl Daemon {
     ) -> HandlerResult {
         let want_fs = types.iter().any(|t| t == "filesystem");
         let want_snap = types.iter().any(|t| t == "snapshot");
+        let want_bookmark = types.iter().any(|t| t == "bookmark");
         // `list -t snapshot fs`: the snapshots of fs (zfs: depth 1).
-        let snaps_of_named = want_snap && !want_fs && !recursive;
+        let snaps_of_named = (want_snap || want_bookmark) && !want_fs && !recursive;
         let mut names: Vec<String> = Vec::new();
         for prop in wanted.iter().filter(|p| p.as_str() != "all") {
             props::lookup(prop).map_err(|e| e.to_string())?;
@@ -655,6 +661,9 @@ impl Daemon {
             if want_snap {
                 names.extend(imported.ds.snapshots(Some(dataset)));
             }
+            if want_bookmark {
+                names.extend(imported.ds.bookmarks(Some(dataset)));
+            }
         };
         if datasets.is_empty() {
             for imported in pools.values() {
@@ -671,6 +680,11 @@ impl Daemon {
                     names.push(dataset.clone());
                     continue;
                 }
+                if dataset.contains('#') {
+                    imported.ds.bookmark_record(dataset).map_err(|_| format!("cannot open '{dataset}': bookmark does not exist"))?;
+                    names.push(dataset.clone());
+                    continue;
+                }
                 if !imported.ds.exists(dataset) {
                     return Err(missing());
                 }
@@ -679,7 +693,12 @@ impl Daemon {
                         add(imported, &name, &mut names);
                     }
                 } else if snaps_of_named {
-                    names.extend(imported.ds.snapshots(Some(dataset)));
+                    if want_snap {
+                        names.extend(imported.ds.snapshots(Some(dataset)));
+                    }
+                    if want_bookmark {
+                        names.extend(imported.ds.bookmarks(Some(dataset)));
+                    }
                 } else {
                     names.push(dataset.clone());
                 }
@@ -689,6 +708,10 @@ impl Daemon {
         for name in names {
             let pool_name = pool_of(&name).to_string();
             let Some(imported) = pools.get(&pool_name) else { continue };
+            if name.contains('#') {
+                rows.push(crate::bookmarks::bookmark_row(imported, &name, &pool_name, &wanted, parsable, all)?);
+                continue;
+            }
             let record = if name.contains('@') { imported.ds.snapshot_record(&name) } else { imported.ds.record(&name) }
                 .map_err(|e| e.to_string())?;
             let mut cells = Vec::new();
@@ -846,7 +869,7 @@ impl Daemon {
 }
 
 /// The pool of a dataset or snapshot name (`tank/a@s` → `tank`).
-fn pool_of(name: &str) -> &str {
+pub(crate) fn pool_of(name: &str) -> &str {
     name.split(['/', '@']).next().unwrap_or_default()
 }
 
@@ -878,9 +901,14 @@ fn mount_path(imported: &Imported, name: &str) -> Result<Option<PathBuf>, String
 }
 
 /// Mount one dataset at its effective mountpoint (no-op for none/legacy).
-fn mount_dataset(imported: &mut Imported, name: &str) -> Result<(), String> {
+pub(crate) fn mount_dataset(imported: &mut Imported, name: &str) -> Result<(), String> {
     if imported.busy.contains(name) {
         return Err("dataset is busy (a rollback is in progress)".into());
+    }
+    // A dataset holding a partially received stream stays unmounted until
+    // the receive is resumed or aborted.
+    if imported.ds.record(name).is_ok_and(|r| r.recv.as_ref().is_some_and(|p| !p.inner.is_empty())) {
+        return Ok(());
     }
     let Some(path) = mount_path(imported, name)? else { return Ok(()) };
     let settings = imported.ds.settings(name).map_err(|e| e.to_string())?;
@@ -999,7 +1027,7 @@ fn describe_candidates(candidates: &BTreeMap<u64, scan::Candidate>) -> String {
 // unmount and mark the dataset busy), then let go.
 
 /// The one-line reason for a bad snapshot name.
-fn bad_snapshot_name(e: tarn_ds::DsError) -> String {
+pub(crate) fn bad_snapshot_name(e: tarn_ds::DsError) -> String {
     match e {
         tarn_ds::DsError::BadName { why, .. } => why,
         other => other.to_string(),
@@ -1008,7 +1036,7 @@ fn bad_snapshot_name(e: tarn_ds::DsError) -> String {
 
 /// The message of a failed snapshot operation (the dataset layer's
 /// snapshot errors are complete sentences already).
-fn snapshot_error(e: tarn_ds::DsError, fail: impl Fn(String) -> String) -> String {
+pub(crate) fn snapshot_error(e: tarn_ds::DsError, fail: impl Fn(String) -> String) -> String {
     match e {
         tarn_ds::DsError::Snapshot(message) => message,
         tarn_ds::DsError::NotFound(name) if name.contains('@') => fail(format!("snapshot '{name}' does not exist")),
@@ -1022,7 +1050,7 @@ fn snapshot_error(e: tarn_ds::DsError, fail: impl Fn(String) -> String) -> Strin
 /// mount stops it (what was unmounted is mounted again) unless `force`:
 /// then the mount is made read-only and detached lazily, so processes
 /// still using it can write nothing to the tree being rolled back.
-fn unmount_for_rollback(imported: &mut Imported, dataset: &str, force: bool) -> Result<Vec<String>, String> {
+pub(crate) fn unmount_for_rollback(imported: &mut Imported, dataset: &str, force: bool) -> Result<Vec<String>, String> {
     let Some(top) = imported.mounts.get(dataset).map(|m| m.path.clone()) else { return Ok(vec![]) };
     let mut names: Vec<String> =
         imported.mounts.iter().filter(|(_, m)| m.path.starts_with(&top)).map(|(n, _)| n.clone()).collect();
@@ -1158,6 +1186,7 @@ impl Daemon {
                     record.holds.join(", ")
                 ));
             }
+            ds.check_no_clones(name).map_err(|e| snapshot_error(e, fail))?;
             records.push((name.clone(), record.createtxg));
         }
         if dry_run {

@@ -29,12 +29,16 @@
 //! command delivery).
 
 pub mod alerts;
+mod bookmarks;
 pub mod cache;
+mod clones;
 pub mod config;
 pub mod daemon;
 mod health;
 pub mod events;
+pub mod fdpass;
 mod mount;
+mod replication;
 pub mod proto;
 pub mod scan;
 pub mod server;

@@ -89,11 +89,23 @@ pub enum Request {
     /// write acknowledged before the request; `recursive`: the same name in
     /// every descendant too. All names must be in one pool.
     Snapshot { names: Vec<String>, recursive: bool },
+    /// `bookmark SOURCE TARGET`: `source` is `fs@snap` or `fs#mark`
+    /// (copied), `target` is `fs#name` (or `#name`) of the same dataset.
+    /// Data: the bookmark's full name, as a JSON array.
+    Bookmark { source: String, target: String },
     /// `rollback [-r] [-f] fs@name`: unmounts the dataset (and what is
     /// mounted below it), rolls back, mounts again. `destroy_later` (-r)
     /// destroys more recent snapshots; `force` (-f) detaches a busy mount.
     /// Data: the snapshots destroyed.
     Rollback { snapshot: String, destroy_later: bool, force: bool },
+    /// `clone [-o prop=value]... fs@snap target`: a new file system that
+    /// starts as the snapshot (its parent must exist); mounted like a
+    /// created one.
+    Clone { snapshot: String, target: String, properties: Vec<(String, String)> },
+    /// `promote clone`: the clone takes over its origin snapshot and the
+    /// snapshots before it; the former origin's file system becomes a
+    /// clone. Data: the former origin's name.
+    Promote { dataset: String },
     /// `hold TAG snap...` / `release TAG snap...` (`recursive`: the same
     /// snapshot name in every descendant). All or nothing: every name is
     /// checked before any changes.
@@ -110,6 +122,32 @@ pub enum Request {
         #[serde(default)]
         recursive: bool,
     },
+    /// `send`: writes the stream to the file descriptor passed with the
+    /// request (see `fdpass`). `snapshot` is `fs@snap` (empty with `token`);
+    /// `from` (`-i`/`-I`) is `@a`, `fs@a` or `fs#bookmark`; `series` is
+    /// `-I`. `dry_run` (-n) sends nothing and answers with data
+    /// `Vec<tarn_ds::replication::Estimate>`.
+    Send {
+        snapshot: String,
+        from: Option<String>,
+        series: bool,
+        recursive: bool,
+        props: bool,
+        token: Option<String>,
+        dry_run: bool,
+    },
+    /// `recv`: reads a stream from the passed descriptor into `target`.
+    /// Data: `tarn_ds::replication::RecvReport`.
+    Receive {
+        target: String,
+        force: bool,
+        resumable: bool,
+        set: Vec<(String, String)>,
+        exclude: Vec<String>,
+        no_mount: bool,
+    },
+    /// `recv -A dataset`: gives up a partially received stream.
+    ReceiveAbort { dataset: String },
     Set { assignments: Vec<(String, String)>, dataset: String },
     Mount { dataset: Option<String> },
     Unmount { target: String, force: bool },

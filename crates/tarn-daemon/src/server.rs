@@ -1,12 +1,17 @@
 //! Socket server: one thread per client connection, one JSON request per
 //! line, one JSON response per line (see [`crate::proto`]).
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
+use std::os::fd::OwnedFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
 use crate::daemon::Daemon;
+use crate::fdpass::recv_with_fds;
+
+/// A request line longer than this ends the connection.
+const MAX_REQUEST: usize = 16 << 20;
 use crate::proto::{Request, Response};
 
 pub fn serve(daemon: Arc<Daemon>, listener: UnixListener) {
@@ -27,19 +32,43 @@ pub fn serve(daemon: Arc<Daemon>, listener: UnixListener) {
 }
 
 fn serve_client(daemon: &Daemon, stream: UnixStream) {
-    let Ok(reader_stream) = stream.try_clone() else { return };
-    let mut writer = stream;
-    let reader = BufReader::new(reader_stream);
-    for line in reader.lines() {
-        let Ok(line) = line else { return };
+    let mut writer = match stream.try_clone() {
+        Ok(w) => w,
+        Err(_) => return,
+    };
+    let mut pending: Vec<u8> = Vec::new();
+    let mut fds: Vec<OwnedFd> = Vec::new();
+    let mut chunk = vec![0u8; 64 << 10];
+    loop {
+        let line = match pending.iter().position(|b| *b == b'\n') {
+            Some(i) => {
+                let rest = pending.split_off(i + 1);
+                let mut line = std::mem::replace(&mut pending, rest);
+                line.pop();
+                line
+            }
+            None => match recv_with_fds(&stream, &mut chunk) {
+                Ok((0, _)) | Err(_) => return,
+                Ok((n, got)) => {
+                    pending.extend_from_slice(&chunk[..n]);
+                    fds.extend(got);
+                    if pending.len() > MAX_REQUEST {
+                        return;
+                    }
+                    continue;
+                }
+            },
+        };
+        let Ok(line) = String::from_utf8(line) else { return };
         if line.trim().is_empty() {
             continue;
         }
+        let passed = std::mem::take(&mut fds);
         let (response, shutdown) = match serde_json::from_str::<Request>(&line) {
             Err(e) => (Response { exit: 2, ..Response::error(format!("bad request: {e}")) }, false),
             Ok(request) => {
                 let shutdown = matches!(request, Request::Shutdown);
-                let answer = catch_unwind(AssertUnwindSafe(|| daemon.handle(request)));
+                let answer = catch_unwind(AssertUnwindSafe(|| daemon.handle_with_fds(request, passed)));
                 let response = answer.unwrap_or_else(|panic| {
                     let what = panic
                         .downcast_ref::<String>()

@@ -19,8 +19,11 @@
 //! API Boundary: mounting and the POSIX layer are above this crate; the
 //! daemon passes the POSIX layer's formatter in as a callback.
 
+pub mod bookmarks;
+pub mod clones;
 pub mod pool;
 pub mod props;
+pub mod replication;
 pub mod size;
 pub mod snapshots;
 pub mod time;
@@ -60,4 +63,9 @@ pub enum DsError {
     Corrupt(String),
     #[error(transparent)]
     Obj(#[from] tarn_obj::ObjError),
+    #[error("{0}")]
+    Recv(String),
+    /// `recv -s` stopped: `dataset` keeps the partial state and `token`.
+    #[error("cannot receive into '{dataset}': {cause}; partial state saved (resume with: tarn send -t {token})")]
+    RecvInterrupted { dataset: String, snapshots: Vec<String>, cause: String, token: String },
 }

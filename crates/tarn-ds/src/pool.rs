@@ -37,7 +37,7 @@ const DIRECTORY_MAGIC: &[u8; 8] = b"TARNDSD1";
 const DIRECTORY_VERSION: u64 = 1;
 
 /// One dataset as stored in the datasets ZAP.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct DatasetRecord {
     pub objset: u64,
     pub guid: u64,
@@ -50,6 +50,14 @@ pub struct DatasetRecord {
     /// cannot be destroyed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub holds: Vec<String>,
+    /// Clones only: the snapshot (`pool/fs@snap`) this dataset was cloned
+    /// from; its trees start as that snapshot's (see `clones.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<String>,
+    /// A receive into this dataset was interrupted (`recv -s`): its
+    /// resume token; the dataset holds partial state and is not mounted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recv: Option<crate::replication::RecvPartial>,
 }
 
 /// An effective property value, ready to print.
@@ -68,6 +76,8 @@ pub(crate) struct State {
     pub(crate) datasets: BTreeMap<String, DatasetRecord>,
     /// Snapshots by full name (`pool/fs@name`), kept in the same ZAP.
     pub(crate) snapshots: BTreeMap<String, DatasetRecord>,
+    /// Bookmarks by full name (`pool/fs#name`), same ZAP (`bookmarks.rs`).
+    pub(crate) bookmarks: BTreeMap<String, crate::bookmarks::BookmarkRecord>,
     pub(crate) objsets: HashMap<String, ObjectSet>,
     pool_props: BTreeMap<String, String>,
 }
@@ -108,7 +118,7 @@ pub fn validate_dataset_name(name: &str) -> Result<()> {
         return bad("name is too long");
     }
     if name.contains('@') || name.contains('#') {
-        return bad("snapshots and bookmarks are not yet supported");
+        return bad("'@' and '#' name snapshots and bookmarks, not datasets");
     }
     for component in name.split('/') {
         if component.is_empty() {
@@ -156,7 +166,7 @@ impl Pool {
         let os = obj.open_objset(objset)?;
         init(&os, &tx).map_err(DsError::Init)?;
         let record =
-            DatasetRecord { objset: objset.0, guid: new_guid(), creation: now_unix(), createtxg: tx.txg(), props: local, holds: vec![] };
+            DatasetRecord { objset: objset.0, guid: new_guid(), creation: now_unix(), createtxg: tx.txg(), props: local, ..Default::default() };
         let encoded = serde_json::to_vec(&record).map_err(|e| DsError::Corrupt(e.to_string()))?;
         Zap::insert(&mos, &tx, datasets_zap, name.as_bytes(), &encoded)?;
         drop(tx);
@@ -169,6 +179,7 @@ impl Pool {
             state: RwLock::new(State {
                 datasets: BTreeMap::from([(name.clone(), record)]),
                 snapshots: BTreeMap::new(),
+                bookmarks: BTreeMap::new(),
                 objsets: HashMap::from([(name.clone(), os)]),
                 pool_props: BTreeMap::new(),
             }),
@@ -199,7 +210,11 @@ impl Pool {
         let props_zap = ObjectId(word(24));
         let mut datasets = BTreeMap::new();
         let mut decode_error = None;
+        let mut bookmarks = BTreeMap::new();
         Zap::iterate(&mos, datasets_zap, 0, &mut |_, key, value| {
+            if key.contains(&b'#') {
+                return crate::bookmarks::load_record(&mut bookmarks, key, value, &mut decode_error);
+            }
             match (std::str::from_utf8(key), serde_json::from_slice::<DatasetRecord>(value)) {
                 (Ok(name), Ok(record)) => {
                     datasets.insert(name.to_string(), record);
@@ -231,7 +246,7 @@ impl Pool {
             datasets_zap,
             props_zap,
             change: Mutex::new(()),
-            state: RwLock::new(State { datasets, snapshots, objsets, pool_props }),
+            state: RwLock::new(State { datasets, snapshots, bookmarks, objsets, pool_props }),
         };
         let names: Vec<String> = pool.state.read().datasets.keys().cloned().collect();
         for name in names {
@@ -306,7 +321,7 @@ impl Pool {
         Ok(())
     }
 
-    fn store_record(&self, tx: &Tx, name: &str, record: &DatasetRecord) -> Result<()> {
+    pub(crate) fn store_record(&self, tx: &Tx, name: &str, record: &DatasetRecord) -> Result<()> {
         let encoded = serde_json::to_vec(record).map_err(|e| DsError::Corrupt(e.to_string()))?;
         Zap::update(&self.obj.mos(), tx, self.datasets_zap, name.as_bytes(), &encoded)?;
         Ok(())
@@ -361,7 +376,7 @@ impl Pool {
                 creation: now_unix(),
                 createtxg: tx.txg(),
                 props: if dataset == name { local.clone() } else { BTreeMap::new() },
-                holds: vec![],
+                ..Default::default()
             };
             self.store_record(&tx, dataset, &record)?;
             let mut state = self.state.write();
@@ -393,6 +408,14 @@ impl Pool {
         if subtree.len() > 1 && !recursive {
             return Err(DsError::HasChildren(name.to_string()));
         }
+        // Snapshots with clones stay (zfs's -R is not supported).
+        for dataset in &subtree {
+            for snap in self.snapshots(Some(dataset)) {
+                if let Some(why) = self.clones_reason(&snap) {
+                    return Err(DsError::Snapshot(format!("snapshot '{snap}' {}", why.trim_start_matches("snapshot "))));
+                }
+            }
+        }
         subtree.reverse();
         Ok(subtree)
     }
@@ -409,6 +432,7 @@ impl Pool {
                 self.destroy_snapshot(&snap, true)?;
             }
         }
+        self.destroy_bookmarks_of(&plan)?;
         let _change = self.change.lock();
         let mos = self.obj.mos();
         let tx = self.obj.begin();
@@ -458,19 +482,10 @@ impl Pool {
     }
 
     /// Space used by the dataset and its descendants (bytes, parity excluded).
+    /// (A clone's blocks shared with its origin count in the origin's
+    /// dataset, see `clones.rs`.)
     pub fn used_bytes(&self, name: &str) -> u64 {
-        let state = self.state.read();
-        let prefix = format!("{name}/");
-        let raw: u64 = state
-            .objsets
-            .iter()
-            .filter(|(n, _)| n.as_str() == name || n.starts_with(&prefix))
-            .map(|(_, os)| os.used_bytes())
-            .sum();
-        let names: Vec<String> = state.objsets.keys().filter(|n| n.as_str() == name || n.starts_with(&prefix)).cloned().collect();
-        drop(state);
-        let snaps: u64 = names.iter().map(|n| self.snapshot_space_raw(n)).sum();
-        self.obj.deflate(raw + snaps)
+        self.obj.deflate(self.used_raw(name))
     }
 
     fn logical_bytes(&self, name: &str) -> u64 {
@@ -510,6 +525,9 @@ impl Pool {
         if name.contains('@') {
             return self.snapshot_property(def, name, parsable);
         }
+        if name.contains('#') {
+            return self.bookmark_property(def, name, parsable);
+        }
         let record = self.record(name)?;
         let number = |bytes: u64| if parsable { bytes.to_string() } else { format_bytes(bytes) };
         let (value, source) = if def.settable {
@@ -541,15 +559,17 @@ impl Pool {
                 "referenced" => number(self.referenced_bytes(name)),
                 "logicalused" => number(self.logical_bytes(name)),
                 "usedbysnapshots" => number(self.obj.deflate(self.snapshot_space_raw(name))),
-                "usedbydataset" => number(self.referenced_bytes(name)),
-                "usedbychildren" => number(
-                    self.used_bytes(name)
-                        .saturating_sub(self.referenced_bytes(name))
-                        .saturating_sub(self.obj.deflate(self.snapshot_space_raw(name))),
-                ),
+                "usedbydataset" => number(self.obj.deflate(self.dataset_space_raw(name))),
+                "usedbychildren" => number(self.obj.deflate(
+                    self.used_raw(name).saturating_sub(self.dataset_space_raw(name)).saturating_sub(self.snapshot_space_raw(name)),
+                )),
+                "origin" => record.origin.clone().unwrap_or_else(|| "-".to_string()),
+                "clones" => "-".to_string(),
+                "guid" => record.guid.to_string(),
                 "written" => number(self.written_bytes(name)),
                 "createtxg" => record.createtxg.to_string(),
                 "userrefs" => "-".to_string(),
+                "receive_resume_token" => record.recv.as_ref().map_or_else(|| "-".to_string(), |p| p.token.clone()),
                 "compressratio" => {
                     let ratio = ratio_hundredths(self.logical_bytes(name), self.used_bytes(name));
                     if parsable {

@@ -56,6 +56,10 @@ pub const PROPERTIES: &[PropDef] = &[
     readonly("written"),
     readonly("createtxg"),
     readonly("userrefs"),
+    readonly("receive_resume_token"),
+    readonly("origin"),
+    readonly("clones"),
+    readonly("guid"),
 ];
 
 /// `name` is a property too (for `-o name,...`) but not part of `all`.

@@ -67,7 +67,7 @@ impl Pool {
                 creation: crate::pool::now_unix(),
                 createtxg: tx.txg(),
                 props: Default::default(),
-                holds: vec![],
+                ..Default::default()
             };
             let encoded = serde_json::to_vec(&record).map_err(|e| DsError::Corrupt(e.to_string()))?;
             Zap::insert(&mos, &tx, self.datasets_zap, name.as_bytes(), &encoded)?;
@@ -118,7 +118,8 @@ impl Pool {
         let i = chain.iter().position(|n| n == name).ok_or_else(|| DsError::NotFound(name.to_string()))?;
         let prev_txg = match i.checked_sub(1).and_then(|j| chain.get(j)) {
             Some(p) => self.snapshot_record(p)?.createtxg,
-            None => 0,
+            // A clone's chain starts at its origin.
+            None => self.origin_txg(&dataset),
         };
         let next = match chain.get(i + 1) {
             Some(n) => self.snapshot_record(n)?.objset,
@@ -139,6 +140,7 @@ impl Pool {
                 record.holds.join(", ")
             )));
         }
+        self.check_no_clones(name)?;
         let (prev_txg, next) = self.neighbours(name)?;
         let tx = self.obj.begin();
         self.obj.destroy_snapshot(&tx, ObjsetId(record.objset), prev_txg, next)?;
@@ -192,6 +194,11 @@ impl Pool {
                 later.join(", ")
             )));
         }
+        for snap in &later {
+            if let Some(why) = self.clones_reason(snap) {
+                return Err(snap_err(format!("cannot rollback to '{name}': more recent snapshot '{snap}': {why}")));
+            }
+        }
         for snap in later.iter().rev() {
             self.destroy_snapshot(snap, false)?;
         }
@@ -206,6 +213,7 @@ impl Pool {
         let os = self.obj.open_objset(head)?;
         self.state.write().objsets.insert(dataset.clone(), os);
         self.reapply_write_props(&dataset)?;
+        self.forget_bookmarks_after(&dataset, target.createtxg)?;
         Ok(later)
     }
 
@@ -229,25 +237,12 @@ impl Pool {
         Ok(())
     }
 
-    /// Raw bytes only snapshots of `dataset` hold: the dead lists of the
-    /// dataset and of each of its snapshots.
-    pub(crate) fn snapshot_space_raw(&self, dataset: &str) -> u64 {
-        let mut total = 0;
-        if let Ok(r) = self.record(dataset) {
-            total += self.obj.snapshot_info(ObjsetId(r.objset)).map_or(0, |i| i.2);
-        }
-        for snap in self.snapshots(Some(dataset)) {
-            if let Ok(r) = self.snapshot_record(&snap) {
-                total += self.obj.snapshot_info(ObjsetId(r.objset)).map_or(0, |i| i.2);
-            }
-        }
-        total
-    }
-
     /// Bytes written to `dataset` since its newest snapshot (all of it if none).
     pub(crate) fn written_bytes(&self, dataset: &str) -> u64 {
         let referenced = self.referenced_bytes(dataset);
-        let Some(newest) = self.snapshots(Some(dataset)).pop() else { return referenced };
+        // No snapshot: since the origin, for a clone (see clones.rs).
+        let origin = self.record(dataset).ok().and_then(|r| r.origin);
+        let Some(newest) = self.snapshots(Some(dataset)).pop().or(origin) else { return referenced };
         let snap_ref = self.snapshot_objset(&newest).map(|os| self.obj.deflate(os.used_bytes())).unwrap_or(0);
         let head_dead = self.record(dataset).ok().and_then(|r| self.obj.snapshot_info(ObjsetId(r.objset)).ok()).map_or(0, |i| i.2);
         (referenced + self.obj.deflate(head_dead)).saturating_sub(snap_ref)
@@ -278,6 +273,8 @@ impl Pool {
             "createtxg" => record.createtxg.to_string(),
             "userrefs" => record.holds.len().to_string(),
             "logicalused" => number(self.snapshot_objset(name).map(|os| os.logical_bytes()).unwrap_or(0)),
+            "clones" => self.clones_of(name).join(","),
+            "guid" => record.guid.to_string(),
             _ => "-".to_string(),
         };
         Ok(PropValue {

@@ -17,6 +17,11 @@ struct Walker<'a> {
     /// block shared by a snapshot and its head is reached twice and counted
     /// once.
     refs: Vec<(Extent, u64)>,
+    /// The same for blocks of dataset object sets' trees (not the MOS,
+    /// not object set roots): what the datasets' `used` adds up to.
+    dataset_refs: Vec<(Extent, u64)>,
+    /// Set while walking the trees of a dataset object set.
+    in_dataset: bool,
     report: CheckReport,
 }
 
@@ -24,7 +29,11 @@ impl Walker<'_> {
     fn note(&mut self, bp: &BlockPtr) {
         self.report.blocks += 1;
         for d in bp.dvas() {
-            self.refs.push((Extent { vdev: d.vdev, offset: d.offset, len: d.asize as u64 }, bp.birth));
+            let e = (Extent { vdev: d.vdev, offset: d.offset, len: d.asize as u64 }, bp.birth);
+            self.refs.push(e);
+            if self.in_dataset {
+                self.dataset_refs.push(e);
+            }
         }
     }
 
@@ -65,6 +74,13 @@ impl Walker<'_> {
         };
         let os = ObjsetPhys::decode(&data)?;
         self.report.objsets += 1;
+        self.in_dataset = !keep_level0_of_table;
+        let r = self.objset_trees(name, &os, keep_level0_of_table);
+        self.in_dataset = false;
+        r
+    }
+
+    fn objset_trees(&mut self, name: &str, os: &ObjsetPhys, keep_level0_of_table: bool) -> Result<Vec<u8>> {
         let meta_blocks = self.tree(&format!("{name} meta-dnode"), &os.meta, true)?;
         let mut table = Vec::new();
         // Dnode blocks are read in order, so block ids follow tree order.
@@ -110,7 +126,7 @@ impl Walker<'_> {
 }
 
 pub(crate) fn check(s: &Shared) -> CheckReport {
-    let mut w = Walker { s, refs: Vec::new(), report: CheckReport::default() };
+    let mut w = Walker { s, refs: Vec::new(), dataset_refs: Vec::new(), in_dataset: false, report: CheckReport::default() };
     let mos_root = *s.mos.root_bp.lock();
     match w.objset("MOS", &mos_root, true) {
         Ok(table) => {
@@ -145,6 +161,11 @@ pub(crate) fn check(s: &Shared) -> CheckReport {
     unique.sort();
     unique.dedup();
     w.report.allocated_bytes = unique.iter().map(|(e, _)| e.len).sum();
+    let mut dataset_unique = std::mem::take(&mut w.dataset_refs);
+    dataset_unique.sort();
+    dataset_unique.dedup();
+    w.report.dataset_bytes = dataset_unique.iter().map(|(e, _)| e.len).sum();
+    w.report.metadata_bytes = w.report.allocated_bytes.saturating_sub(w.report.dataset_bytes);
     let mut referenced: Vec<Extent> = unique.into_iter().map(|(e, _)| e).collect();
     for es in a.deferred.values() {
         referenced.extend(es.iter().copied());

@@ -26,6 +26,14 @@
 //! of 32 dnodes) to find the objects whose dnode changed or disappeared,
 //! and over an object's block tree to find its new blocks and new holes.
 //!
+//! Without a base tree (the base is a *bookmark*: only its txg is known,
+//! see `changed_objects_since` / `changed_blocks_since`) the pruning is the
+//! same, but under a pointer born after `F` nothing tells whether a hole
+//! of `T` held data at `F`: every hole met there (and every free dnode slot
+//! of a changed dnode block) is reported as possibly freed. The cost is
+//! still the size of the change; the reports are a superset, and freeing
+//! what is already free is a no-op for the receiver.
+//!
 //! As a cheap sanity check, every pruned pointer of `T` is compared with
 //! `B`'s pointer at the same position: they must be the very same block,
 //! or the two object sets are not a snapshot and an earlier snapshot of
@@ -159,6 +167,9 @@ struct Differ<'o> {
     os: &'o ObjectSet,
     from: Txg,
     verify_related: bool,
+    /// No base tree: every empty node of the target reached by the walk is
+    /// reported as `Gone` (it may have held data at `from`).
+    unknown_base: bool,
 }
 
 impl<'o> Differ<'o> {
@@ -230,7 +241,7 @@ impl<'o> Differ<'o> {
             return Ok(());
         }
         if t.is_empty() {
-            if !b.is_empty() {
+            if self.unknown_base || !b.is_empty() {
                 f(Ev::Gone { level, first, b })?;
             }
             return Ok(());
@@ -313,6 +324,21 @@ impl FreeRuns<'_> {
         self.flush()?;
         (self.f)(c)
     }
+
+    /// Adds ids `first .. end`.
+    fn add_range(&mut self, first: u64, end: u64) -> Result<()> {
+        if first >= end {
+            return Ok(());
+        }
+        match &mut self.run {
+            Some((f0, count)) if *f0 + *count == first => *count = end - *f0,
+            _ => {
+                self.flush()?;
+                self.run = Some((first, end - first));
+            }
+        }
+        Ok(())
+    }
 }
 
 impl ObjectSet {
@@ -325,6 +351,15 @@ impl ObjectSet {
     /// snapshot: at most the txg it was taken in).
     pub fn root_birth(&self) -> Txg {
         self.inner.root_bp.lock().birth
+    }
+
+    /// Newest birth among the committed dnode tree's top pointers: the txg
+    /// of the last change to any object (0: never changed). Unlike
+    /// [`ObjectSet::root_birth`] it does not move when only the object
+    /// set's header is rewritten (a neighbouring snapshot destroyed).
+    pub fn tree_birth(&self) -> Txg {
+        let meta = self.committed_meta();
+        meta.bps.iter().filter(|b| !b.is_hole()).map(|b| b.birth).max().unwrap_or(0)
     }
 
     /// Txg of the newest snapshot taken before this object set's committed
@@ -364,10 +399,37 @@ impl ObjectSet {
         let tmeta = self.committed_meta();
         let bmeta = base.map(|b| b.committed_meta());
         let from = if base.is_some() { from_txg } else { 0 };
-        let d = Differ { os: self, from, verify_related: base.is_some() && from > 0 };
+        let d = Differ { os: self, from, verify_related: base.is_some() && from > 0, unknown_base: false };
+        self.objects_walk(&d, &tmeta, bmeta.as_ref(), start, f)
+    }
+
+    /// Like [`ObjectSet::changed_objects`] against a base known only by the
+    /// txg `from_txg` it was taken in (a bookmark of an earlier snapshot of
+    /// the same head, whose tree may be gone). Every in-use dnode of a dnode
+    /// block written after `from_txg` is reported as `Changed` with `base:
+    /// None` (whether the base had that object, or an unrelated one of the
+    /// same id, is unknown); every free slot of such a block and every hole
+    /// of the dnode tree under a pointer written after `from_txg` is
+    /// reported in a `Freed` run, which may include ids that were already
+    /// free in the base. The caller must know that the base is an earlier
+    /// snapshot of this object set's head: nothing can be checked here.
+    pub fn changed_objects_since(&self, from_txg: Txg, start: ObjectId, f: &mut dyn FnMut(ObjectChange) -> Result<()>) -> Result<()> {
+        let tmeta = self.committed_meta();
+        let d = Differ { os: self, from: from_txg, verify_related: false, unknown_base: true };
+        self.objects_walk(&d, &tmeta, None, start, f)
+    }
+
+    fn objects_walk(
+        &self,
+        d: &Differ<'_>,
+        tmeta: &DnodePhys,
+        bmeta: Option<&DnodePhys>,
+        start: ObjectId,
+        f: &mut dyn FnMut(ObjectChange) -> Result<()>,
+    ) -> Result<()> {
         let lo = start.0 / DNODES_PER_BLOCK;
         let mut runs = FreeRuns { run: None, f };
-        d.tree(&tmeta, bmeta.as_ref(), lo, u64::MAX, &mut |ev| match ev {
+        d.tree(tmeta, bmeta, lo, u64::MAX, &mut |ev| match ev {
             Ev::New { blkid, t, b } => {
                 let tdata = d.read(&t)?;
                 let bdata = match b {
@@ -384,17 +446,22 @@ impl ObjectSet {
                         Some(x) => decode_slot(x, slot)?,
                         None => DnodePhys::empty(),
                     };
-                    if td == bd {
+                    if td == bd && !d.unknown_base {
                         continue;
                     }
                     if td.in_use() {
                         let base = bd.in_use().then(|| ObjectAttrs::new(id, bd));
                         runs.emit(ObjectChange::Changed { target: ObjectAttrs::new(id, td), base })?;
-                    } else if bd.in_use() {
+                    } else if bd.in_use() || d.unknown_base {
                         runs.add(id)?;
                     }
                 }
                 Ok(())
+            }
+            Ev::Gone { level, first, .. } if d.unknown_base => {
+                let a = first.saturating_mul(DNODES_PER_BLOCK).max(start.0);
+                let e = first.saturating_add(span(level)).saturating_mul(DNODES_PER_BLOCK);
+                runs.add_range(a, e)
             }
             Ev::Gone { level, first, b } => d.leaves(b, level, first, &mut |blkid, bp| {
                 let data = d.read(&bp)?;
@@ -463,7 +530,22 @@ impl ObjectSet {
             }
         }
         let from = if base.is_some() { from_txg } else { 0 };
-        let d = Differ { os: self, from, verify_related: base.is_some() && from > 0 };
+        let d = Differ { os: self, from, verify_related: base.is_some() && from > 0, unknown_base: false };
+        Self::blocks_walk(&d, target, base, start, f)
+    }
+
+    /// Like [`ObjectSet::changed_blocks`] against a base known only by its
+    /// txg (see [`ObjectSet::changed_objects_since`]): blocks written after
+    /// `from_txg` are `Data`; every hole met under a pointer written after
+    /// `from_txg` (and every hole among the dnode's top pointers) is in a
+    /// `Hole` run, whether or not it held data in the base. Blocks past the
+    /// tree are not reported: a receiver frees past the object's end.
+    pub fn changed_blocks_since(&self, target: &ObjectAttrs, from_txg: Txg, start: u64, f: &mut dyn FnMut(BlockChange) -> Result<()>) -> Result<()> {
+        let d = Differ { os: self, from: from_txg, verify_related: false, unknown_base: true };
+        Self::blocks_walk(&d, target, None, start, f)
+    }
+
+    fn blocks_walk(d: &Differ<'_>, target: &ObjectAttrs, base: Option<&ObjectAttrs>, start: u64, f: &mut dyn FnMut(BlockChange) -> Result<()>) -> Result<()> {
         let mut hole: Option<(u64, u64)> = None;
         d.tree(&target.dnode, base.map(|b| &b.dnode), start, u64::MAX, &mut |ev| {
             match ev {

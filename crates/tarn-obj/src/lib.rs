@@ -156,6 +156,14 @@ pub struct CheckReport {
     pub objsets: u64,
     pub blocks: u64,
     pub allocated_bytes: u64,
+    /// Of `allocated_bytes`: blocks of dataset object sets' trees (heads,
+    /// snapshots, clones; all copies; object set roots excluded), each
+    /// counted once however many object sets share it. The sum of the
+    /// datasets' raw `used` must equal it.
+    pub dataset_bytes: u64,
+    /// The rest of `allocated_bytes`: the MOS (dataset tables, dead lists,
+    /// ZAPs), object set roots, the space map log.
+    pub metadata_bytes: u64,
     pub damaged: Vec<String>,
     pub leaked_bytes: u64,
     pub double_allocated_bytes: u64,

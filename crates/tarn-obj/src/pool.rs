@@ -823,7 +823,27 @@ fn sync_txg(s: &Arc<Shared>, txg: Txg) -> Result<Txg> {
     let mos_handle = ObjectSet { shared: s.clone(), inner: s.mos.clone() };
     for (id, inner) in &destroyed {
         let phys = inner.committed.lock().clone();
-        free_objset_tree(&mut ctx, &phys)?;
+        if phys.prev_snap_txg == 0 {
+            free_objset_tree(&mut ctx, &phys)?;
+        } else {
+            // Blocks born at or before `prev_snap_txg` are a snapshot's (or
+            // a clone's origin's): only what this head wrote later is freed.
+            let mut own = Vec::new();
+            crate::snap::collect_born_after(s, &phys, phys.prev_snap_txg, &mut own)?;
+            for bp in &own {
+                ctx.free(bp);
+            }
+        }
+        if phys.deadlist != 0 {
+            // Dead-list entries born after `prev_snap_txg` were held by
+            // snapshots destroyed with it; the rest stay the predecessor's.
+            for bp in crate::snap::deadlist_read(s, phys.deadlist)? {
+                if bp.birth > phys.prev_snap_txg {
+                    ctx.free(&bp);
+                }
+            }
+            mos_handle.free(&Tx { txg, _hold: None }, ObjectId(phys.deadlist))?;
+        }
         let root = *inner.root_bp.lock();
         ctx.free(&root);
         mos_write_in_txg(&mos_handle, txg, id.0 * tarn_block::BP_SIZE as u64, &[0u8; tarn_block::BP_SIZE])?;

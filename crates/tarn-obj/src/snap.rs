@@ -23,8 +23,13 @@
 //!   born after S, empties the head's dead list (all of it is in S), and
 //!   makes S's root phys the head's.
 //!
-//! All three run in syncing context at the end of the txg they were asked
-//! in, after the txg's dataset changes and before the MOS is written.
+//! - a clone of snapshot S (taken in txg T) is a new head whose root phys is
+//!   S's with `prev_snap_txg = T` and its own empty dead list: its frees of
+//!   S's blocks go to its dead list, and destroying it frees only blocks
+//!   born after its `prev_snap_txg` (see `destroy_objset`).
+//!
+//! All of them run in syncing context at the end of the txg they were
+//! asked in, after the txg's dataset changes and before the MOS is written.
 
 use std::sync::Arc;
 
@@ -44,6 +49,9 @@ pub(crate) enum SnapOp {
     Snapshot { head: ObjsetId, snap: ObjsetId, new_deadlist: u64 },
     Destroy { snap: ObjsetId, prev_txg: Txg, next: ObjsetId },
     Rollback { head: ObjsetId, snap: ObjsetId },
+    /// A new head `clone` starting from snapshot `snap` (taken in
+    /// `snap_txg`), with its own empty dead list.
+    Clone { snap: ObjsetId, clone: ObjsetId, snap_txg: Txg, new_deadlist: u64 },
 }
 
 fn mos(s: &Arc<Shared>) -> ObjectSet {
@@ -222,13 +230,23 @@ pub(crate) fn apply(s: &Arc<Shared>, txg: Txg, ops: Vec<SnapOp>, synced: &mut Ve
                 rewrite_root(s, txg, head, phys, Some(head_root), synced)?;
                 evict.push(head);
             }
+            SnapOp::Clone { snap, clone, snap_txg, new_deadlist } => {
+                let (_, snap_phys) = current_root(s, snap, synced)?;
+                // The clone shares the snapshot's trees; every block in them
+                // was born at or before `snap_txg`, so the clone's frees of
+                // them go to its dead list (they stay the origin's).
+                let mut phys = snap_phys;
+                phys.prev_snap_txg = snap_txg;
+                phys.deadlist = new_deadlist;
+                rewrite_root(s, txg, clone, phys, None, synced)?;
+            }
         }
     }
     Ok(evict)
 }
 
 /// Every block of `os` (meta tree and objects) born after `txg`.
-fn collect_born_after(s: &Arc<Shared>, os: &ObjsetPhys, txg: Txg, out: &mut Vec<BlockPtr>) -> Result<()> {
+pub(crate) fn collect_born_after(s: &Arc<Shared>, os: &ObjsetPhys, txg: Txg, out: &mut Vec<BlockPtr>) -> Result<()> {
     let io = &s.io;
     tree::walk_born_after(io, &os.meta, txg + 1, &mut |bp, level| {
         out.push(*bp);
@@ -284,6 +302,46 @@ impl ObjPool {
         }
         self.queue_snap_op(tx, SnapOp::Rollback { head, snap });
         Ok(())
+    }
+
+    /// Creates a new object set (a clone) whose trees are snapshot
+    /// `snap`'s, taken in `snap_txg`, at the end of `tx`'s txg; returns its
+    /// id (usable once that txg has synced). The clone's frees of blocks
+    /// born at or before `snap_txg` go to its dead list; destroying it
+    /// frees only what it wrote (see [`ObjPool::destroy_objset`]).
+    pub fn clone_objset(&self, tx: &Tx, snap: ObjsetId, snap_txg: Txg) -> Result<ObjsetId> {
+        let s = &self.shared;
+        if s.readonly {
+            return Err(ObjError::ReadOnly);
+        }
+        let (_, phys) = current_root(s, snap, &[])?;
+        if snap_txg < phys.prev_snap_txg || snap_txg >= tx.txg() {
+            return Err(ObjError::Invalid(format!("clone origin txg {snap_txg} does not fit object set {}", snap.0)));
+        }
+        let mos = self.mos();
+        let deadlist = mos.create(tx, ObjType(OT_DEADLIST), DEADLIST_BLOCK, &[0; BONUS_LEN])?;
+        let clone = ObjsetId(s.next_objset.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+        self.queue_snap_op(tx, SnapOp::Clone { snap, clone, snap_txg, new_deadlist: deadlist.0 });
+        Ok(clone)
+    }
+
+    /// Raw bytes of object set `id`'s dead list born at or before `txg`
+    /// and after it.
+    pub fn deadlist_split(&self, id: ObjsetId, txg: Txg) -> Result<(u64, u64)> {
+        let os = self.open_objset(id)?;
+        let dl = os.inner.committed.lock().deadlist;
+        if txg == 0 {
+            return Ok((0, deadlist_totals(&self.shared, dl).1));
+        }
+        let mut split = (0, 0);
+        for bp in deadlist_read(&self.shared, dl)? {
+            if bp.birth <= txg {
+                split.0 += bp.asize();
+            } else {
+                split.1 += bp.asize();
+            }
+        }
+        Ok(split)
     }
 
     fn queue_snap_op(&self, tx: &Tx, op: SnapOp) {

@@ -31,6 +31,11 @@ const KNOWN_FLAGS: u32 = FLAG_RAW | FLAG_RESUME;
 /// OBJECT flags.
 pub const OBJ_NEW: u8 = 1 << 0;
 pub const OBJ_RESUMED: u8 = 1 << 1;
+/// Incrementals from a bookmark: the sender does not know the receiver's
+/// object of this id. The receiver creates it if missing and recreates it
+/// if its type or block size differ; the records that follow rewrite
+/// every position that may differ (see `docs/send-stream.md`).
+pub const OBJ_ANY_BASE: u8 = 1 << 2;
 
 /// WRITE flags (raw sends, reserved).
 pub const WRITE_RAW: u32 = 1 << 0;
@@ -248,7 +253,7 @@ impl ObjectRec {
         if b[10] != 0 || b[11] != 0 || b[120..].iter().any(|&x| x != 0) {
             return corrupt("OBJECT reserved bytes are not zero");
         }
-        if r.flags & !(OBJ_NEW | OBJ_RESUMED) != 0 || r.flags == OBJ_NEW | OBJ_RESUMED {
+        if r.flags & !(OBJ_NEW | OBJ_RESUMED | OBJ_ANY_BASE) != 0 || r.flags.count_ones() > 1 {
             return corrupt(format!("OBJECT {} flags {:#x}", r.object, r.flags));
         }
         if r.object == 0 || r.object >= MAX_OBJECT {

@@ -16,6 +16,9 @@
 //!   token; receiving it with [`RecvTarget::Resume`] completes the
 //!   interrupted receive.
 //!
+//! The base of an incremental is a [`SendBase`]: a snapshot, or a bookmark
+//! (the txg and guid of a snapshot that may be gone).
+//!
 //! Snapshots are named by [`SnapRef`]: the object set, the txg it was taken
 //! in, and its guid. The object layer has no snapshot guids; the dataset
 //! layer keeps them (and a received snapshot keeps its source's guid, as in
@@ -43,6 +46,52 @@ pub struct SnapRef {
     pub objset: ObjsetId,
     pub txg: Txg,
     pub guid: u64,
+}
+
+/// The base of an incremental stream: a snapshot, or a bookmark of one
+/// (`fs#name`: only the txg and guid of a snapshot that may be destroyed
+/// since). From a bookmark the sender cannot read the base's tree, so the
+/// stream frees every hole and free object slot under what changed (see
+/// `docs/send-stream.md`, "Incremental from a bookmark"); the receiver,
+/// which holds the snapshot itself, applies it to the same result.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum SendBase {
+    Snapshot(SnapRef),
+    Bookmark { txg: Txg, guid: u64 },
+}
+
+impl SendBase {
+    /// The txg the base (snapshot) was taken in, on the sending pool.
+    pub fn txg(&self) -> Txg {
+        match self {
+            SendBase::Snapshot(s) => s.txg,
+            SendBase::Bookmark { txg, .. } => *txg,
+        }
+    }
+
+    /// The base snapshot's guid.
+    pub fn guid(&self) -> u64 {
+        match self {
+            SendBase::Snapshot(s) => s.guid,
+            SendBase::Bookmark { guid, .. } => *guid,
+        }
+    }
+
+    pub fn is_bookmark(&self) -> bool {
+        matches!(self, SendBase::Bookmark { .. })
+    }
+}
+
+impl From<SnapRef> for SendBase {
+    fn from(s: SnapRef) -> Self {
+        SendBase::Snapshot(s)
+    }
+}
+
+impl From<&SnapRef> for SendBase {
+    fn from(s: &SnapRef) -> Self {
+        SendBase::Snapshot(*s)
+    }
 }
 
 /// Where a stream is received.

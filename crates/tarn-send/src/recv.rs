@@ -327,24 +327,44 @@ impl Receiver<'_> {
                 }
                 self.os.create_with_id(&tx, id, ObjType(r.otype), r.block_size, &r.bonus)?;
             } else {
+                let any = r.flags & OBJ_ANY_BASE != 0;
                 let info = match self.os.info(id) {
-                    Ok(i) => i,
+                    Ok(i) => Some(i),
+                    Err(ObjError::NotFound(_)) if any => None,
                     Err(ObjError::NotFound(_)) => {
                         return corrupt(format!("the stream changes object {} which the receiving object set does not have", r.object))
                     }
                     Err(e) => return Err(e.into()),
                 };
-                if info.otype.0 != r.otype || info.block_size != r.block_size {
-                    return corrupt(format!(
-                        "the stream changes object {} (type {}, block size {}) but the receiving object set has type {}, block size {}",
-                        r.object, r.otype, r.block_size, info.otype.0, info.block_size
-                    ));
-                }
-                if info.bonus != r.bonus {
-                    self.os.set_bonus(&tx, id, &r.bonus)?;
+                match info {
+                    None => self.os.create_with_id(&tx, id, ObjType(r.otype), r.block_size, &r.bonus)?,
+                    // From a bookmark: another object had this id in the base.
+                    Some(info) if any && (info.otype.0 != r.otype || info.block_size != r.block_size) => {
+                        self.os.free(&tx, id)?;
+                        self.os.create_with_id(&tx, id, ObjType(r.otype), r.block_size, &r.bonus)?;
+                    }
+                    Some(info) => self.existing_object(&tx, &r, &info)?,
                 }
             }
         }
+        self.object_started(&r)
+    }
+
+    /// An OBJECT record (not NEW) for an object the receiver has.
+    fn existing_object(&self, tx: &tarn_obj::Tx, r: &ObjectRec, info: &tarn_obj::ObjInfo) -> Result<()> {
+        if info.otype.0 != r.otype || info.block_size != r.block_size {
+            return corrupt(format!(
+                "the stream changes object {} (type {}, block size {}) but the receiving object set has type {}, block size {}",
+                r.object, r.otype, r.block_size, info.otype.0, info.block_size
+            ));
+        }
+        if info.bonus != r.bonus {
+            self.os.set_bonus(tx, ObjectId(r.object), &r.bonus)?;
+        }
+        Ok(())
+    }
+
+    fn object_started(&mut self, r: &ObjectRec) -> Result<()> {
         let end = self.pending_resume.take().map_or(0, |p| p.offset);
         self.cur = Some(Cur { id: r.object, bs: r.block_size as u64, nblocks: r.nblocks, end });
         self.next_min = r.object + 1;

@@ -13,7 +13,7 @@ use tarn_obj::diff::{BlockChange, BlockRef, ObjectChange};
 use tarn_obj::{ObjError, ObjPool, ObjectId, ObjectSet};
 
 use crate::format::*;
-use crate::{Result, SendError, SendSummary, SnapRef};
+use crate::{Result, SendBase, SendError, SendSummary, SnapRef};
 
 trait Sink {
     fn begin(&mut self, b: &Begin) -> Result<()>;
@@ -108,22 +108,35 @@ fn random_guid() -> u64 {
 
 /// Opens `to` (and `from`) and checks what can be checked at this layer:
 /// the txgs are consistent with the object sets' roots and `from` is older.
-fn open_pair(pool: &ObjPool, to: &SnapRef, from: Option<&SnapRef>) -> Result<(ObjectSet, Option<ObjectSet>)> {
+/// A bookmark base has no object set: only its txg can be checked (that it
+/// is a snapshot of the same head is the caller's business).
+fn open_pair(pool: &ObjPool, to: &SnapRef, from: Option<&SendBase>) -> Result<(ObjectSet, Option<ObjectSet>)> {
     let tos = pool.open_objset(to.objset)?;
-    if tos.root_birth() > to.txg || tos.prev_snap_txg() >= to.txg {
+    // The tree's births, not the root's: destroying a neighbouring snapshot
+    // rewrites a snapshot's header (not its tree) in a later txg.
+    if tos.tree_birth() > to.txg || tos.prev_snap_txg() >= to.txg {
         return Err(SendError::Invalid(format!(
-            "object set {} was not snapshotted in txg {} (its root is from txg {}, its previous snapshot from txg {})",
+            "object set {} was not snapshotted in txg {} (its tree is from txg {}, its previous snapshot from txg {})",
             to.objset.0,
             to.txg,
-            tos.root_birth(),
+            tos.tree_birth(),
             tos.prev_snap_txg()
         )));
     }
     let bos = match from {
         None => None,
-        Some(f) => {
+        Some(SendBase::Bookmark { txg, guid }) => {
+            if *txg >= to.txg || *txg == 0 || *guid == to.guid {
+                return Err(SendError::Invalid(format!(
+                    "bookmark of txg {txg} is not of an earlier snapshot than txg {} (object set {})",
+                    to.txg, to.objset.0
+                )));
+            }
+            None
+        }
+        Some(SendBase::Snapshot(f)) => {
             let bos = pool.open_objset(f.objset)?;
-            if f.txg >= to.txg || bos.root_birth() > f.txg || tos.prev_snap_txg() < f.txg {
+            if f.txg >= to.txg || bos.tree_birth() > f.txg || tos.prev_snap_txg() < f.txg {
                 return Err(SendError::Invalid(format!(
                     "snapshot of txg {} (object set {}) is not an earlier snapshot of the same head as txg {} (object set {})",
                     f.txg, f.objset.0, to.txg, to.objset.0
@@ -136,21 +149,25 @@ fn open_pair(pool: &ObjPool, to: &SnapRef, from: Option<&SnapRef>) -> Result<(Ob
 }
 
 /// One sub-stream: BEGIN, the records, END.
-fn substream(pool: &ObjPool, to: &SnapRef, from: Option<&SnapRef>, begin: &Begin, sink: &mut dyn Sink) -> Result<()> {
+fn substream(pool: &ObjPool, to: &SnapRef, from: Option<&SendBase>, begin: &Begin, sink: &mut dyn Sink) -> Result<()> {
     let (tos, bos) = open_pair(pool, to, from)?;
-    let from_txg = from.map_or(0, |f| f.txg);
+    let from_txg = from.map_or(0, |f| f.txg());
+    // From a bookmark there is no base tree: holes and free slots under
+    // what changed are all freed, and objects may or may not exist there.
+    let bookmark = from.is_some_and(|f| f.is_bookmark());
     let resume = (begin.flags & FLAG_RESUME != 0).then_some(begin.resume);
     let started = resume.filter(|p| p.started);
     sink.begin(begin)?;
     let mut resumed_seen = false;
     let mut slot: Option<SendError> = None;
     let start = resume.map_or(0, |p| p.object);
-    let r = tos.changed_objects(bos.as_ref(), from_txg, ObjectId(start), &mut |ch| {
+    let mut on_object = |ch: ObjectChange| {
         let r = (|| -> Result<()> {
             match ch {
                 ObjectChange::Freed { first, count } => {
-                    let mut a = first.0;
-                    let e = first.0 + count;
+                    // Object 0 is never sent; a bookmark's runs may cover it.
+                    let mut a = first.0.max(1);
+                    let e = first.0.saturating_add(count).min(MAX_OBJECT);
                     if let Some(p) = started {
                         a = a.max(p.object + 1);
                     }
@@ -168,6 +185,8 @@ fn substream(pool: &ObjPool, to: &SnapRef, from: Option<&SnapRef>, begin: &Begin
                     let usable = base.filter(|b| b.otype == target.otype && b.block_size == target.block_size);
                     let flags = if resuming {
                         OBJ_RESUMED
+                    } else if bookmark {
+                        OBJ_ANY_BASE
                     } else if usable.is_none() {
                         OBJ_NEW
                     } else {
@@ -187,7 +206,7 @@ fn substream(pool: &ObjPool, to: &SnapRef, from: Option<&SnapRef>, begin: &Begin
                     let nb = target.nblocks;
                     let end_bytes = nb * bs;
                     let mut inner: Option<SendError> = None;
-                    let r = tos.changed_blocks(&target, usable.as_ref(), from_txg, skip_to / bs, &mut |bc| {
+                    let mut on_block = |bc: BlockChange| {
                         let r = (|| -> Result<()> {
                             match bc {
                                 BlockChange::Data { blkid, block } => {
@@ -214,10 +233,16 @@ fn substream(pool: &ObjPool, to: &SnapRef, from: Option<&SnapRef>, begin: &Begin
                             }
                         })();
                         bridge(&mut inner, r)
-                    });
+                    };
+                    let r = if bookmark {
+                        tos.changed_blocks_since(&target, from_txg, skip_to / bs, &mut on_block)
+                    } else {
+                        tos.changed_blocks(&target, usable.as_ref(), from_txg, skip_to / bs, &mut on_block)
+                    };
                     settle(inner, r)?;
-                    // Truncation: the base had blocks past the new end.
-                    if usable.is_some_and(|b| b.nblocks > nb) && skip_to <= end_bytes {
+                    // Truncation: the base had blocks past the new end (from
+                    // a bookmark: it may have had).
+                    if (bookmark || usable.is_some_and(|b| b.nblocks > nb)) && skip_to <= end_bytes {
                         sink.record(RecordType::Free, &[&encode_free(id, end_bytes, u64::MAX)])?;
                     }
                 }
@@ -225,7 +250,12 @@ fn substream(pool: &ObjPool, to: &SnapRef, from: Option<&SnapRef>, begin: &Begin
             Ok(())
         })();
         bridge(&mut slot, r)
-    });
+    };
+    let r = if bookmark {
+        tos.changed_objects_since(from_txg, ObjectId(start), &mut on_object)
+    } else {
+        tos.changed_objects(bos.as_ref(), from_txg, ObjectId(start), &mut on_object)
+    };
     settle(slot, r)?;
     if let Some(p) = started {
         if !resumed_seen {
@@ -237,22 +267,25 @@ fn substream(pool: &ObjPool, to: &SnapRef, from: Option<&SnapRef>, begin: &Begin
 
 /// Checks the series and the token; returns the first sub-stream to send
 /// and its resume position.
-fn plan(snaps: &[SnapRef], from: Option<&SnapRef>, token: Option<&str>) -> Result<(usize, Option<Position>)> {
+fn plan(snaps: &[SnapRef], from: Option<&SendBase>, token: Option<&str>) -> Result<(usize, Option<Position>)> {
     let last = snaps.last().ok_or_else(|| SendError::Invalid("no snapshot to send".into()))?;
     if snaps.len() > MAX_SERIES as usize {
         return Err(SendError::Invalid(format!("a series of {} snapshots", snaps.len())));
     }
-    let mut prev = from;
+    if from.is_some_and(|f| f.guid() == 0) {
+        return Err(SendError::Invalid("the base has no guid".into()));
+    }
+    let mut prev = from.map(|f| (f.txg(), f.guid()));
     for s in snaps {
         if s.guid == 0 {
             return Err(SendError::Invalid(format!("snapshot {} has no guid", s.objset.0)));
         }
-        if let Some(p) = prev {
-            if p.txg >= s.txg || p.guid == s.guid {
-                return Err(SendError::Invalid(format!("snapshots out of order: txg {} then txg {}", p.txg, s.txg)));
+        if let Some((ptxg, pguid)) = prev {
+            if ptxg >= s.txg || pguid == s.guid {
+                return Err(SendError::Invalid(format!("snapshots out of order: txg {ptxg} then txg {}", s.txg)));
             }
         }
-        prev = Some(s);
+        prev = Some((s.txg, s.guid));
     }
     let Some(tok) = token else { return Ok((0, None)) };
     let t = ResumeToken::decode(tok)?;
@@ -260,20 +293,20 @@ fn plan(snaps: &[SnapRef], from: Option<&SnapRef>, token: Option<&str>) -> Resul
         return Err(SendError::Invalid("the resume token belongs to another stream (different snapshots)".into()));
     }
     let i = t.series_index as usize;
-    let base_guid = if i == 0 { from.map_or(0, |f| f.guid) } else { snaps[i - 1].guid };
+    let base_guid = if i == 0 { from.map_or(0, |f| f.guid()) } else { snaps[i - 1].guid };
     if (t.to_guid != 0 && t.to_guid != snaps[i].guid) || t.from_guid != base_guid {
         return Err(SendError::Invalid(format!("the resume token names sub-stream {i} of other snapshots")));
     }
     Ok((i, Some(t.position)))
 }
 
-fn run(pool: &ObjPool, snaps: &[SnapRef], from: Option<&SnapRef>, token: Option<&str>, sink: &mut dyn Sink) -> Result<u64> {
+fn run(pool: &ObjPool, snaps: &[SnapRef], from: Option<&SendBase>, token: Option<&str>, sink: &mut dyn Sink) -> Result<u64> {
     let (first, position) = plan(snaps, from, token)?;
     let stream_guid = random_guid();
     let last = snaps[snaps.len() - 1].guid;
     for i in first..snaps.len() {
         let to = &snaps[i];
-        let base = if i == 0 { from } else { Some(&snaps[i - 1]) };
+        let base = if i == 0 { from.copied() } else { Some(SendBase::Snapshot(snaps[i - 1])) };
         let mut begin = Begin {
             flags: 0,
             stream_guid,
@@ -284,8 +317,8 @@ fn run(pool: &ObjPool, snaps: &[SnapRef], from: Option<&SnapRef>, token: Option<
             objset: to.objset.0,
             to_txg: to.txg,
             to_guid: to.guid,
-            from_txg: base.map_or(0, |b| b.txg),
-            from_guid: base.map_or(0, |b| b.guid),
+            from_txg: base.map_or(0, |b| b.txg()),
+            from_guid: base.map_or(0, |b| b.guid()),
             resume: Position::default(),
         };
         if i == first {
@@ -294,12 +327,12 @@ fn run(pool: &ObjPool, snaps: &[SnapRef], from: Option<&SnapRef>, token: Option<
                 begin.resume = p;
             }
         }
-        substream(pool, to, base, &begin, sink)?;
+        substream(pool, to, base.as_ref(), &begin, sink)?;
     }
     Ok(stream_guid)
 }
 
-fn run_to(pool: &ObjPool, snaps: &[SnapRef], from: Option<&SnapRef>, token: Option<&str>, out: &mut dyn Write) -> Result<SendSummary> {
+fn run_to(pool: &ObjPool, snaps: &[SnapRef], from: Option<&SendBase>, token: Option<&str>, out: &mut dyn Write) -> Result<SendSummary> {
     let mut buf = BufWriter::with_capacity(1 << 20, out);
     let mut sink = StreamSink { w: RecordWriter::new(&mut buf) };
     let stream_guid = run(pool, snaps, from, token, &mut sink)?;
@@ -311,32 +344,33 @@ fn run_to(pool: &ObjPool, snaps: &[SnapRef], from: Option<&SnapRef>, token: Opti
 }
 
 /// Writes a stream of snapshot `snap`: full, or incremental from `from`
-/// (an earlier snapshot of the same head). The snapshots must not be
-/// destroyed while this runs.
-pub fn send(pool: &ObjPool, snap: &SnapRef, from: Option<&SnapRef>, out: &mut dyn Write) -> Result<SendSummary> {
+/// (an earlier snapshot of the same head, or a bookmark of one: the caller
+/// vouches that a bookmark is of this head's history). The snapshots must
+/// not be destroyed while this runs.
+pub fn send(pool: &ObjPool, snap: &SnapRef, from: Option<&SendBase>, out: &mut dyn Write) -> Result<SendSummary> {
     run_to(pool, std::slice::from_ref(snap), from, None, out)
 }
 
 /// Writes `snaps` (consecutive snapshots of one head, oldest first) as one
 /// stream of sub-streams: the first full or from `from`, each next one from
 /// the previous snapshot (`send -I from snaps.last()`).
-pub fn send_series(pool: &ObjPool, snaps: &[SnapRef], from: Option<&SnapRef>, out: &mut dyn Write) -> Result<SendSummary> {
+pub fn send_series(pool: &ObjPool, snaps: &[SnapRef], from: Option<&SendBase>, out: &mut dyn Write) -> Result<SendSummary> {
     run_to(pool, snaps, from, None, out)
 }
 
 /// The rest of the stream `send(snap, base)` after the interruption that
 /// returned `token`.
-pub fn send_resume(pool: &ObjPool, snap: &SnapRef, base: Option<&SnapRef>, token: &str, out: &mut dyn Write) -> Result<SendSummary> {
+pub fn send_resume(pool: &ObjPool, snap: &SnapRef, base: Option<&SendBase>, token: &str, out: &mut dyn Write) -> Result<SendSummary> {
     run_to(pool, std::slice::from_ref(snap), base, Some(token), out)
 }
 
 /// The rest of the stream `send_series(snaps, from)` after the interruption
 /// that returned `token`: from the sub-stream and position it names.
-pub fn send_series_resume(pool: &ObjPool, snaps: &[SnapRef], from: Option<&SnapRef>, token: &str, out: &mut dyn Write) -> Result<SendSummary> {
+pub fn send_series_resume(pool: &ObjPool, snaps: &[SnapRef], from: Option<&SendBase>, token: &str, out: &mut dyn Write) -> Result<SendSummary> {
     run_to(pool, snaps, from, Some(token), out)
 }
 
-fn count(pool: &ObjPool, snaps: &[SnapRef], from: Option<&SnapRef>, token: Option<&str>) -> Result<u64> {
+fn count(pool: &ObjPool, snaps: &[SnapRef], from: Option<&SendBase>, token: Option<&str>) -> Result<u64> {
     let mut sink = CountSink::default();
     run(pool, snaps, from, token, &mut sink)?;
     Ok(sink.bytes)
@@ -344,16 +378,16 @@ fn count(pool: &ObjPool, snaps: &[SnapRef], from: Option<&SnapRef>, token: Optio
 
 /// Bytes `send(snap, from)` would write, computed without reading any data
 /// block (exact).
-pub fn estimate(pool: &ObjPool, snap: &SnapRef, from: Option<&SnapRef>) -> Result<u64> {
+pub fn estimate(pool: &ObjPool, snap: &SnapRef, from: Option<&SendBase>) -> Result<u64> {
     count(pool, std::slice::from_ref(snap), from, None)
 }
 
 /// Bytes `send_series(snaps, from)` would write (exact).
-pub fn estimate_series(pool: &ObjPool, snaps: &[SnapRef], from: Option<&SnapRef>) -> Result<u64> {
+pub fn estimate_series(pool: &ObjPool, snaps: &[SnapRef], from: Option<&SendBase>) -> Result<u64> {
     count(pool, snaps, from, None)
 }
 
 /// Bytes `send_series_resume(snaps, from, token)` would write (exact).
-pub fn estimate_resume(pool: &ObjPool, snaps: &[SnapRef], from: Option<&SnapRef>, token: &str) -> Result<u64> {
+pub fn estimate_resume(pool: &ObjPool, snaps: &[SnapRef], from: Option<&SendBase>, token: &str) -> Result<u64> {
     count(pool, snaps, from, Some(token))
 }

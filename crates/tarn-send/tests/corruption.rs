@@ -41,11 +41,11 @@ fn fixture(seed: u64) -> Fixture {
     let mut full0 = Vec::new();
     send(&src, &snaps[0], None, &mut full0).unwrap();
     let mut inc01 = Vec::new();
-    send(&src, &snaps[1], Some(&snaps[0]), &mut inc01).unwrap();
+    send(&src, &snaps[1], Some(&SendBase::from(snaps[0])), &mut inc01).unwrap();
     let mut series = Vec::new();
-    send_series(&src, &snaps[1..], Some(&snaps[0]), &mut series).unwrap();
+    send_series(&src, &snaps[1..], Some(&SendBase::from(snaps[0])), &mut series).unwrap();
     let mut inc12 = Vec::new();
-    send(&src, &snaps[2], Some(&snaps[1]), &mut inc12).unwrap();
+    send(&src, &snaps[2], Some(&SendBase::from(snaps[1])), &mut inc12).unwrap();
     Fixture { src, snaps, full0, inc01, series, inc12 }
 }
 
@@ -176,7 +176,7 @@ fn wrong_base_and_raw_streams_are_refused() {
     d.assert_unchanged(&fx, "raw");
     // A token for another stream.
     let bad_token = ResumeToken { stream_guid: 1, series_index: 0, series_count: 1, to_guid: 5, from_guid: 6, series_last_guid: 5, ..Default::default() }.encode();
-    assert!(send_resume(&fx.src, &fx.snaps[1], Some(&fx.snaps[0]), &bad_token, &mut Vec::new()).is_err());
+    assert!(send_resume(&fx.src, &fx.snaps[1], Some(&SendBase::from(fx.snaps[0])), &bad_token, &mut Vec::new()).is_err());
     let e = d.recv(&fx.inc01, RecvTarget::Resume { head: d.head, token: bad_token }, false).unwrap_err();
     assert!(matches!(e, SendError::Invalid(_)), "{e}");
     d.assert_unchanged(&fx, "token of another stream");
@@ -276,7 +276,7 @@ fn interrupted_then_resumed(
     what: &str,
 ) -> (ObjsetId, Vec<ReceivedSnap>) {
     let mut stream = Vec::new();
-    send_series(&fx.src, snaps, from, &mut stream).unwrap();
+    send_series(&fx.src, snaps, from.map(SendBase::from).as_ref(), &mut stream).unwrap();
     let mut got = Vec::new();
     let mut target = target;
     let mut head = None;
@@ -303,8 +303,8 @@ fn interrupted_then_resumed(
                 head = Some(partial.head);
                 assert_check(&d.pool, &format!("{what}: partial state"));
                 let mut rest = Vec::new();
-                send_series_resume(&fx.src, snaps, from, &partial.token, &mut rest).unwrap();
-                assert_eq!(estimate_resume(&fx.src, snaps, from, &partial.token).unwrap(), rest.len() as u64);
+                send_series_resume(&fx.src, snaps, from.map(SendBase::from).as_ref(), &partial.token, &mut rest).unwrap();
+                assert_eq!(estimate_resume(&fx.src, snaps, from.map(SendBase::from).as_ref(), &partial.token).unwrap(), rest.len() as u64);
                 stream = rest;
                 target = RecvTarget::Resume { head: partial.head, token: partial.token };
             }
@@ -374,7 +374,7 @@ fn series_cut_at_record_boundaries_resumes() {
         assert_eq!(t.series_index as usize, done, "cut at {cut}");
         assert_eq!(p.snapshots.len(), done);
         let mut rest = Vec::new();
-        send_series_resume(&fx.src, &fx.snaps[1..], Some(&fx.snaps[0]), &p.token, &mut rest).unwrap();
+        send_series_resume(&fx.src, &fx.snaps[1..], Some(&SendBase::from(fx.snaps[0])), &p.token, &mut rest).unwrap();
         let o = d.recv(&rest, RecvTarget::Resume { head: p.head, token: p.token.clone() }, false).unwrap();
         let got: Vec<_> = p.snapshots.iter().chain(&o.snapshots).collect();
         assert_eq!(got.len(), 3);
@@ -408,7 +408,7 @@ fn partial_state_survives_a_crash() {
         drop(pool); // no export: as if the power went
         let pool = reimport(&devs);
         let mut rest = Vec::new();
-        send_series_resume(&fx.src, &fx.snaps[1..], Some(&fx.snaps[0]), &p.token, &mut rest).unwrap();
+        send_series_resume(&fx.src, &fx.snaps[1..], Some(&SendBase::from(fx.snaps[0])), &p.token, &mut rest).unwrap();
         let mut input = &rest[..];
         let o2 = receive(&pool, &mut input, RecvTarget::Resume { head: p.head, token: p.token.clone() }, &RecvOptions::default()).unwrap();
         let got: Vec<_> = p.snapshots.iter().chain(&o2.snapshots).collect();

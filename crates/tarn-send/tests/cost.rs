@@ -89,7 +89,7 @@ fn incremental_stream_is_the_size_of_the_change() {
     let src = ObjPool::import(dyn_devs.clone(), ImportOptions { rewind: false, force: true, hostname: "test".into(), readonly: false }).unwrap();
     let r0 = reads();
     let mut inc = Vec::new();
-    let sum = send(&src, &s1, Some(&s0), &mut inc).unwrap();
+    let sum = send(&src, &s1, Some(&SendBase::from(s0)), &mut inc).unwrap();
     assert_eq!(sum.bytes as usize, inc.len());
     let inc_reads = reads() - r0;
     let r0 = reads();
@@ -111,7 +111,7 @@ fn incremental_stream_is_the_size_of_the_change() {
         + 2 * write(4096);
     assert_eq!(inc.len() as u64, expected, "incremental stream of {} bytes (full: {})", inc.len(), full.len());
     assert!(full.len() > 80 * inc.len(), "full {} vs incremental {}", full.len(), inc.len());
-    assert_eq!(estimate(&src, &s1, Some(&s0)).unwrap(), expected);
+    assert_eq!(estimate(&src, &s1, Some(&SendBase::from(s0))).unwrap(), expected);
     assert_eq!(estimate(&src, &s1, None).unwrap(), full.len() as u64);
 
     // And it replicates.

@@ -15,9 +15,9 @@ use tarn_send::*;
 
 fn stream_of(pool: &ObjPool, snaps: &[SnapRef], from: Option<&SnapRef>) -> Vec<u8> {
     let mut out = Vec::new();
-    let sum = send_series(pool, snaps, from, &mut out).unwrap();
+    let sum = send_series(pool, snaps, from.map(SendBase::from).as_ref(), &mut out).unwrap();
     assert_eq!(sum.bytes as usize, out.len());
-    let est = estimate_series(pool, snaps, from).unwrap();
+    let est = estimate_series(pool, snaps, from.map(SendBase::from).as_ref()).unwrap();
     assert_eq!(est, out.len() as u64, "estimate must equal the stream size");
     out
 }
@@ -166,15 +166,15 @@ fn sender_checks_its_arguments() {
     mutate(&src, a, &mut rng, za, 5);
     let a1 = snapshot(&src, a, &mut rng);
     let mut out = Vec::new();
-    assert!(send(&src, &a0, Some(&a1), &mut out).is_err(), "base after target");
+    assert!(send(&src, &a0, Some(&SendBase::from(a1)), &mut out).is_err(), "base after target");
     assert!(send_series(&src, &[a1, a0], None, &mut out).is_err(), "series out of order");
     // A base txg later than the base's real one would miss changes.
     assert!(a1.txg > a0.txg + 1);
-    assert!(send(&src, &a1, Some(&SnapRef { txg: a1.txg - 1, ..a0 }), &mut out).is_err(), "base txg too late");
+    assert!(send(&src, &a1, Some(&SendBase::from(SnapRef { txg: a1.txg - 1, ..a0 })), &mut out).is_err(), "base txg too late");
     // b0 is older than a1 but of another head: caught by the block check.
-    let r = send(&src, &a1, Some(&b0), &mut Vec::new());
+    let r = send(&src, &a1, Some(&SendBase::from(b0)), &mut Vec::new());
     assert!(r.is_err(), "unrelated base accepted");
-    assert!(estimate(&src, &a1, Some(&a0)).unwrap() > 0);
+    assert!(estimate(&src, &a1, Some(&SendBase::from(a0))).unwrap() > 0);
 }
 
 /// Trees of different heights between base and target: an object growing

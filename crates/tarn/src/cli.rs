@@ -127,6 +127,15 @@ pub enum Command {
         #[arg(required = true, value_name = "DATASET@NAME")]
         snapshots: Vec<String>,
     },
+    /// Bookmark a snapshot (or copy a bookmark): `fs#name` keeps the
+    /// snapshot's guid and txg, holds no space, and is a base for
+    /// incremental sends after the snapshot is destroyed.
+    Bookmark {
+        #[arg(value_name = "SNAPSHOT|BOOKMARK")]
+        source: String,
+        #[arg(value_name = "DATASET#NAME")]
+        bookmark: String,
+    },
     /// Roll a dataset back to a snapshot (it is unmounted and mounted again).
     Rollback {
         /// Destroy snapshots more recent than the one rolled back to.
@@ -137,6 +146,22 @@ pub enum Command {
         force: bool,
         #[arg(value_name = "DATASET@NAME")]
         snapshot: String,
+    },
+    /// Create a file system that starts as a snapshot (a clone).
+    Clone {
+        /// Set a property on the clone.
+        #[arg(short = 'o', value_name = "PROP=VALUE", value_parser = assignment)]
+        props: Vec<(String, String)>,
+        #[arg(value_name = "DATASET@NAME")]
+        snapshot: String,
+        #[arg(value_name = "TARGET")]
+        target: String,
+    },
+    /// Make a clone independent of its origin: it takes over the origin
+    /// snapshot and the snapshots before it.
+    Promote {
+        #[arg(value_name = "CLONE")]
+        dataset: String,
     },
     /// Place a user hold on snapshots (a held snapshot cannot be destroyed).
     Hold {
@@ -168,6 +193,70 @@ pub enum Command {
         json: bool,
         #[arg(required = true, value_name = "SNAPSHOT")]
         snapshots: Vec<String>,
+    },
+    /// Write a snapshot (or the changes since an earlier one) as a stream
+    /// to standard output.
+    Send {
+        /// Incremental from this earlier snapshot (@NAME, DATASET@NAME) or
+        /// bookmark (DATASET#NAME).
+        #[arg(short = 'i', value_name = "SNAPSHOT", conflicts_with = "from_all")]
+        from: Option<String>,
+        /// Incremental from this snapshot, with every snapshot in between.
+        #[arg(short = 'I', value_name = "SNAPSHOT")]
+        from_all: Option<String>,
+        /// Replicate: the dataset and its descendants, their snapshots and
+        /// properties.
+        #[arg(short = 'R')]
+        replicate: bool,
+        /// Include the datasets' properties.
+        #[arg(short = 'p')]
+        props: bool,
+        /// Dry run: send nothing (with -v: the size it would be).
+        #[arg(short = 'n')]
+        dry_run: bool,
+        /// Print what is sent (to stderr; with -n to stdout).
+        #[arg(short = 'v')]
+        verbose: bool,
+        /// With -n: machine-parsable estimate lines (`size<TAB>BYTES`).
+        #[arg(short = 'P')]
+        parsable: bool,
+        /// Raw: as stored. No dataset is encrypted yet, so this is the same
+        /// stream as without -w (as in zfs for unencrypted datasets).
+        #[arg(short = 'w')]
+        raw: bool,
+        /// Continue an interrupted receive from its receive_resume_token.
+        #[arg(short = 't', value_name = "TOKEN", conflicts_with_all = ["from", "from_all", "replicate", "props", "snapshot"])]
+        token: Option<String>,
+        #[arg(value_name = "SNAPSHOT", required_unless_present = "token")]
+        snapshot: Option<String>,
+    },
+    /// Read a stream (from `tarn send`) from standard input into a dataset.
+    #[command(alias = "receive")]
+    Recv {
+        /// Roll the destination back to the stream's base first (destroying
+        /// later snapshots), or replace it with a full stream.
+        #[arg(short = 'F')]
+        force: bool,
+        /// If the stream stops, keep what arrived and a receive_resume_token.
+        #[arg(short = 's')]
+        resumable: bool,
+        /// Do not mount what is received.
+        #[arg(short = 'u')]
+        no_mount: bool,
+        /// Print what was received.
+        #[arg(short = 'v')]
+        verbose: bool,
+        /// Abort an interrupted receive: give up its partial state.
+        #[arg(short = 'A', conflicts_with_all = ["force", "resumable", "set", "exclude"])]
+        abort: bool,
+        /// Set a property on the received dataset (overrides a received one).
+        #[arg(short = 'o', value_name = "PROP=VALUE", value_parser = assignment)]
+        set: Vec<(String, String)>,
+        /// Do not take this property from the stream.
+        #[arg(short = 'x', value_name = "PROP")]
+        exclude: Vec<String>,
+        #[arg(value_name = "DATASET")]
+        target: String,
     },
     /// List datasets.
     List {
@@ -584,6 +673,25 @@ mod tests {
 
     #[test]
     fn parses_snapshot_commands() {
+        let Command::Send { from, from_all, replicate, props, token, snapshot, .. } =
+            parse("send -R -p -I @a tank/a@c").unwrap().command
+        else {
+            panic!()
+        };
+        assert_eq!((from, from_all.as_deref(), replicate, props, token, snapshot.as_deref()), (None, Some("@a"), true, true, None, Some("tank/a@c")));
+        assert!(parse("send -i @a -I @b tank/a@c").is_err(), "-i and -I together");
+        assert!(parse("send").is_err(), "nothing to send");
+        assert!(matches!(parse("send -t abc").unwrap().command, Command::Send { token: Some(_), snapshot: None, .. }));
+        assert!(parse("send -t abc tank/a@b").is_err(), "a token names what to send");
+        let Command::Recv { force, resumable, set, exclude, target, .. } =
+            parse("receive -F -s -o compression=off -x mountpoint backup/a").unwrap().command
+        else {
+            panic!()
+        };
+        assert_eq!((force, resumable, target.as_str()), (true, true, "backup/a"));
+        assert_eq!((set, exclude), (vec![("compression".to_string(), "off".to_string())], vec!["mountpoint".to_string()]));
+        assert!(parse("recv -A -F backup/a").is_err());
+        assert!(parse("recv -o novalue backup/a").is_err());
         let Command::Snapshot { recursive, snapshots } = parse("snapshot -r tank/a@x tank/b@x").unwrap().command else { panic!() };
         assert!(recursive);
         assert_eq!(snapshots, vec!["tank/a@x", "tank/b@x"]);
@@ -608,6 +716,39 @@ mod tests {
         usage_error("hold keep");
         usage_error("release keep");
         usage_error("holds");
+    }
+
+    #[test]
+    fn parses_bookmark() {
+        let Command::Bookmark { source, bookmark } = parse("bookmark tank/a@x tank/a#x").unwrap().command else { panic!() };
+        assert_eq!((source.as_str(), bookmark.as_str()), ("tank/a@x", "tank/a#x"));
+        assert!(matches!(parse("bookmark tank/a#x #y").unwrap().command, Command::Bookmark { .. }));
+        assert!(parse("list -t bookmark -o name,guid,createtxg").is_ok());
+        assert!(parse("list -t all -r tank").is_ok());
+        assert!(parse("destroy tank/a#x").is_ok());
+        usage_error("bookmark");
+        usage_error("bookmark tank/a@x");
+        usage_error("bookmark tank/a@x tank/a#x tank/a#y");
+        usage_error("bookmark -r tank/a@x tank/a#x");
+    }
+
+    #[test]
+    fn parses_clone_and_promote() {
+        let Command::Clone { props, snapshot, target } =
+            parse("clone -o compression=off -o atime=off tank/a@x tank/b").unwrap().command
+        else {
+            panic!()
+        };
+        assert_eq!(props, vec![("compression".to_string(), "off".to_string()), ("atime".to_string(), "off".to_string())]);
+        assert_eq!((snapshot.as_str(), target.as_str()), ("tank/a@x", "tank/b"));
+        let Command::Promote { dataset } = parse("promote tank/b").unwrap().command else { panic!() };
+        assert_eq!(dataset, "tank/b");
+        usage_error("clone");
+        usage_error("clone tank/a@x");
+        usage_error("clone tank/a@x tank/b tank/c");
+        usage_error("clone -o compression tank/a@x tank/b");
+        usage_error("promote");
+        usage_error("promote tank/a tank/b");
     }
 
     #[test]

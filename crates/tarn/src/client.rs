@@ -2,6 +2,7 @@
 //! response.
 
 use std::io::{BufRead, BufReader, Write};
+use std::os::fd::RawFd;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 
@@ -19,13 +20,22 @@ pub fn socket_path(flag: Option<&Path>) -> PathBuf {
 }
 
 pub fn call(socket: &Path, request: &Request) -> Result<Response, String> {
+    call_with_fd(socket, request, None)
+}
+
+/// Like [`call`], passing `fd` (the CLI's standard output or input) with the
+/// request: `send` and `recv` move their stream through it.
+pub fn call_with_fd(socket: &Path, request: &Request, fd: Option<RawFd>) -> Result<Response, String> {
     let stream = UnixStream::connect(socket).map_err(|e| {
         format!("cannot connect to tarn daemon at {}: {e} (is `tarn daemon` running?)", socket.display())
     })?;
-    let mut writer = stream.try_clone().map_err(|e| e.to_string())?;
     let mut line = serde_json::to_string(request).map_err(|e| e.to_string())?;
     line.push('\n');
-    writer.write_all(line.as_bytes()).map_err(|e| format!("cannot talk to the daemon: {e}"))?;
+    let sent = match fd {
+        Some(fd) => tarn_daemon::fdpass::send_with_fd(&stream, line.as_bytes(), fd),
+        None => (&stream).write_all(line.as_bytes()),
+    };
+    sent.map_err(|e| format!("cannot talk to the daemon: {e}"))?;
     let mut reader = BufReader::new(stream);
     let mut answer = String::new();
     reader.read_line(&mut answer).map_err(|e| format!("cannot read the daemon's answer: {e}"))?;

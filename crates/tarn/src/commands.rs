@@ -94,9 +94,9 @@ fn get_table(rows: Vec<(String, Vec<tarn_daemon::proto::PropCell>)>, fields: &[S
     output::table(&headers, &lines, scripted)
 }
 
-/// `-t TYPE[,TYPE]...` as the daemon takes it: `filesystem` and/or
-/// `snapshot` (volumes and bookmarks do not exist in tarn: asking for
-/// them alone lists nothing).
+/// `-t TYPE[,TYPE]...` as the daemon takes it: `filesystem`, `snapshot`
+/// and/or `bookmark` (volumes do not exist in tarn: asking for them alone
+/// lists nothing).
 fn dataset_types(types: Option<crate::cli::CommaList>, default: &[&str]) -> Result<Vec<String>, Failure> {
     let Some(types) = types else { return Ok(default.iter().map(|t| t.to_string()).collect()) };
     let mut out: Vec<String> = Vec::new();
@@ -104,8 +104,9 @@ fn dataset_types(types: Option<crate::cli::CommaList>, default: &[&str]) -> Resu
         let add: &[&str] = match kind.as_str() {
             "filesystem" | "fs" => &["filesystem"],
             "snapshot" | "snap" => &["snapshot"],
-            "all" => &["filesystem", "snapshot"],
-            "volume" | "vol" | "bookmark" => &[],
+            "bookmark" => &["bookmark"],
+            "all" => &["filesystem", "snapshot", "bookmark"],
+            "volume" | "vol" => &[],
             _ => return Err(Failure::usage(format!("invalid type '{kind}' (filesystem, snapshot, volume, bookmark, all)"))),
         };
         for t in add {
@@ -165,8 +166,20 @@ pub fn run(cli: Cli) -> Result<i32, Failure> {
             send(&socket, &Request::Snapshot { names: snapshots, recursive })?;
             Ok(0)
         }
+        Command::Bookmark { source, bookmark } => {
+            send(&socket, &Request::Bookmark { source, target: bookmark })?;
+            Ok(0)
+        }
         Command::Rollback { destroy_later, force, snapshot } => {
             send(&socket, &Request::Rollback { snapshot, destroy_later, force })?;
+            Ok(0)
+        }
+        Command::Clone { props, snapshot, target } => {
+            send(&socket, &Request::Clone { snapshot, target, properties: props })?;
+            Ok(0)
+        }
+        Command::Promote { dataset } => {
+            send(&socket, &Request::Promote { dataset })?;
             Ok(0)
         }
         Command::Hold { recursive, tag, snapshots } => {
@@ -176,6 +189,14 @@ pub fn run(cli: Cli) -> Result<i32, Failure> {
         Command::Release { recursive, tag, snapshots } => {
             send(&socket, &Request::Hold { tag, snapshots, release: true, recursive })?;
             Ok(0)
+        }
+        Command::Send { from, from_all, replicate, props, dry_run, verbose, parsable, raw: _, token, snapshot } => {
+            let args = crate::replication::SendArgs { from, from_all, replicate, props, dry_run, verbose, parsable, token, snapshot };
+            crate::replication::send(&socket, args)
+        }
+        Command::Recv { force, resumable, no_mount, verbose, abort, set, exclude, target } => {
+            let args = crate::replication::RecvArgs { force, resumable, no_mount, verbose, abort, set, exclude, target };
+            crate::replication::recv(&socket, args)
         }
         Command::Holds { recursive, scripted, parsable: _, json, snapshots } => {
             let rows: Vec<HoldRow> = data(send(&socket, &Request::Holds { snapshots, recursive })?)?;
@@ -210,7 +231,7 @@ pub fn run(cli: Cli) -> Result<i32, Failure> {
             check_props(&wanted)?;
             let wanted: Vec<String> = wanted.iter().map(|p| canonical(p)).collect();
             // zfs get: every type (snapshots show up with -r or no dataset).
-            let types = dataset_types(types, &["filesystem", "snapshot"])?;
+            let types = dataset_types(types, &["filesystem", "snapshot", "bookmark"])?;
             let response = send(&socket, &Request::TypedProps { datasets, recursive, props: wanted, parsable, types })?;
             let rows: Vec<DatasetRow> = data(response)?;
             if json {

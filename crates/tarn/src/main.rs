@@ -11,6 +11,7 @@ mod commands;
 mod devices;
 mod events;
 mod output;
+mod replication;
 mod status;
 mod up;
 mod vdevspec;

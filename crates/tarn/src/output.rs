@@ -66,6 +66,16 @@ pub fn datasets_json(command: &str, rows: &[DatasetRow]) -> Value {
     for row in rows {
         let mut entry = Map::new();
         entry.insert("name".into(), json!(row.name));
+        if let Some((dataset, mark)) = row.name.split_once('#') {
+            entry.insert("type".into(), json!("BOOKMARK"));
+            entry.insert("pool".into(), json!(row.pool));
+            entry.insert("createtxg".into(), json!(row.createtxg));
+            entry.insert("dataset".into(), json!(dataset));
+            entry.insert("bookmark_name".into(), json!(mark));
+            entry.insert("properties".into(), props_object(&row.props));
+            datasets.insert(row.name.clone(), Value::Object(entry));
+            continue;
+        }
         match row.name.split_once('@') {
             Some((dataset, snapshot)) => {
                 entry.insert("type".into(), json!("SNAPSHOT"));

@@ -13,8 +13,14 @@ use tarn_obj::*;
 use tarn_send::SnapRef;
 
 pub fn seed_and_count(default_count: u64) -> (u64, u64) {
-    let seed = std::env::var("TARN_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(1);
-    let count = std::env::var("TARN_COUNT").ok().and_then(|s| s.parse().ok()).unwrap_or(default_count);
+    let seed = std::env::var("TARN_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
+    let count = std::env::var("TARN_COUNT")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default_count);
     eprintln!("seed {seed} count {count} (reproduce with TARN_SEED={seed} TARN_COUNT={count})");
     (seed, count)
 }
@@ -35,10 +41,18 @@ pub fn pool_with_devices(layout: Layout) -> (Arc<ObjPool>, Vec<Arc<dyn Device>>)
         Layout::Raidz1 => (TopKind::Raidz { parity: 1 }, 3, 96 << 20),
         Layout::Mirror => (TopKind::Mirror, 2, 160 << 20),
     };
-    let devs: Vec<Arc<dyn Device>> = (0..n).map(|i| MemDevice::new(&format!("m{i}"), size) as Arc<dyn Device>).collect();
+    let devs: Vec<Arc<dyn Device>> = (0..n)
+        .map(|i| MemDevice::new(&format!("m{i}"), size) as Arc<dyn Device>)
+        .collect();
     let pool = ObjPool::create(PoolCreate {
         name: "t".into(),
-        tops: vec![(kind, devs.iter().enumerate().map(|(i, d)| (format!("d{i}"), d.clone())).collect())],
+        tops: vec![(
+            kind,
+            devs.iter()
+                .enumerate()
+                .map(|(i, d)| (format!("d{i}"), d.clone()))
+                .collect(),
+        )],
         ashift: 12,
         properties: Default::default(),
         hostname: "test".into(),
@@ -50,7 +64,16 @@ pub fn pool_with_devices(layout: Layout) -> (Arc<ObjPool>, Vec<Arc<dyn Device>>)
 /// Imports a pool that was dropped without export (a power cut after its
 /// last synced txg).
 pub fn reimport(devs: &[Arc<dyn Device>]) -> Arc<ObjPool> {
-    ObjPool::import(devs.to_vec(), ImportOptions { rewind: false, force: true, hostname: "test".into(), readonly: false }).expect("import")
+    ObjPool::import(
+        devs.to_vec(),
+        ImportOptions {
+            rewind: false,
+            force: true,
+            hostname: "test".into(),
+            readonly: false,
+        },
+    )
+    .expect("import")
 }
 
 pub fn new_head(pool: &ObjPool) -> ObjsetId {
@@ -69,7 +92,11 @@ pub fn snapshot(pool: &ObjPool, head: ObjsetId, rng: &mut ChaCha8Rng) -> SnapRef
         (pool.snapshot(&tx, head).unwrap(), tx.txg())
     };
     pool.sync().unwrap();
-    SnapRef { objset, txg, guid: rng.gen::<u64>() | 1 }
+    SnapRef {
+        objset,
+        txg,
+        guid: rng.gen::<u64>() | 1,
+    }
 }
 
 const BLOCK_SIZES: [u32; 5] = [512, 4096, 16384, 65536, 131072];
@@ -89,7 +116,9 @@ fn random_data(rng: &mut ChaCha8Rng, len: usize) -> Vec<u8> {
         rng.fill_bytes(&mut d);
     } else {
         let v = rng.gen::<u8>() | 1;
-        d.iter_mut().enumerate().for_each(|(i, x)| *x = v.wrapping_add((i / 100) as u8));
+        d.iter_mut()
+            .enumerate()
+            .for_each(|(i, x)| *x = v.wrapping_add((i / 100) as u8));
     }
     d
 }
@@ -108,7 +137,9 @@ fn objects(os: &ObjectSet) -> Vec<tarn_obj::diff::ObjectAttrs> {
 pub fn create_object(os: &ObjectSet, pool: &ObjPool, rng: &mut ChaCha8Rng) -> ObjectId {
     let bs = BLOCK_SIZES[rng.gen_range(0..BLOCK_SIZES.len())];
     let tx = pool.begin();
-    let id = os.create(&tx, ObjType(rng.gen_range(20..26)), bs, &random_bonus(rng)).unwrap();
+    let id = os
+        .create(&tx, ObjType(rng.gen_range(20..26)), bs, &random_bonus(rng))
+        .unwrap();
     for _ in 0..rng.gen_range(0..4) {
         let off = rng.gen_range(0..SPAN - 70_000);
         let len = rng.gen_range(1..65_536);
@@ -132,7 +163,11 @@ pub fn mutate_once(os: &ObjectSet, pool: &ObjPool, rng: &mut ChaCha8Rng, zap: Ob
         })
         .collect();
     let pick = |rng: &mut ChaCha8Rng| live[rng.gen_range(0..live.len())].clone();
-    let op = if live.is_empty() { 0 } else { rng.gen_range(0..12) };
+    let op = if live.is_empty() {
+        0
+    } else {
+        rng.gen_range(0..12)
+    };
     let tx = pool.begin();
     match op {
         0 => {
@@ -152,7 +187,8 @@ pub fn mutate_once(os: &ObjectSet, pool: &ObjPool, rng: &mut ChaCha8Rng, zap: Ob
             if a.nblocks > 0 {
                 let b = rng.gen_range(0..a.nblocks);
                 let n = rng.gen_range(1..=4u64).min(a.nblocks - b);
-                os.write(&tx, a.id, b * bs, &vec![0u8; (n * bs) as usize]).unwrap();
+                os.write(&tx, a.id, b * bs, &vec![0u8; (n * bs) as usize])
+                    .unwrap();
             }
         }
         5 => {
@@ -160,14 +196,21 @@ pub fn mutate_once(os: &ObjectSet, pool: &ObjPool, rng: &mut ChaCha8Rng, zap: Ob
             let len = a.nblocks * a.block_size as u64;
             if len > 0 {
                 let off = rng.gen_range(0..len);
-                os.free_range(&tx, a.id, off, Some(rng.gen_range(1..200_000))).unwrap();
+                os.free_range(&tx, a.id, off, Some(rng.gen_range(1..200_000)))
+                    .unwrap();
             }
         }
         6 => {
             // Truncate.
             let a = pick(rng);
             let len = a.nblocks * a.block_size as u64;
-            os.free_range(&tx, a.id, if len > 0 { rng.gen_range(0..len) } else { 0 }, None).unwrap();
+            os.free_range(
+                &tx,
+                a.id,
+                if len > 0 { rng.gen_range(0..len) } else { 0 },
+                None,
+            )
+            .unwrap();
         }
         7 => {
             let a = pick(rng);
@@ -189,9 +232,18 @@ pub fn mutate_once(os: &ObjectSet, pool: &ObjPool, rng: &mut ChaCha8Rng, zap: Ob
                 pool.sync().unwrap();
                 pool.begin()
             };
-            let bs = if rng.gen_bool(0.5) { a.block_size } else { BLOCK_SIZES[rng.gen_range(0..BLOCK_SIZES.len())] };
-            let ty = if rng.gen_bool(0.7) { a.otype } else { ObjType(rng.gen_range(20..26)) };
-            os.create_with_id(&tx, a.id, ty, bs, &random_bonus(rng)).unwrap();
+            let bs = if rng.gen_bool(0.5) {
+                a.block_size
+            } else {
+                BLOCK_SIZES[rng.gen_range(0..BLOCK_SIZES.len())]
+            };
+            let ty = if rng.gen_bool(0.7) {
+                a.otype
+            } else {
+                ObjType(rng.gen_range(20..26))
+            };
+            os.create_with_id(&tx, a.id, ty, bs, &random_bonus(rng))
+                .unwrap();
             let off = rng.gen_range(0..SPAN / 4);
             let len = rng.gen_range(1..40_000);
             os.write(&tx, a.id, off, &random_data(rng, len)).unwrap();
@@ -211,7 +263,8 @@ pub fn mutate_once(os: &ObjectSet, pool: &ObjPool, rng: &mut ChaCha8Rng, zap: Ob
             for _ in 0..rng.gen_range(1..20) {
                 let k = format!("entry-{}", rng.gen_range(0..400));
                 if rng.gen_bool(0.7) {
-                    Zap::update(os, &tx, zap, k.as_bytes(), &rng.gen::<u64>().to_le_bytes()).unwrap();
+                    Zap::update(os, &tx, zap, k.as_bytes(), &rng.gen::<u64>().to_le_bytes())
+                        .unwrap();
                 } else {
                     Zap::remove(os, &tx, zap, k.as_bytes()).unwrap();
                 }
@@ -227,7 +280,14 @@ pub fn populate(pool: &ObjPool, head: ObjsetId, rng: &mut ChaCha8Rng, n: usize) 
         let tx = pool.begin();
         let z = Zap::create(&os, &tx, ObjType(30)).unwrap();
         for i in 0..50 {
-            Zap::insert(&os, &tx, z, format!("entry-{i}").as_bytes(), &(i as u64).to_le_bytes()).unwrap();
+            Zap::insert(
+                &os,
+                &tx,
+                z,
+                format!("entry-{i}").as_bytes(),
+                &(i as u64).to_le_bytes(),
+            )
+            .unwrap();
         }
         z
     };
@@ -262,7 +322,11 @@ pub fn diff_objsets(a: &ObjectSet, b: &ObjectSet) -> std::result::Result<(), Str
     }
     for (x, y) in oa.iter().zip(&ob) {
         let id = x.id.0;
-        if x.otype != y.otype || x.block_size != y.block_size || x.nblocks != y.nblocks || x.bonus != y.bonus {
+        if x.otype != y.otype
+            || x.block_size != y.block_size
+            || x.nblocks != y.nblocks
+            || x.bonus != y.bonus
+        {
             return Err(format!(
                 "object {id}: type {}/{} block size {}/{} blocks {}/{} bonus equal {}",
                 x.otype.0,
@@ -278,11 +342,15 @@ pub fn diff_objsets(a: &ObjectSet, b: &ObjectSet) -> std::result::Result<(), Str
         if len <= 32 << 20 {
             // Independent of the code under test: read everything.
             let (mut da, mut db) = (vec![0u8; len as usize], vec![0u8; len as usize]);
-            a.read(x.id, 0, &mut da).map_err(|e| format!("read {id}: {e}"))?;
-            b.read(y.id, 0, &mut db).map_err(|e| format!("read {id}: {e}"))?;
+            a.read(x.id, 0, &mut da)
+                .map_err(|e| format!("read {id}: {e}"))?;
+            b.read(y.id, 0, &mut db)
+                .map_err(|e| format!("read {id}: {e}"))?;
             if da != db {
                 let first = da.iter().zip(&db).position(|(p, q)| p != q).unwrap_or(0);
-                return Err(format!("object {id}: data differs from byte {first} (length {len})"));
+                return Err(format!(
+                    "object {id}: data differs from byte {first} (length {len})"
+                ));
             }
             continue;
         }
@@ -302,11 +370,16 @@ pub fn diff_objsets(a: &ObjectSet, b: &ObjectSet) -> std::result::Result<(), Str
         let (mut da, mut db) = (vec![0u8; bs], vec![0u8; bs]);
         for blkid in blocks {
             let off = blkid * bs as u64;
-            a.read(x.id, off, &mut da).map_err(|e| format!("read {id}: {e}"))?;
-            b.read(y.id, off, &mut db).map_err(|e| format!("read {id}: {e}"))?;
+            a.read(x.id, off, &mut da)
+                .map_err(|e| format!("read {id}: {e}"))?;
+            b.read(y.id, off, &mut db)
+                .map_err(|e| format!("read {id}: {e}"))?;
             if da != db {
                 let first = da.iter().zip(&db).position(|(p, q)| p != q).unwrap_or(0);
-                return Err(format!("object {id}: data differs at byte {}", off + first as u64));
+                return Err(format!(
+                    "object {id}: data differs at byte {}",
+                    off + first as u64
+                ));
             }
         }
     }

@@ -66,7 +66,10 @@ impl Harness {
     /// Like [`Harness::start`], with `config` (TOML) as the daemon's
     /// `--config` file; `config` may name `{dir}`, the harness directory.
     pub fn start_with_config(config: Option<&dyn Fn(&Path) -> String>) -> Harness {
-        let tmp = tempfile::Builder::new().prefix("tarn-it-").tempdir().expect("create temp dir");
+        let tmp = tempfile::Builder::new()
+            .prefix("tarn-it-")
+            .tempdir()
+            .expect("create temp dir");
         let dir = tmp.path().canonicalize().expect("canonical temp dir");
         let state_dir = dir.join("state");
         let socket = dir.join("s");
@@ -74,7 +77,12 @@ impl Harness {
         fs::create_dir_all(&state_dir).expect("create state dir");
         let log = File::create(&log_path).expect("create daemon log");
         let mut command = Command::new(TARN);
-        command.arg("daemon").arg("--state-dir").arg(&state_dir).arg("--socket").arg(&socket);
+        command
+            .arg("daemon")
+            .arg("--state-dir")
+            .arg(&state_dir)
+            .arg("--socket")
+            .arg(&socket);
         if let Some(config) = config {
             let path = dir.join("tarn.toml");
             fs::write(&path, config(&dir)).expect("write daemon config");
@@ -108,11 +116,22 @@ impl Harness {
             if UnixStream::connect(&self.socket).is_ok() {
                 return;
             }
-            if let Some(status) = self.daemon.as_mut().and_then(|d| d.try_wait().ok().flatten()) {
-                panic!("tarn daemon exited with {status} before listening:\n{}", self.daemon_log());
+            if let Some(status) = self
+                .daemon
+                .as_mut()
+                .and_then(|d| d.try_wait().ok().flatten())
+            {
+                panic!(
+                    "tarn daemon exited with {status} before listening:\n{}",
+                    self.daemon_log()
+                );
             }
             if Instant::now() > deadline {
-                panic!("tarn daemon socket {} did not appear in 30 s:\n{}", self.socket.display(), self.daemon_log());
+                panic!(
+                    "tarn daemon socket {} did not appear in 30 s:\n{}",
+                    self.socket.display(),
+                    self.daemon_log()
+                );
             }
             thread::sleep(Duration::from_millis(50));
         }
@@ -165,8 +184,13 @@ impl Harness {
     /// passed as they are (use `path_str`).
     pub fn create_pool(&self, pool: &str, spec: &[String]) -> PathBuf {
         let mountpoint = self.mountpoint(pool);
-        let mut args: Vec<String> =
-            vec!["pool".into(), "create".into(), "-m".into(), path_str(&mountpoint), pool.into()];
+        let mut args: Vec<String> = vec![
+            "pool".into(),
+            "create".into(),
+            "-m".into(),
+            path_str(&mountpoint),
+            pool.into(),
+        ];
         args.extend(spec.iter().cloned());
         self.tarn_ok(&args);
         wait_mounted(&mountpoint);
@@ -194,7 +218,8 @@ impl Harness {
     /// `tarn pool status -j POOL`, parsed.
     pub fn status_json(&self, pool: &str) -> serde_json::Value {
         let out = self.tarn_ok(&["pool", "status", "-j", pool]);
-        serde_json::from_str(&out).unwrap_or_else(|e| panic!("pool status -j is not JSON ({e}):\n{out}"))
+        serde_json::from_str(&out)
+            .unwrap_or_else(|e| panic!("pool status -j is not JSON ({e}):\n{out}"))
     }
 
     /// `pool status -j POOL`'s object for the pool.
@@ -203,7 +228,13 @@ impl Harness {
     }
 
     /// Polls `pool status -j` until `pred` holds (panics after `limit`).
-    pub fn wait_status(&self, pool: &str, limit: Duration, what: &str, pred: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+    pub fn wait_status(
+        &self,
+        pool: &str,
+        limit: Duration,
+        what: &str,
+        pred: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
         let deadline = Instant::now() + limit;
         loop {
             let status = self.pool_json(pool);
@@ -211,14 +242,20 @@ impl Harness {
                 return status;
             }
             if Instant::now() > deadline {
-                panic!("{what}: not reached in {} s; last status:\n{status:#}\ndaemon log:\n{}", limit.as_secs(), tail(&self.daemon_log(), 60));
+                panic!(
+                    "{what}: not reached in {} s; last status:\n{status:#}\ndaemon log:\n{}",
+                    limit.as_secs(),
+                    tail(&self.daemon_log(), 60)
+                );
             }
             thread::sleep(Duration::from_millis(200));
         }
     }
 
     pub fn daemon_log(&self) -> String {
-        fs::read(&self.log_path).map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default()
+        fs::read(&self.log_path)
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default()
     }
 
     /// Whether the daemon process is still running.
@@ -259,7 +296,10 @@ impl Drop for Harness {
         let panicking = thread::panicking();
         self.cleanup();
         if panicking {
-            eprintln!("---- tarn daemon log (tail) ----\n{}", tail(&self.daemon_log(), 200));
+            eprintln!(
+                "---- tarn daemon log (tail) ----\n{}",
+                tail(&self.daemon_log(), 200)
+            );
         }
     }
 }
@@ -273,7 +313,9 @@ fn start_watchdog(pid: libc::pid_t) -> mpsc::Sender<()> {
         .unwrap_or(TEST_TIMEOUT_S_DEFAULT);
     let (stop, stopped) = mpsc::channel::<()>();
     thread::spawn(move || {
-        if let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(Duration::from_secs(limit_s)) {
+        if let Err(mpsc::RecvTimeoutError::Timeout) =
+            stopped.recv_timeout(Duration::from_secs(limit_s))
+        {
             eprintln!("tarn test watchdog: {limit_s} s passed; killing daemon {pid}");
             // SAFETY: the harness has not reaped the child (it would have stopped us first).
             unsafe { libc::kill(pid, libc::SIGKILL) };
@@ -283,9 +325,14 @@ fn start_watchdog(pid: libc::pid_t) -> mpsc::Sender<()> {
 }
 
 fn run_with_timeout(mut command: Command, limit: Duration) -> Output {
-    command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     let description = format!("{command:?}");
-    let child = command.spawn().unwrap_or_else(|e| panic!("spawn {description}: {e}"));
+    let child = command
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {description}: {e}"));
     let pid = child.id() as libc::pid_t;
     let (sender, receiver) = mpsc::channel();
     thread::spawn(move || {
@@ -300,14 +347,18 @@ fn run_with_timeout(mut command: Command, limit: Duration) -> Output {
             panic!(
                 "{description} did not finish in {} s; stderr: {}",
                 limit.as_secs(),
-                out.map(|o| String::from_utf8_lossy(&o.stderr).into_owned()).unwrap_or_default()
+                out.map(|o| String::from_utf8_lossy(&o.stderr).into_owned())
+                    .unwrap_or_default()
             );
         }
     }
 }
 
 pub fn show_args<S: AsRef<OsStr>>(args: &[S]) -> String {
-    args.iter().map(|a| a.as_ref().to_string_lossy().into_owned()).collect::<Vec<_>>().join(" ")
+    args.iter()
+        .map(|a| a.as_ref().to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 pub fn path_str(path: &Path) -> String {
@@ -324,7 +375,9 @@ pub fn assert_no_panic(out: &Output, what: &str) {
     let stderr = String::from_utf8_lossy(&out.stderr);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
-        !stderr.contains("panicked") && !stdout.contains("panicked") && !stderr.contains("RUST_BACKTRACE"),
+        !stderr.contains("panicked")
+            && !stdout.contains("panicked")
+            && !stderr.contains("RUST_BACKTRACE"),
         "tarn {what} panicked:\n{stderr}"
     );
 }
@@ -342,7 +395,10 @@ pub fn assert_clean_failure(out: &Output, what: &str) {
                 "tarn {what}: exit 1 must come with one line starting 'tarn: ' on stderr, got:\n{stderr}"
             );
         }
-        Some(2) => assert!(!stderr.trim().is_empty(), "tarn {what}: exit 2 with an empty stderr"),
+        Some(2) => assert!(
+            !stderr.trim().is_empty(),
+            "tarn {what}: exit 2 with an empty stderr"
+        ),
         other => panic!(
             "tarn {what}: expected exit 1 or 2, got {other:?}\nstdout: {}\nstderr: {stderr}",
             String::from_utf8_lossy(&out.stdout)
@@ -379,7 +435,11 @@ pub fn mount_type(path: &Path) -> Option<String> {
 }
 
 fn unescape_mountinfo(field: &str) -> String {
-    field.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
+    field
+        .replace("\\040", " ")
+        .replace("\\011", "\t")
+        .replace("\\012", "\n")
+        .replace("\\134", "\\")
 }
 
 /// Wait until a FUSE file system is mounted at `path`.
@@ -390,7 +450,11 @@ pub fn wait_mounted(path: &Path) {
             return;
         }
         if Instant::now() > deadline {
-            panic!("{} was not mounted (FUSE) within {} s", path.display(), MOUNT_TIMEOUT.as_secs());
+            panic!(
+                "{} was not mounted (FUSE) within {} s",
+                path.display(),
+                MOUNT_TIMEOUT.as_secs()
+            );
         }
         thread::sleep(Duration::from_millis(50));
     }
@@ -401,7 +465,11 @@ pub fn wait_unmounted(path: &Path) {
     let deadline = Instant::now() + MOUNT_TIMEOUT;
     while mount_type(path).is_some() {
         if Instant::now() > deadline {
-            panic!("{} is still mounted {} s after export", path.display(), MOUNT_TIMEOUT.as_secs());
+            panic!(
+                "{} is still mounted {} s after export",
+                path.display(),
+                MOUNT_TIMEOUT.as_secs()
+            );
         }
         thread::sleep(Duration::from_millis(50));
     }
@@ -441,7 +509,10 @@ impl Seeded {
             Ok(v) => parse_seed(&v).unwrap_or_else(|| panic!("TARN_SEED={v:?} is not a number")),
             Err(_) => 0x7a2e_5eed,
         };
-        let count = std::env::var("TARN_COUNT").ok().and_then(|v| v.parse().ok()).unwrap_or(count_default);
+        let count = std::env::var("TARN_COUNT")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(count_default);
         eprintln!("{test}: TARN_SEED={seed} TARN_COUNT={count}");
         Seeded { seed, count, test }
     }
@@ -496,7 +567,9 @@ pub struct DeviceCounters {
 /// `path` field, else the key it was found under.
 pub fn device_counters(json: &serde_json::Value) -> Vec<DeviceCounters> {
     fn number(value: &serde_json::Value) -> Option<u64> {
-        value.as_u64().or_else(|| value.as_str().and_then(|s| s.parse().ok()))
+        value
+            .as_u64()
+            .or_else(|| value.as_str().and_then(|s| s.parse().ok()))
     }
     fn walk(value: &serde_json::Value, key: &str, found: &mut Vec<DeviceCounters>) {
         match value {
@@ -504,14 +577,26 @@ pub fn device_counters(json: &serde_json::Value) -> Vec<DeviceCounters> {
                 let read = map.get("read_errors").and_then(number);
                 let write = map.get("write_errors").and_then(number);
                 let checksum = map.get("checksum_errors").and_then(number);
-                if let (Some(read_errors), Some(write_errors), Some(checksum_errors)) = (read, write, checksum) {
+                if let (Some(read_errors), Some(write_errors), Some(checksum_errors)) =
+                    (read, write, checksum)
+                {
                     let name = ["path", "name"]
                         .iter()
                         .find_map(|k| map.get(*k).and_then(|v| v.as_str()))
                         .unwrap_or(key)
                         .to_owned();
-                    let state = map.get("state").and_then(|v| v.as_str()).unwrap_or("").to_owned();
-                    found.push(DeviceCounters { name, state, read_errors, write_errors, checksum_errors });
+                    let state = map
+                        .get("state")
+                        .and_then(|v| v.as_str())
+                        .unwrap_or("")
+                        .to_owned();
+                    found.push(DeviceCounters {
+                        name,
+                        state,
+                        read_errors,
+                        write_errors,
+                        checksum_errors,
+                    });
                 }
                 for (child_key, child) in map {
                     walk(child, child_key, found);
@@ -535,7 +620,11 @@ pub fn device_counters(json: &serde_json::Value) -> Vec<DeviceCounters> {
 pub fn leaf_counters(json: &serde_json::Value, device_paths: &[PathBuf]) -> Vec<DeviceCounters> {
     device_counters(json)
         .into_iter()
-        .filter(|c| device_paths.iter().any(|p| Path::new(&c.name).file_name() == p.file_name()))
+        .filter(|c| {
+            device_paths
+                .iter()
+                .any(|p| Path::new(&c.name).file_name() == p.file_name())
+        })
         .collect()
 }
 
@@ -550,8 +639,10 @@ pub fn random_bytes(rng: &mut ChaCha8Rng, len: usize) -> Vec<u8> {
 
 pub fn write_file(path: &Path, data: &[u8]) {
     let mut file = File::create(path).unwrap_or_else(|e| panic!("create {}: {e}", path.display()));
-    file.write_all(data).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
-    file.sync_all().unwrap_or_else(|e| panic!("fsync {}: {e}", path.display()));
+    file.write_all(data)
+        .unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+    file.sync_all()
+        .unwrap_or_else(|e| panic!("fsync {}: {e}", path.display()));
 }
 
 pub fn hash_file(path: &Path) -> u64 {
@@ -559,7 +650,9 @@ pub fn hash_file(path: &Path) -> u64 {
     let mut hasher = xxhash_rust::xxh3::Xxh3::new();
     let mut buf = vec![0u8; 1 << 20];
     loop {
-        let n = file.read(&mut buf).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+        let n = file
+            .read(&mut buf)
+            .unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
         if n == 0 {
             break;
         }
@@ -613,7 +706,8 @@ pub fn written_pages(path: &Path) -> Vec<u64> {
     let mut offset = start;
     while offset < end {
         let len = ((end - offset) as usize).min(buf.len());
-        file.read_exact_at(&mut buf[..len], offset).expect("read device image");
+        file.read_exact_at(&mut buf[..len], offset)
+            .expect("read device image");
         for (index, page) in buf[..len].chunks(PAGE).enumerate() {
             if page.iter().any(|b| *b != 0) {
                 pages.push(offset + (index * PAGE) as u64);
@@ -625,7 +719,11 @@ pub fn written_pages(path: &Path) -> Vec<u64> {
 }
 
 pub fn open_rw(path: &Path) -> File {
-    OpenOptions::new().read(true).write(true).open(path).expect("open device image read-write")
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .expect("open device image read-write")
 }
 
 /// Copy a (sparse) file, keeping holes: `cp --sparse=always`.
@@ -636,7 +734,12 @@ pub fn copy_sparse(from: &Path, to: &Path) {
         .arg(to)
         .status()
         .expect("run cp");
-    assert!(status.success(), "cp {} {} failed", from.display(), to.display());
+    assert!(
+        status.success(),
+        "cp {} {} failed",
+        from.display(),
+        to.display()
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -655,7 +758,11 @@ impl BindFs {
     pub fn start(src: &Path, mnt: &Path) -> BindFs {
         fs::create_dir_all(src).expect("create bindfs source");
         fs::create_dir_all(mnt).expect("create bindfs mountpoint");
-        let mut b = BindFs { src: src.to_path_buf(), mnt: mnt.to_path_buf(), child: None };
+        let mut b = BindFs {
+            src: src.to_path_buf(),
+            mnt: mnt.to_path_buf(),
+            child: None,
+        };
         b.restart();
         b
     }
@@ -675,7 +782,11 @@ impl BindFs {
         self.child = Some(child);
         let deadline = Instant::now() + MOUNT_TIMEOUT;
         while mount_type(&self.mnt).is_none() {
-            assert!(Instant::now() < deadline, "bindfs did not mount {}", self.mnt.display());
+            assert!(
+                Instant::now() < deadline,
+                "bindfs did not mount {}",
+                self.mnt.display()
+            );
             thread::sleep(Duration::from_millis(20));
         }
     }

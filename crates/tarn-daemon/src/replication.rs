@@ -1,0 +1,210 @@
+//! `send` and `recv`: the daemon writes (reads) the stream through the file
+//! descriptor the CLI passed with the request (`fdpass`), so bulk data never
+//! goes through the socket.
+//!
+//! A receive marks its target datasets busy and unmounts them, applies the
+//! stream without the pool table locked (other commands go on), then mounts
+//! what it created or changed — except a dataset left holding a partial
+//! stream (`recv -s`), which stays unmounted until resumed or aborted.
+
+use std::fs::File;
+use std::io::{BufReader, BufWriter, Write};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::Arc;
+
+use serde_json::json;
+use tarn_ds::replication::{self, RecvSpec, SendSpec};
+use tarn_ds::size::format_bytes;
+
+use crate::daemon::{mount_dataset, pool_of, unmount_for_rollback, Daemon};
+use crate::proto::{Request, Response};
+
+type HandlerResult = Result<Response, String>;
+
+fn is_terminal(fd: &OwnedFd) -> bool {
+    // SAFETY: isatty only inspects the descriptor.
+    unsafe { libc::isatty(fd.as_raw_fd()) == 1 }
+}
+
+impl Daemon {
+    /// Like [`Daemon::handle`], for a request that came with descriptors.
+    pub fn handle_with_fds(&self, request: Request, fds: Vec<OwnedFd>) -> Response {
+        let fd = fds.into_iter().next();
+        let result = match request {
+            Request::Send { snapshot, from, series, recursive, props, token, dry_run } => {
+                let spec = SendSpec { snapshot, from, series, recursive, props };
+                self.send(spec, token, dry_run, fd)
+            }
+            Request::Receive { target, force, resumable, set, exclude, no_mount } => {
+                let spec = RecvSpec { target, force, resumable, set, exclude };
+                self.receive(spec, no_mount, fd)
+            }
+            Request::ReceiveAbort { dataset } => self.receive_abort(&dataset),
+            other => return self.handle(other),
+        };
+        result.unwrap_or_else(Response::error)
+    }
+
+    fn pool_ds(&self, pool: &str) -> Option<Arc<tarn_ds::Pool>> {
+        self.pools.lock().get(pool).map(|p| p.ds.clone())
+    }
+
+    fn send(&self, spec: SendSpec, token: Option<String>, dry_run: bool, fd: Option<OwnedFd>) -> HandlerResult {
+        let what = token.as_ref().map_or_else(|| spec.snapshot.clone(), |_| "resume token".to_string());
+        let fail = |why: String| format!("cannot send '{what}': {why}");
+        let snapshot = match &token {
+            Some(t) => replication::token_snapshot(t).map_err(|e| fail(e.to_string()))?,
+            None => spec.snapshot.clone(),
+        };
+        let pool = pool_of(&snapshot).to_string();
+        let ds = self.pool_ds(&pool).ok_or_else(|| fail(format!("no such pool '{pool}'")))?;
+        let plan = match &token {
+            Some(t) => ds.send_plan_resume(t),
+            None => ds.send_plan(&spec),
+        }
+        .map_err(|e| match e {
+            tarn_ds::DsError::NotFound(n) => fail(format!("'{n}' does not exist")),
+            other => fail(other.to_string()),
+        })?;
+        if dry_run {
+            let estimates = ds.send_estimate(&plan).map_err(|e| fail(e.to_string()))?;
+            let mut text = String::new();
+            let mut parsable = String::new();
+            let mut total = 0;
+            for e in &estimates {
+                let last = e.snapshots.last().cloned().unwrap_or_default();
+                let kind = match &e.from {
+                    Some(f) => format!("incremental send of {}@{last} from {f}", e.dataset),
+                    None => format!("full send of {}@{last}", e.dataset),
+                };
+                let series = if e.snapshots.len() > 1 { format!(" ({} snapshots)", e.snapshots.len()) } else { String::new() };
+                text.push_str(&format!("{kind}{series} estimated size is {}\n", format_bytes(e.bytes)));
+                match &e.from {
+                    Some(f) => parsable.push_str(&format!("incremental\t{f}\t{}@{last}\t{}\n", e.dataset, e.bytes)),
+                    None => parsable.push_str(&format!("full\t{}@{last}\t{}\n", e.dataset, e.bytes)),
+                }
+                total += e.bytes;
+            }
+            text.push_str(&format!("total estimated size is {}\n", format_bytes(total)));
+            parsable.push_str(&format!("size\t{total}\n"));
+            let data = json!({ "estimates": estimates, "total": total, "text": text, "parsable": parsable });
+            return Ok(Response::data(data));
+        }
+        let fd = fd.ok_or_else(|| fail("no output descriptor came with the request".into()))?;
+        if is_terminal(&fd) {
+            return Err(fail("refusing to write a stream to a terminal (redirect it to a file or a pipe)".into()));
+        }
+        let mut out = BufWriter::with_capacity(1 << 20, File::from(fd));
+        let bytes = ds.send_package(&plan, &mut out).map_err(|e| fail(e.to_string()))?;
+        out.flush().map_err(|e| fail(format!("cannot write the stream: {e}")))?;
+        Ok(Response::data(json!({ "bytes": bytes })))
+    }
+
+    fn receive(&self, spec: RecvSpec, no_mount: bool, fd: Option<OwnedFd>) -> HandlerResult {
+        let target = spec.target.clone();
+        let fail = |why: String| format!("cannot receive into '{target}': {why}");
+        tarn_ds::validate_dataset_name(&target).map_err(|e| fail(e.to_string()))?;
+        for (k, v) in &spec.set {
+            tarn_ds::props::validate(k, v).map_err(|e| fail(e.to_string()))?;
+        }
+        for x in &spec.exclude {
+            tarn_ds::props::lookup(x).map_err(|e| fail(e.to_string()))?;
+        }
+        let pool = pool_of(&target).to_string();
+        let fd = fd.ok_or_else(|| fail("no input descriptor came with the request".into()))?;
+        if is_terminal(&fd) {
+            return Err(fail("refusing to read a stream from a terminal".into()));
+        }
+        if self.pool_ds(&pool).is_none() {
+            return Err(fail(format!("no such pool '{pool}'")));
+        }
+        let mut input = BufReader::with_capacity(1 << 20, File::from(fd));
+        let header = replication::read_header(&mut input).map_err(|e| fail(e.to_string()))?;
+        // Claim the targets: busy and unmounted.
+        let (ds, targets, unmounted) = {
+            let mut pools = self.pools.lock();
+            let imported = pools.get_mut(&pool).ok_or_else(|| fail(format!("no such pool '{pool}'")))?;
+            let targets = imported.ds.receive_targets(&header, &target).map_err(|e| fail(e.to_string()))?;
+            if let Some(busy) = targets.iter().find(|t| imported.busy.contains(*t)) {
+                return Err(fail(format!("'{busy}' is busy (a rollback or receive is in progress)")));
+            }
+            let mut unmounted = Vec::new();
+            for t in &targets {
+                match unmount_for_rollback(imported, t, false) {
+                    Ok(names) => unmounted.extend(names),
+                    Err(e) => {
+                        for name in unmounted.iter().rev() {
+                            let _ = mount_dataset(imported, name);
+                        }
+                        return Err(fail(e));
+                    }
+                }
+            }
+            for t in &targets {
+                imported.busy.insert(t.clone());
+            }
+            (imported.ds.clone(), targets, unmounted)
+        };
+        let result = ds.receive_package(&spec, &header, &mut input);
+        let mut warnings = String::new();
+        {
+            let mut pools = self.pools.lock();
+            if let Some(imported) = pools.get_mut(&pool).filter(|p| Arc::ptr_eq(&p.ds, &ds)) {
+                for t in &targets {
+                    imported.busy.remove(t);
+                }
+                let mut to_mount: Vec<String> = unmounted.clone();
+                if !no_mount {
+                    to_mount.extend(targets.iter().filter(|t| imported.ds.exists(t)).cloned());
+                }
+                to_mount.sort();
+                to_mount.dedup();
+                to_mount.retain(|n| imported.ds.exists(n) && !imported.mounts.contains_key(n));
+                for name in &to_mount {
+                    if let Err(e) = mount_dataset(imported, name) {
+                        warnings.push_str(&format!("tarn: received, but cannot mount '{name}': {e}\n"));
+                    }
+                }
+            }
+        }
+        let report = result.map_err(|e| match e {
+            tarn_ds::DsError::RecvInterrupted { .. } => e.to_string(),
+            tarn_ds::DsError::Recv(m) if m.starts_with("cannot receive") => m,
+            other => fail(other.to_string()),
+        })?;
+        for w in &report.warnings {
+            warnings.push_str(&format!("tarn: {w}\n"));
+        }
+        let exit = if warnings.contains("cannot mount") { 1 } else { 0 };
+        Ok(Response { stderr: warnings, exit, data: Some(json!(report)), ..Response::text("") })
+    }
+
+    fn receive_abort(&self, dataset: &str) -> HandlerResult {
+        let fail = |why: String| format!("cannot abort the receive into '{dataset}': {why}");
+        let pool = pool_of(dataset).to_string();
+        let ds = {
+            let mut pools = self.pools.lock();
+            let imported = pools.get_mut(&pool).ok_or_else(|| fail(format!("no such pool '{pool}'")))?;
+            if imported.busy.contains(dataset) {
+                return Err(fail("dataset is busy (a receive is in progress)".into()));
+            }
+            imported.busy.insert(dataset.to_string());
+            imported.ds.clone()
+        };
+        let result = ds.abort_receive(dataset);
+        let mut warnings = String::new();
+        {
+            let mut pools = self.pools.lock();
+            if let Some(imported) = pools.get_mut(&pool).filter(|p| Arc::ptr_eq(&p.ds, &ds)) {
+                imported.busy.remove(dataset);
+                if result.is_ok() && imported.ds.exists(dataset) {
+                    if let Err(e) = mount_dataset(imported, dataset) {
+                        warnings.push_str(&format!("tarn: cannot mount '{dataset}': {e}\n"));
+                    }
+                }
+            }
+        }
+        result.map_err(|e| fail(e.to_string()))?;
+        Ok(Response { stderr: warnings, ..Response::text("") })
+    }
+}
