@@ -91,6 +91,9 @@ pub struct Pool {
     pub(crate) datasets_zap: ObjectId,
     props_zap: ObjectId,
     pub(crate) change: Mutex<()>,
+    /// Snapshots being sent (name → sends): they cannot be destroyed
+    /// meanwhile, as if held.
+    pub(crate) sending: Mutex<BTreeMap<String, usize>>,
     pub(crate) state: RwLock<State>,
 }
 
@@ -176,6 +179,7 @@ impl Pool {
             datasets_zap,
             props_zap,
             change: Mutex::new(()),
+            sending: Mutex::new(BTreeMap::new()),
             state: RwLock::new(State {
                 datasets: BTreeMap::from([(name.clone(), record)]),
                 snapshots: BTreeMap::new(),
@@ -246,6 +250,7 @@ impl Pool {
             datasets_zap,
             props_zap,
             change: Mutex::new(()),
+            sending: Mutex::new(BTreeMap::new()),
             state: RwLock::new(State { datasets, snapshots, bookmarks, objsets, pool_props }),
         };
         let names: Vec<String> = pool.state.read().datasets.keys().cloned().collect();

@@ -124,6 +124,8 @@ pub struct SendPlan {
 
 struct PlannedStream {
     index: usize,
+    /// Full names of `snaps` and of the base snapshot (kept while sending).
+    names: Vec<String>,
     snaps: Vec<SnapRef>,
     from: Option<SendBase>,
     resume: Option<String>,
@@ -412,7 +414,8 @@ impl Pool {
                 snapshots: names.iter().map(|n| self.package_snap(n)).collect::<Result<Vec<_>>>()?,
                 props,
             });
-            streams.push(PlannedStream { index: header.datasets.len() - 1, snaps, from, resume: None });
+            names.extend(base);
+            streams.push(PlannedStream { index: header.datasets.len() - 1, names, snaps, from, resume: None });
         }
         if header.datasets.is_empty() {
             return Err(recv_err(format!("snapshot '{}' does not exist", spec.snapshot)));
@@ -452,7 +455,7 @@ impl Pool {
             }],
             resume: None,
         };
-        Ok(SendPlan { header, streams: vec![PlannedStream { index: 0, snaps, from: Some(base), resume: None }] })
+        Ok(SendPlan { header, streams: vec![PlannedStream { index: 0, names, snaps, from: Some(base), resume: None }] })
     }
 
     /// The plan of the send that a `receive_resume_token` continues.
@@ -489,6 +492,17 @@ impl Pool {
 
     /// Writes the package of `plan`; returns the bytes written.
     pub fn send_package(&self, plan: &SendPlan, out: &mut dyn Write) -> Result<u64> {
+        // The snapshots stay until the send is over (as if held). Claimed
+        // under the change lock, so a destroy either ran before (and the
+        // check below sees it) or waits for the claim and is refused.
+        let names: Vec<String> = plan.streams.iter().flat_map(|s| s.names.iter().cloned()).collect();
+        let _claim = {
+            let _change = self.change.lock();
+            for n in &names {
+                self.snapshot_record(n).map_err(|_| recv_err(format!("snapshot '{n}' was destroyed")))?;
+            }
+            SendClaim::new(self, names)
+        };
         let mut counted = CountingWriter { inner: out, bytes: 0 };
         write_header(&plan.header, &mut counted)?;
         for s in &plan.streams {
@@ -1014,6 +1028,37 @@ enum Undo {
     /// A full stream replaced the dataset; `.1` is its record before (its
     /// object set is destroyed only when the whole package is in).
     Replaced(String, DatasetRecord),
+}
+
+/// Marks snapshots as being sent while alive.
+struct SendClaim<'p> {
+    pool: &'p Pool,
+    names: Vec<String>,
+}
+
+impl<'p> SendClaim<'p> {
+    fn new(pool: &'p Pool, names: Vec<String>) -> SendClaim<'p> {
+        let mut sending = pool.sending.lock();
+        for n in &names {
+            *sending.entry(n.clone()).or_default() += 1;
+        }
+        drop(sending);
+        SendClaim { pool, names }
+    }
+}
+
+impl Drop for SendClaim<'_> {
+    fn drop(&mut self) {
+        let mut sending = self.pool.sending.lock();
+        for n in &self.names {
+            if let Some(count) = sending.get_mut(n) {
+                *count -= 1;
+                if *count == 0 {
+                    sending.remove(n);
+                }
+            }
+        }
+    }
 }
 
 struct CountingWriter<'a> {

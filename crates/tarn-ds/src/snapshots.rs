@@ -134,6 +134,9 @@ impl Pool {
     pub fn destroy_snapshot(&self, name: &str, ignore_holds: bool) -> Result<()> {
         let _change = self.change.lock();
         let record = self.snapshot_record(name)?;
+        if self.sending.lock().get(name).is_some_and(|n| *n > 0) {
+            return Err(snap_err(format!("cannot destroy snapshot '{name}': it is being sent")));
+        }
         if !record.holds.is_empty() && !ignore_holds {
             return Err(snap_err(format!(
                 "cannot destroy snapshot '{name}': it is held ({}); release with 'tarn release'",

@@ -330,6 +330,23 @@ fn trees_replicate_across_layouts() {
     populate(&src.join("sub"), &mut rng, 6);
     h.tarn_ok(&["snapshot", "-r", "tank/data@s1"]);
 
+    // A snapshot being sent cannot be destroyed: the sender is stalled on a
+    // full pipe (after its first byte, so the send has begun).
+    {
+        use std::io::Read;
+        let mut sender = tarn_cmd(&h, &["send", "tank/data@s1"]).stdout(Stdio::piped()).spawn().unwrap();
+        let mut stream = sender.stdout.take().unwrap();
+        let mut first = [0u8; 1];
+        stream.read_exact(&mut first).unwrap();
+        let out = h.tarn(&["destroy", "tank/data@s1"]);
+        assert_clean_failure(&out, "destroy of a snapshot being sent");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("being sent"));
+        let mut rest = Vec::new();
+        stream.read_to_end(&mut rest).unwrap();
+        assert!(sender.wait().unwrap().success());
+        assert!(rest.len() > 1 << 20, "the whole stream arrived");
+    }
+
     // Full, through a pipe.
     pipe(&h, &["tank/data@s1"], &["backup/data"]);
     let dst = backup.join("data");
