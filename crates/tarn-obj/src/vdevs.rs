@@ -387,7 +387,28 @@ impl ObjPool {
                 st.phase == ScanPhase::Scanning && func.is_none_or(|f| f == st.func)
             });
             if !active {
-                return true;
+                // A resilver that ended cleanly but could not clear every
+                // DTL (a leaf's mark moved, or it was resumed after an
+                // import) is followed by another: resilvering is not over
+                // until that one has run too.
+                let resilvering = func.is_none_or(|f| f == ScanFunc::Resilver);
+                let clean = self.shared.scanner.stats.lock().as_ref().is_none_or(|st| st.errors == 0);
+                // The scan thread settles DTLs after the phase says
+                // finished: until it is gone, the DTLs are not final.
+                let settling = self.shared.scanner.ctl.lock().running;
+                let pending = resilvering
+                    && (settling || clean)
+                    && !self.shared.readonly
+                    && self.shared.io.tops().iter().flat_map(|t| t.leaves()).any(|l| l.usable() && !l.dtl().is_empty());
+                if !pending {
+                    return true;
+                }
+                if !settling {
+                    if let Err(e) = self.resilver_if_needed() {
+                        eprintln!("tarn: cannot start resilver: {e}");
+                        return true;
+                    }
+                }
             }
             if std::time::Instant::now() >= end || self.shared.shutdown.load(Ordering::Relaxed) {
                 return false;
