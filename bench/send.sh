@@ -156,7 +156,7 @@ if has btrfs; then
     truncate -s "$vdev_size" "$workdir/btrfs/a"; truncate -s "$vdev_size" "$workdir/btrfs/b"
     mkfs.btrfs -q -f "$workdir/btrfs/a"; mkfs.btrfs -q -f "$workdir/btrfs/b"
     mount -o loop "$workdir/btrfs/a" "$workdir/mnt-btrfs"; mount -o loop "$workdir/btrfs/b" "$workdir/mnt-btrfs-b"
-    btrfs subvolume create -q "$workdir/mnt-btrfs/vol" >/dev/null
+    btrfs subvolume create "$workdir/mnt-btrfs/vol" >/dev/null
     fill "$workdir/mnt-btrfs/vol"
     btrfs subvolume snapshot -r "$workdir/mnt-btrfs/vol" "$workdir/mnt-btrfs/a" >/dev/null
     modify "$workdir/mnt-btrfs/vol"

@@ -3,51 +3,20 @@
 //! dataset, bad names and sources refused; and the point of them: an
 //! incremental send from a bookmark after its snapshot was destroyed.
 
+mod common;
+
 use std::sync::Arc;
 
-use tarn_dev::{Device, MemDevice};
+use tarn_dev::MemDevice;
 use tarn_ds::Pool;
-use tarn_obj::{ImportOptions, ObjPool, ObjType, ObjectId, PoolCreate, TopKind, BONUS_LEN};
+use tarn_obj::{ObjType, ObjectId, BONUS_LEN};
 use tarn_send::{RecvOptions, RecvTarget, SendBase};
 
-fn no_init(_: &tarn_obj::ObjectSet, _: &tarn_obj::Tx) -> Result<(), String> {
-    Ok(())
-}
-
-fn devices(prefix: &str) -> Vec<Arc<MemDevice>> {
-    (0..3)
-        .map(|i| MemDevice::new(&format!("{prefix}{i}"), 128 << 20))
-        .collect()
-}
-
-fn obj_pool(name: &str, devs: &[Arc<MemDevice>]) -> Arc<ObjPool> {
-    let tops = vec![(
-        TopKind::Raidz { parity: 1 },
-        devs.iter()
-            .map(|d| (d.path().to_string(), d.clone() as Arc<dyn Device>))
-            .collect(),
-    )];
-    ObjPool::create(PoolCreate {
-        name: name.into(),
-        tops,
-        ashift: 12,
-        properties: Default::default(),
-        hostname: "test".into(),
-    })
-    .expect("create pool")
-}
-
 fn create(devs: &[Arc<MemDevice>]) -> Arc<Pool> {
-    let pool = Pool::create(obj_pool("tank", devs), &[], &no_init).expect("create datasets");
-    pool.create_dataset("tank/media", &[], false, &no_init)
+    let pool = Pool::create(common::obj_pool("tank", devs), &[], &common::no_init).expect("create datasets");
+    pool.create_dataset("tank/media", &[], false, &common::no_init)
         .unwrap();
     pool
-}
-
-fn import(devs: &[Arc<MemDevice>]) -> Arc<Pool> {
-    let list: Vec<Arc<dyn Device>> = devs.iter().map(|d| d.clone() as Arc<dyn Device>).collect();
-    let obj = ObjPool::import(list, ImportOptions::default()).expect("import");
-    Pool::open(obj).expect("open datasets")
 }
 
 fn get(pool: &Pool, name: &str, prop: &str) -> String {
@@ -64,7 +33,7 @@ fn err(r: tarn_ds::Result<impl std::fmt::Debug>) -> String {
 
 #[test]
 fn create_list_get_destroy_and_survive_import() {
-    let devs = devices("bm");
+    let devs = common::devices("bm", 128 << 20);
     let pool = create(&devs);
     pool.snapshot(&["tank/media@a".into()]).unwrap();
     pool.snapshot(&["tank/media@b".into()]).unwrap();
@@ -110,7 +79,7 @@ fn create_list_get_destroy_and_survive_import() {
 
     pool.obj().export().unwrap();
     drop(pool);
-    let pool = import(&devs);
+    let pool = common::import(&devs);
     assert_eq!(pool.bookmarks(None), vec!["tank/media#a", "tank/media#b"]);
     assert_eq!(pool.bookmark_record("tank/media#a").unwrap(), bm);
     assert_eq!(get(&pool, "tank/media#b", "type"), "bookmark");
@@ -120,14 +89,14 @@ fn create_list_get_destroy_and_survive_import() {
     assert!(pool.bookmarks(None).is_empty());
     pool.obj().export().unwrap();
     drop(pool);
-    let pool = import(&devs);
+    let pool = common::import(&devs);
     assert!(pool.bookmarks(None).is_empty());
 }
 
 #[test]
 fn bad_names_and_sources_are_refused() {
-    let pool = create(&devices("bad"));
-    pool.create_dataset("tank/other", &[], false, &no_init)
+    let pool = create(&common::devices("bad", 128 << 20));
+    pool.create_dataset("tank/other", &[], false, &common::no_init)
         .unwrap();
     pool.snapshot(&["tank/media@a".into()]).unwrap();
     pool.bookmark("tank/media@a", "tank/media#a").unwrap();
@@ -169,7 +138,7 @@ fn bad_names_and_sources_are_refused() {
 /// (what they describe is no longer the dataset's history).
 #[test]
 fn rollback_forgets_newer_bookmarks() {
-    let pool = create(&devices("rb"));
+    let pool = create(&common::devices("rb", 128 << 20));
     pool.snapshot(&["tank/media@a".into()]).unwrap();
     pool.snapshot(&["tank/media@b".into()]).unwrap();
     pool.bookmark("tank/media@a", "#a").unwrap();
@@ -195,7 +164,7 @@ fn read_all(os: &tarn_obj::ObjectSet, obj: ObjectId) -> Vec<u8> {
 /// `send -i fs#a fs@b` after `fs@a` was destroyed, received where `@a` is.
 #[test]
 fn incremental_send_from_a_bookmark() {
-    let pool = create(&devices("src"));
+    let pool = create(&common::devices("src", 128 << 20));
     let os = pool.objset("tank/media").unwrap();
     let (keep, gone) = {
         let tx = pool.obj().begin();
@@ -206,7 +175,7 @@ fn incremental_send_from_a_bookmark() {
         (keep, gone)
     };
     pool.snapshot(&["tank/media@a".into()]).unwrap();
-    let dst = obj_pool("backup", &devices("dst"));
+    let dst = common::obj_pool("backup", &common::devices("dst", 128 << 20));
     let SendBase::Snapshot(a) = pool.send_base("tank/media@a").unwrap() else {
         panic!("not a snapshot")
     };

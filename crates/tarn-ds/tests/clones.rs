@@ -6,72 +6,16 @@
 //! must add up (see `check_space`). `TARN_SEED` / `TARN_COUNT` pick the
 //! sequence and its length.
 
+mod common;
+
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use rand::rngs::StdRng;
 use rand::{Rng, RngCore, SeedableRng};
-use tarn_dev::{Device, MemDevice};
 use tarn_ds::Pool;
 use tarn_obj::{
-    ImportOptions, ObjPool, ObjType, ObjectId, ObjectSet, PoolCreate, TopKind, BONUS_LEN,
+    ObjType, ObjectId, ObjectSet, BONUS_LEN,
 };
-
-fn no_init(_: &ObjectSet, _: &tarn_obj::Tx) -> Result<(), String> {
-    Ok(())
-}
-
-fn devices() -> Vec<Arc<MemDevice>> {
-    (0..3)
-        .map(|i| MemDevice::new(&format!("mem{i}"), 256 << 20))
-        .collect()
-}
-
-fn create(devs: &[Arc<MemDevice>]) -> Arc<Pool> {
-    let tops = vec![(
-        TopKind::Raidz { parity: 1 },
-        devs.iter()
-            .map(|d| (d.path().to_string(), d.clone() as Arc<dyn Device>))
-            .collect(),
-    )];
-    let obj = ObjPool::create(PoolCreate {
-        name: "tank".into(),
-        tops,
-        ashift: 12,
-        properties: Default::default(),
-        hostname: "test".into(),
-    })
-    .expect("create pool");
-    Pool::create(obj, &[("mountpoint".into(), "none".into())], &no_init).expect("create datasets")
-}
-
-fn reimport(pool: Arc<Pool>, devs: &[Arc<MemDevice>]) -> Arc<Pool> {
-    pool.obj().export().expect("export");
-    drop(pool);
-    let list: Vec<Arc<dyn Device>> = devs.iter().map(|d| d.clone() as Arc<dyn Device>).collect();
-    let obj = ObjPool::import(
-        list,
-        ImportOptions {
-            hostname: "test".into(),
-            ..Default::default()
-        },
-    )
-    .expect("import");
-    Pool::open(obj).expect("open datasets")
-}
-
-fn seed_and_count(default_count: usize) -> (u64, usize) {
-    let seed = std::env::var("TARN_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random);
-    let count = std::env::var("TARN_COUNT")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(default_count);
-    eprintln!("TARN_SEED={seed} TARN_COUNT={count}");
-    (seed, count)
-}
 
 const OBJECTS: u64 = 3;
 const SPAN: usize = 400_000;
@@ -225,7 +169,7 @@ fn write_random(pool: &Pool, rng: &mut StdRng, model: &mut Model, name: &str) {
 /// A fresh dataset with OBJECTS objects.
 fn new_dataset(pool: &Pool, model: &mut Model, name: &str) {
     if name != "tank" {
-        pool.create_dataset(name, &[], false, &no_init).unwrap();
+        pool.create_dataset(name, &[], false, &common::no_init).unwrap();
     }
     let os = pool.objset(name).unwrap();
     let tx = pool.obj().begin();
@@ -276,10 +220,10 @@ fn promote_model(model: &mut Model, clone: &str, moving: &[String]) {
 
 #[test]
 fn random_clone_promote_sequences_keep_space_exact() {
-    let (seed, count) = seed_and_count(400);
+    let (seed, count) = common::seed_and_count(400);
     let mut rng = StdRng::seed_from_u64(seed);
-    let devs = devices();
-    let mut pool = create(&devs);
+    let devs = common::devices("mem", 256 << 20);
+    let mut pool = common::create(&devs, "none");
     let mut model = Model::default();
     new_dataset(&pool, &mut model, "tank");
     new_dataset(&pool, &mut model, "tank/a");
@@ -417,7 +361,7 @@ fn random_clone_promote_sequences_keep_space_exact() {
             verify_contents(&pool, &model, &what);
         }
         if step == count / 2 {
-            pool = reimport(pool, &devs);
+            pool = common::reimport(pool, &devs);
             verify_contents(&pool, &model, &format!("{what}: after export/import"));
             check_space(&pool, &format!("{what}: after export/import"));
         }
@@ -427,7 +371,7 @@ fn random_clone_promote_sequences_keep_space_exact() {
         clones > 0 && promotes > 0,
         "the sequence made {clones} clones and {promotes} promotes"
     );
-    pool = reimport(pool, &devs);
+    pool = common::reimport(pool, &devs);
     verify_contents(&pool, &model, "end, after export/import");
     check_space(&pool, "end, after export/import");
 }
@@ -437,8 +381,8 @@ fn random_clone_promote_sequences_keep_space_exact() {
 /// former origin dataset can be destroyed while the clone keeps everything.
 #[test]
 fn clone_then_promote_then_destroy_origin() {
-    let devs = devices();
-    let pool = create(&devs);
+    let devs = common::devices("mem", 256 << 20);
+    let pool = common::create(&devs, "none");
     let mut model = Model::default();
     new_dataset(&pool, &mut model, "tank/a");
     let obj = ObjectId(*model.datasets["tank/a"].0.keys().next().unwrap());
@@ -540,7 +484,7 @@ fn clone_then_promote_then_destroy_origin() {
     check_space(&pool, "after destroying the former origin");
     assert_eq!(read("tank/b@two"), two);
     assert_eq!(read("tank/b@one"), vec![1u8; 300_000]);
-    let pool = reimport(pool, &devs);
+    let pool = common::reimport(pool, &devs);
     assert_eq!(read_after(&pool, "tank/b@two", obj), two);
     check_space(&pool, "after export/import");
     // And the last snapshots and the dataset can go too.

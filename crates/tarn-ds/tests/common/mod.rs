@@ -1,0 +1,63 @@
+//! Pools on memory devices for the dataset-layer tests.
+
+#![allow(dead_code)]
+
+use std::sync::Arc;
+
+use tarn_dev::{Device, MemDevice};
+use tarn_ds::Pool;
+use tarn_obj::{ImportOptions, ObjPool, ObjectSet, PoolCreate, TopKind, Tx};
+
+/// An `InitObjset` that lays out nothing (no POSIX layer here).
+pub fn no_init(_: &ObjectSet, _: &Tx) -> Result<(), String> {
+    Ok(())
+}
+
+/// Three memory devices `<prefix>0..2` of `size` bytes.
+pub fn devices(prefix: &str, size: u64) -> Vec<Arc<MemDevice>> {
+    (0..3).map(|i| MemDevice::new(&format!("{prefix}{i}"), size)).collect()
+}
+
+/// An object pool `name`: raidz1 of `devs`.
+pub fn obj_pool(name: &str, devs: &[Arc<MemDevice>]) -> Arc<ObjPool> {
+    let tops = vec![(
+        TopKind::Raidz { parity: 1 },
+        devs.iter().map(|d| (d.path().to_string(), d.clone() as Arc<dyn Device>)).collect(),
+    )];
+    ObjPool::create(PoolCreate { name: name.into(), tops, ashift: 12, properties: Default::default(), hostname: "test".into() })
+        .expect("create pool")
+}
+
+/// Pool `tank` on `devs` with its root's `mountpoint`.
+pub fn create(devs: &[Arc<MemDevice>], mountpoint: &str) -> Arc<Pool> {
+    Pool::create(obj_pool("tank", devs), &[("mountpoint".into(), mountpoint.into())], &no_init).expect("create datasets")
+}
+
+/// Imports the pool on `devs` (the previous handle must be gone or exported).
+pub fn import(devs: &[Arc<MemDevice>]) -> Arc<Pool> {
+    let list: Vec<Arc<dyn Device>> = devs.iter().map(|d| d.clone() as Arc<dyn Device>).collect();
+    let obj = ObjPool::import(list, ImportOptions { hostname: "test".into(), ..Default::default() }).expect("import");
+    Pool::open(obj).expect("open datasets")
+}
+
+/// Exports `pool` and imports it again.
+pub fn reimport(pool: Arc<Pool>, devs: &[Arc<MemDevice>]) -> Arc<Pool> {
+    pool.obj().export().expect("export");
+    drop(pool);
+    import(devs)
+}
+
+/// `TARN_SEED` (decimal or 0x-hex; random if unset) and `TARN_COUNT`.
+pub fn seed_and_count(default_count: usize) -> (u64, usize) {
+    let seed = match std::env::var("TARN_SEED") {
+        Ok(v) => match v.strip_prefix("0x") {
+            Some(hex) => u64::from_str_radix(hex, 16),
+            None => v.parse(),
+        }
+        .unwrap_or_else(|_| panic!("TARN_SEED={v:?} is not a number")),
+        Err(_) => rand::random(),
+    };
+    let count = std::env::var("TARN_COUNT").ok().and_then(|s| s.parse().ok()).unwrap_or(default_count);
+    eprintln!("TARN_SEED={seed} TARN_COUNT={count}");
+    (seed, count)
+}
