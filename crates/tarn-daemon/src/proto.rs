@@ -145,6 +145,12 @@ pub enum Request {
         set: Vec<(String, String)>,
         exclude: Vec<String>,
         no_mount: bool,
+        /// `-d`: below `target`, the sent dataset's name without its pool.
+        #[serde(default)]
+        discard_pool: bool,
+        /// `-e`: below `target`, the sent dataset's last name component.
+        #[serde(default)]
+        last_component: bool,
     },
     /// `recv -A dataset`: gives up a partially received stream.
     ReceiveAbort { dataset: String },

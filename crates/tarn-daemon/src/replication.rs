@@ -21,6 +21,15 @@ use crate::proto::{Request, Response};
 
 type HandlerResult = Result<Response, String>;
 
+/// Where a received dataset goes: the target itself, or (`recv -d`) the
+/// target plus the sent name without its pool, or (`recv -e`) plus its
+/// last component.
+enum NameFrom {
+    Target,
+    DropPool,
+    LastComponent,
+}
+
 fn is_terminal(fd: &OwnedFd) -> bool {
     // SAFETY: isatty only inspects the descriptor.
     unsafe { libc::isatty(fd.as_raw_fd()) == 1 }
@@ -35,9 +44,16 @@ impl Daemon {
                 let spec = SendSpec { snapshot, from, series, recursive, props };
                 self.send(spec, token, dry_run, fd)
             }
-            Request::Receive { target, force, resumable, set, exclude, no_mount } => {
+            Request::Receive { target, force, resumable, set, exclude, no_mount, discard_pool, last_component } => {
                 let spec = RecvSpec { target, force, resumable, set, exclude };
-                self.receive(spec, no_mount, fd)
+                let name_from = if discard_pool {
+                    NameFrom::DropPool
+                } else if last_component {
+                    NameFrom::LastComponent
+                } else {
+                    NameFrom::Target
+                };
+                self.receive(spec, no_mount, name_from, fd)
             }
             Request::ReceiveAbort { dataset } => self.receive_abort(&dataset),
             other => return self.handle(other),
@@ -100,7 +116,7 @@ impl Daemon {
         Ok(Response::data(json!({ "bytes": bytes })))
     }
 
-    fn receive(&self, spec: RecvSpec, no_mount: bool, fd: Option<OwnedFd>) -> HandlerResult {
+    fn receive(&self, mut spec: RecvSpec, no_mount: bool, name_from: NameFrom, fd: Option<OwnedFd>) -> HandlerResult {
         let target = spec.target.clone();
         let fail = |why: String| format!("cannot receive into '{target}': {why}");
         tarn_ds::validate_dataset_name(&target).map_err(|e| fail(e.to_string()))?;
@@ -120,6 +136,33 @@ impl Daemon {
         }
         let mut input = BufReader::with_capacity(1 << 20, File::from(fd));
         let header = replication::read_header(&mut input).map_err(|e| fail(e.to_string()))?;
+        // -d / -e: the sent dataset's name (without its pool / its last
+        // component) goes below the target; missing parents are created.
+        let tail = match name_from {
+            NameFrom::Target => None,
+            NameFrom::DropPool => header.source.split_once('/').map(|(_, rest)| rest.to_string()),
+            NameFrom::LastComponent => header.source.rsplit('/').next().map(str::to_string),
+        };
+        let target = match tail.filter(|t| !t.is_empty()) {
+            Some(t) => {
+                let full = format!("{target}/{t}");
+                tarn_ds::validate_dataset_name(&full).map_err(|e| fail(e.to_string()))?;
+                if let Some(parent) = tarn_ds::props::parent_name(&full).filter(|p| *p != target) {
+                    let mut pools = self.pools.lock();
+                    let imported = pools.get_mut(&pool).ok_or_else(|| fail(format!("no such pool '{pool}'")))?;
+                    if !imported.ds.exists(parent) {
+                        let made = imported.ds.create_dataset(parent, &[], true, &crate::mount::format).map_err(|e| fail(e.to_string()))?;
+                        for name in &made {
+                            let _ = mount_dataset(imported, name);
+                        }
+                    }
+                }
+                full
+            }
+            None => target.clone(),
+        };
+        spec.target = target.clone();
+        let fail = |why: String| format!("cannot receive into '{target}': {why}");
         // Claim the targets: busy and unmounted.
         let (ds, targets, unmounted) = {
             let mut pools = self.pools.lock();

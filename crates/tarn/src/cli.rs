@@ -255,6 +255,13 @@ pub enum Command {
         /// Do not take this property from the stream.
         #[arg(short = 'x', value_name = "PROP")]
         exclude: Vec<String>,
+        /// Receive below DATASET under the sent name without its pool
+        /// (tank/media → DATASET/media); missing parents are created.
+        #[arg(short = 'd', conflicts_with = "last_component")]
+        discard_pool: bool,
+        /// Receive below DATASET under the sent name's last component.
+        #[arg(short = 'e')]
+        last_component: bool,
         #[arg(value_name = "DATASET")]
         target: String,
     },

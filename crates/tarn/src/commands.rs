@@ -194,8 +194,19 @@ pub fn run(cli: Cli) -> Result<i32, Failure> {
             let args = crate::replication::SendArgs { from, from_all, replicate, props, dry_run, verbose, parsable, token, snapshot };
             crate::replication::send(&socket, args)
         }
-        Command::Recv { force, resumable, no_mount, verbose, abort, set, exclude, target } => {
-            let args = crate::replication::RecvArgs { force, resumable, no_mount, verbose, abort, set, exclude, target };
+        Command::Recv { force, resumable, no_mount, verbose, abort, set, exclude, discard_pool, last_component, target } => {
+            let args = crate::replication::RecvArgs {
+                force,
+                resumable,
+                no_mount,
+                verbose,
+                abort,
+                set,
+                exclude,
+                discard_pool,
+                last_component,
+                target,
+            };
             crate::replication::recv(&socket, args)
         }
         Command::Holds { recursive, scripted, parsable: _, json, snapshots } => {

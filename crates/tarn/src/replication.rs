@@ -83,6 +83,8 @@ pub struct RecvArgs {
     pub abort: bool,
     pub set: Vec<(String, String)>,
     pub exclude: Vec<String>,
+    pub discard_pool: bool,
+    pub last_component: bool,
     pub target: String,
 }
 
@@ -105,6 +107,8 @@ pub fn recv(socket: &Path, a: RecvArgs) -> Result<i32, Failure> {
         set: a.set,
         exclude: a.exclude,
         no_mount: a.no_mount,
+        discard_pool: a.discard_pool,
+        last_component: a.last_component,
     };
     let response = call(socket, &request, Some(stdin.as_raw_fd()))?;
     let exit = response.exit;

@@ -418,6 +418,15 @@ fn trees_replicate_across_layouts() {
     assert_ne!(get_source(&h, "recordsize", "backup/p").1, "local", "-x recordsize: not received");
     assert_same_tree(&snap_dir(&src.join("sub"), "r"), &snap_dir(&backup.join("p"), "r"));
 
+    // -d and -e: the sent name below the target (parents created).
+    pipe(&h, &["tank/data/sub@r"], &["-d", "backup/dd"]);
+    pipe(&h, &["tank/data/sub@r"], &["-e", "backup"]);
+    let names = h.tarn_ok(&["list", "-H", "-r", "-t", "all", "-o", "name", "backup"]);
+    for n in ["backup/dd", "backup/dd/data", "backup/dd/data/sub@r", "backup/sub@r"] {
+        assert!(names.lines().any(|l| l == n), "{n} missing after recv -d/-e:\n{names}");
+    }
+    assert_same_tree(&snap_dir(&src.join("sub"), "r"), &snap_dir(&backup.join("dd/data/sub"), "r"));
+
     h.tarn_ok(&["debug", "check", "tank"]);
     h.tarn_ok(&["debug", "check", "backup"]);
 }
