@@ -38,8 +38,9 @@ impl Daemon {
         let imported = pools
             .get_mut(pool_of(target))
             .ok_or_else(|| fail(format!("no such pool '{}'", pool_of(target))))?;
-        if imported.busy.contains(target) {
-            return Err(fail("dataset is busy (a rollback is in progress)".into()));
+        let source = snapshot.split('@').next().unwrap_or_default();
+        if imported.busy.contains(target) || imported.busy.contains(source) {
+            return Err(fail("dataset is busy (a rollback or receive is in progress)".into()));
         }
         imported
             .ds

@@ -24,7 +24,7 @@ pub struct Imported {
     pub devices: Vec<String>,
     pub altroot: Option<String>,
     pub mounts: BTreeMap<String, Mounted>,
-    /// Datasets being rolled back: unmounted, and not to be mounted,
+    /// Datasets being rolled back or received: unmounted, and not to be mounted,
     /// snapshotted or destroyed until the rollback is done.
     pub busy: BTreeSet<String>,
 }
@@ -439,7 +439,7 @@ impl Daemon {
             return Err(format!("cannot {verb} '{pool}': no such pool"));
         };
         if let Some(busy) = imported.busy.first() {
-            return Err(format!("cannot {verb} '{pool}': '{busy}' is being rolled back; try again when it is done"));
+            return Err(format!("cannot {verb} '{pool}': '{busy}' is busy (a rollback or receive is in progress); try again when it is done"));
         }
         unmount_pool(imported, force).map_err(|e| format!("cannot {verb} '{pool}': {e}"))?;
         let Some(imported) = pools.remove(pool) else {
@@ -562,6 +562,9 @@ impl Daemon {
         let imported = pools.get_mut(pool_name).ok_or_else(|| fail(format!("no such pool '{pool_name}'")))?;
         if !dataset.contains('/') {
             return Err(fail("a pool's root dataset is created with 'tarn pool create'".into()));
+        }
+        if imported.busy.contains(dataset) {
+            return Err(fail("dataset is busy (a receive is in progress)".into()));
         }
         let created = imported.ds.create_dataset(dataset, properties, parents, &mount::format).map_err(|e| match e {
             tarn_ds::DsError::NoParent(_) => fail("parent does not exist (use -p to create parents)".into()),

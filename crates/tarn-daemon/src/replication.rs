@@ -45,7 +45,7 @@ impl Daemon {
                 self.send(spec, token, dry_run, fd)
             }
             Request::Receive { target, force, resumable, set, exclude, no_mount, discard_pool, last_component } => {
-                let spec = RecvSpec { target, force, resumable, set, exclude };
+                let spec = RecvSpec { target, force, resumable, set, exclude, spool_dir: Some(self.state_dir.clone()) };
                 let name_from = if discard_pool {
                     NameFrom::DropPool
                 } else if last_component {

@@ -212,6 +212,9 @@ impl Pool {
                     .is_ok_and(|r| r.createtxg <= origin_record.createtxg)
             })
             .collect();
+        if let Some(sent) = moving.iter().find(|n| self.sending.lock().contains_key(*n)) {
+            return Err(fail(format!("snapshot '{sent}' is being sent")));
+        }
         let mut renames: Vec<(String, String)> = Vec::new();
         for old in &moving {
             let (_, short) = validate_snapshot_name(old)?;

@@ -77,6 +77,9 @@ pub struct PackageResume {
     pub index: usize,
     /// The inner stream's token.
     pub inner: String,
+    /// The relative name of dataset `index` (must match on the receiver).
+    #[serde(default)]
+    pub name: String,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -113,6 +116,9 @@ pub struct SendSpec {
 struct SendToken {
     spec: SendSpec,
     index: usize,
+    /// The relative name of dataset `index` (checked on both sides).
+    #[serde(default)]
+    name: String,
     inner: String,
 }
 
@@ -157,6 +163,9 @@ pub struct RecvSpec {
     pub set: Vec<(String, String)>,
     /// `-x prop`: received values of these are ignored.
     pub exclude: Vec<String>,
+    /// Where a stream is spooled to be verified before `-F` destroys
+    /// anything (default: the system's temporary directory).
+    pub spool_dir: Option<std::path::PathBuf>,
 }
 
 /// What a receive did.
@@ -305,6 +314,11 @@ fn check_header(h: &PackageHeader) -> Result<()> {
         }
         for s in d.snapshots.iter().chain(d.base.iter()) {
             validate_snapshot_name(&format!("x@{}", s.name)).map_err(|e| bad(e.to_string()))?;
+        }
+        let mut names: Vec<&str> = d.snapshots.iter().map(|s| s.name.as_str()).collect();
+        names.sort_unstable();
+        if names.windows(2).any(|w| w[0] == w[1]) {
+            return Err(bad(format!("dataset '{}' lists a snapshot name twice", d.name)));
         }
         for (k, _) in &d.props {
             props::lookup(k).map_err(|e| bad(e.to_string()))?;
@@ -465,10 +479,16 @@ impl Pool {
         if t.index >= plan.header.datasets.len() {
             return Err(recv_err("the resume token does not match the snapshots on this pool"));
         }
+        if plan.header.datasets[t.index].name != t.name {
+            return Err(recv_err(format!(
+                "the resume token continues dataset '{}', but the send now has '{}' there (datasets or snapshots changed since)",
+                t.name, plan.header.datasets[t.index].name
+            )));
+        }
         if t.inner.is_empty() {
             // Restart at the beginning of dataset `index`'s stream.
             plan.streams.retain(|s| s.index >= t.index);
-            plan.header.resume = Some(PackageResume { index: t.index, inner: String::new() });
+            plan.header.resume = Some(PackageResume { index: t.index, inner: String::new(), name: t.name });
             return Ok(plan);
         }
         let inner = tarn_send::ResumeToken::decode(&t.inner).map_err(send_err)?;
@@ -486,7 +506,7 @@ impl Pool {
         if let Some(first) = plan.streams.first_mut() {
             first.resume = Some(t.inner.clone());
         }
-        plan.header.resume = Some(PackageResume { index: t.index, inner: t.inner });
+        plan.header.resume = Some(PackageResume { index: t.index, inner: t.inner, name: t.name });
         Ok(plan)
     }
 
@@ -605,22 +625,46 @@ impl Pool {
         self.reapply_write_props(name)
     }
 
+    /// The stream of one dataset, verified whole into an unlinked file.
+    fn spool(&self, spec: &RecvSpec, input: &mut dyn Read) -> Result<std::fs::File> {
+        use std::io::Seek;
+        let dir = spec.spool_dir.clone().unwrap_or_else(std::env::temp_dir);
+        let path = dir.join(format!(".tarn-recv-{}-{:016x}", std::process::id(), new_guid()));
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(|e| recv_err(format!("cannot spool the stream to {}: {e}", path.display())))?;
+        let _ = std::fs::remove_file(&path);
+        {
+            let mut out = std::io::BufWriter::with_capacity(1 << 20, &mut file);
+            tarn_send::verify_copy(input, &mut out).map_err(send_err)?;
+            out.flush().map_err(|e| recv_err(format!("cannot spool the stream: {e}")))?;
+        }
+        file.seek(std::io::SeekFrom::Start(0)).map_err(|e| recv_err(format!("cannot spool the stream: {e}")))?;
+        Ok(file)
+    }
+
+    /// Write properties of `name` if its local properties were `local`.
+    fn write_props_with(&self, name: &str, local: &BTreeMap<String, String>) -> WriteProps {
+        let state = self.state.read();
+        let lookup = |ds: &str, prop: &str| -> Option<String> {
+            if ds == name {
+                local.get(prop).cloned().or_else(|| state.datasets.get(ds).and_then(|r| r.props.get(prop).cloned()))
+            } else {
+                state.datasets.get(ds).and_then(|r| r.props.get(prop).cloned())
+            }
+        };
+        let s = props::settings(name, &lookup);
+        WriteProps { compression: s.compression, checksum: s.checksum, copies: s.copies }
+    }
+
     fn refresh_objset(&self, name: &str) -> Result<()> {
         let record = self.record(name)?;
         let os = self.obj.open_objset(ObjsetId(record.objset))?;
         self.state.write().objsets.insert(name.to_string(), os);
         self.reapply_write_props(name)
-    }
-
-    fn write_props_for(&self, name: &str) -> Option<WriteProps> {
-        self.settings(name)
-            .ok()
-            .map(|s| WriteProps { compression: s.compression, checksum: s.checksum, copies: s.copies })
-            .or_else(|| {
-                props::parent_name(name)
-                    .and_then(|p| self.settings(p).ok())
-                    .map(|s| WriteProps { compression: s.compression, checksum: s.checksum, copies: s.copies })
-            })
     }
 
     /// Local properties a received dataset gets: the sent ones (minus
@@ -673,8 +717,20 @@ impl Pool {
         // A package resumed at the start of a dataset's stream: the marker
         // is on the top dataset.
         let restart = header.resume.as_ref().is_some_and(|r| r.inner.is_empty());
-        if restart && !self.record(&top).is_ok_and(|r| r.recv.as_ref().is_some_and(|p| p.inner.is_empty())) {
-            return Err(recv_err(format!("cannot receive into '{top}': it has no interrupted receive to resume")));
+        if let Some(r) = &header.resume {
+            if r.name != header.datasets[r.index].name {
+                return Err(recv_err("corrupt stream: the resume point names another dataset"));
+            }
+        }
+        if restart {
+            // The marker on the top dataset must name this very restart.
+            let marker = self.record(&top).ok().and_then(|r| r.recv).filter(|p| p.inner.is_empty());
+            let matches = marker.and_then(|p| decode_token(&p.token).ok()).is_some_and(|t| {
+                Some(t.index) == header.resume.as_ref().map(|r| r.index) && t.spec == header.send && t.name == header.datasets[t.index].name
+            });
+            if !matches {
+                return Err(recv_err(format!("cannot receive into '{top}': it has no interrupted receive that this stream continues")));
+            }
         }
         let mut report = RecvReport::default();
         let mut done: Vec<(Undo, Vec<String>)> = Vec::new();
@@ -772,7 +828,12 @@ impl Pool {
                 Err(DsError::Recv(cause))
                     if spec.resumable && !resumed && i > 0 && (i > start || restart) && cause.contains(STREAM_STOPPED) =>
                 {
-                    let token = encode_token(&SendToken { spec: header.send.clone(), index: i, inner: String::new() });
+                    let token = encode_token(&SendToken {
+                        spec: header.send.clone(),
+                        index: i,
+                        name: entry.name.clone(),
+                        inner: String::new(),
+                    });
                     let mut rec = self.record(top)?;
                     rec.recv = Some(RecvPartial { token: token.clone(), inner: String::new(), fresh: false });
                     self.put_dataset(top, rec)?;
@@ -840,13 +901,22 @@ impl Pool {
                             .into(),
                     ));
                 }
+                if let Some(origin) = &rec.origin {
+                    return Err(fail(format!("destination is a clone of '{origin}'; destroy or promote it first")));
+                }
                 Plan::Replace(rec)
             }
             (None, Some(_), None) => return Err(fail("dataset does not exist (an incremental stream needs its base)".into())),
             (None, Some(_), Some(rec)) => Plan::Incremental(rec),
         };
-        let mut opts = RecvOptions { resumable: spec.resumable, props: self.write_props_for(dst) };
+        // The data is written with the properties the dataset will have.
+        let received = self.received_props(spec, header, entry, warnings, dst);
+        let mut opts = RecvOptions { resumable: spec.resumable, props: Some(self.write_props_with(dst, &received)) };
         let mut base_name: Option<String> = None;
+        // -F's destruction (newer snapshots, the head's own changes) waits
+        // until the stream is known to be whole: it is spooled and verified.
+        let mut doomed: Vec<String> = Vec::new();
+        let mut spool = false;
         let target = match &plan {
             Plan::New => RecvTarget::New,
             Plan::Replace(_) => {
@@ -871,22 +941,64 @@ impl Pool {
                             later.join(", ")
                         )));
                     }
-                    for s in later.iter().rev() {
-                        self.destroy_snapshot(s, false).map_err(|e| fail(e.to_string()))?;
+                    // Refuse now what would stop the destruction half-way.
+                    for s in later {
+                        let r = self.snapshot_record(s)?;
+                        if !r.holds.is_empty() {
+                            return Err(fail(format!("newer snapshot '{s}' is held ({}); release it first", r.holds.join(", "))));
+                        }
+                        if self.sending.lock().contains_key(s) {
+                            return Err(fail(format!("newer snapshot '{s}' is being sent")));
+                        }
                     }
+                    if let Some(c) = self.state.read().datasets.iter().find(|(_, r)| r.origin.as_ref().is_some_and(|o| later.contains(o))) {
+                        return Err(fail(format!("newer snapshot '{}' has a clone ('{}')", c.1.origin.clone().unwrap_or_default(), c.0)));
+                    }
+                    doomed = later.to_vec();
                 }
                 base_name = Some(chain[pos].clone());
                 let base = self.snap_ref(&chain[pos])?;
-                if spec.force {
-                    // -F may roll the head back to the base: a bookmark of a
-                    // later state would no longer describe this dataset.
-                    self.forget_bookmarks_after(dst, base.txg)?;
+                let modified = self.obj.open_objset(ObjsetId(rec.objset)).is_ok_and(|os| os.changed_since(base.txg));
+                if modified && !spec.force {
+                    return Err(fail("destination has been modified since its most recent snapshot (use -F to roll it back first)".into()));
                 }
+                spool = spec.force && (modified || !doomed.is_empty());
                 RecvTarget::Existing { head: ObjsetId(rec.objset), base, force: spec.force }
             }
             Plan::Resume(rec, p) => RecvTarget::Resume { head: ObjsetId(rec.objset), token: p.inner.clone() },
         };
-        let result = tarn_send::receive(&self.obj, input, target, &opts);
+        // A snapshot the stream makes must not take a name in use (except by
+        // one -F destroys, or one this very receive made before a resume).
+        for sn in &entry.snapshots {
+            let full = format!("{dst}@{}", sn.name);
+            if let Ok(r) = self.snapshot_record(&full) {
+                let resumed_own = matches!(plan, Plan::Resume(..)) && r.guid == sn.guid;
+                if !doomed.contains(&full) && !resumed_own {
+                    return Err(fail(format!("destination already has a snapshot named '{full}'")));
+                }
+            }
+        }
+        let mut spooled: Option<std::fs::File> = None;
+        if spool {
+            let file = self.spool(spec, input).map_err(|e| fail(format!("the stream did not verify, nothing was changed: {e}")))?;
+            spooled = Some(file);
+            for s in doomed.iter().rev() {
+                self.destroy_snapshot(s, false).map_err(|e| fail(e.to_string()))?;
+            }
+        }
+        if spec.force {
+            if let Some(b) = &base_name {
+                // -F may roll the head back to the base: a bookmark of a
+                // later state would no longer describe this dataset.
+                let txg = self.snapshot_record(b)?.createtxg;
+                self.forget_bookmarks_after(dst, txg)?;
+            }
+        }
+        let source: &mut dyn Read = match spooled.as_mut() {
+            Some(f) => f,
+            None => input,
+        };
+        let result = tarn_send::receive(&self.obj, source, target, &opts);
         // A receive onto an existing head may have rolled it back or
         // forward in place (the object layer then drops its in-memory
         // state): hand out a fresh handle whatever the outcome.
@@ -895,7 +1007,7 @@ impl Pool {
         }
         match result {
             Ok(outcome) => {
-                let props = self.received_props(spec, header, entry, warnings, dst);
+                let props = received;
                 let undo = match plan {
                     Plan::New => {
                         let record = DatasetRecord {
@@ -913,6 +1025,7 @@ impl Pool {
                     Plan::Replace(mut rec) => {
                         // The old object set goes when the whole package is in.
                         let old = rec.clone();
+                        self.forget_bookmarks_after(dst, 0)?;
                         rec.objset = outcome.head.0;
                         rec.props = props;
                         self.put_dataset(dst, rec)?;
@@ -941,7 +1054,12 @@ impl Pool {
             }
             Err(SendError::Interrupted { cause, partial }) => {
                 let names = self.register_snapshots(dst, entry, &partial.snapshots)?;
-                let token = encode_token(&SendToken { spec: header.send.clone(), index, inner: partial.token.clone() });
+                let token = encode_token(&SendToken {
+                    spec: header.send.clone(),
+                    index,
+                    name: entry.name.clone(),
+                    inner: partial.token.clone(),
+                });
                 let fresh = match &plan {
                     Plan::New => true,
                     Plan::Resume(_, p) => p.fresh,
@@ -954,7 +1072,7 @@ impl Pool {
                         guid: new_guid(),
                         creation: now_unix(),
                         createtxg: 0,
-                        props: self.received_props(spec, header, entry, warnings, dst),
+                        props: received,
                         holds: vec![],
                         ..Default::default()
                     },
@@ -1087,6 +1205,7 @@ mod tests {
         let t = SendToken {
             spec: SendSpec { snapshot: "tank/a@b".into(), from: Some("@a".into()), series: true, recursive: false, props: true },
             index: 2,
+            name: "child".into(),
             inner: "abc".into(),
         };
         let s = encode_token(&t);

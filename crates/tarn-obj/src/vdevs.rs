@@ -224,11 +224,13 @@ pub(crate) fn scan_done(s: &Arc<Shared>, stats: &ScanStats) {
     drop(_g);
     // A leaf that lacks txgs still (it returned during the scan): again.
     let needs = s.io.tops().iter().flat_map(|t| t.leaves()).any(|l| l.usable() && !l.dtl().is_empty());
-    if needs && stats.phase == ScanPhase::Finished {
+    // (Not after errors: the DTLs were kept on purpose, another pass would
+    // meet the same damage.)
+    if needs && stats.phase == ScanPhase::Finished && stats.errors == 0 {
         let s2 = s.clone();
         // Not from this (the scan) thread: it is about to exit.
         let _ = std::thread::Builder::new().name("tarn-resilver-start".into()).spawn(move || {
-            for _ in 0..100 {
+            for _ in 0..3000 {
                 if !s2.scanner.ctl.lock().running {
                     let _ = start_scan(&s2, ScanFunc::Resilver);
                     return;
@@ -382,6 +384,7 @@ impl ObjPool {
     /// the timeout passes. Returns whether it is done.
     pub fn wait_scan(&self, func: Option<ScanFunc>, timeout: Duration) -> bool {
         let end = std::time::Instant::now() + timeout;
+        let mut idle_since: Option<std::time::Instant> = None;
         loop {
             let active = self.shared.scanner.stats.lock().as_ref().is_some_and(|st| {
                 st.phase == ScanPhase::Scanning && func.is_none_or(|f| f == st.func)
@@ -400,15 +403,14 @@ impl ObjPool {
                     && (settling || clean)
                     && !self.shared.readonly
                     && self.shared.io.tops().iter().flat_map(|t| t.leaves()).any(|l| l.usable() && !l.dtl().is_empty());
-                if !pending {
+                // Waiting only: the follow-up is started by the scan that
+                // ended (or the monitor); if none comes, stop waiting.
+                let idle = idle_since.get_or_insert_with(std::time::Instant::now).elapsed();
+                if !pending || (!settling && idle > Duration::from_secs(10)) {
                     return true;
                 }
-                if !settling {
-                    if let Err(e) = self.resilver_if_needed() {
-                        eprintln!("tarn: cannot start resilver: {e}");
-                        return true;
-                    }
-                }
+            } else {
+                idle_since = None;
             }
             if std::time::Instant::now() >= end || self.shared.shutdown.load(Ordering::Relaxed) {
                 return false;

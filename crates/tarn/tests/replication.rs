@@ -507,6 +507,9 @@ fn damaged_streams_change_nothing_and_resume_completes() {
     recv_ok(&h, &["backup/inc"], &full);
     let cases: [(&str, &Path, &str); 3] = [("full", &full, "backup/new"), ("series", &series, "backup/inc"), ("tree", &tree, "backup/tree")];
 
+    // A newer local snapshot on the series' target: -F would destroy it,
+    // but only once the stream has proved whole.
+    h.tarn_ok(&["snapshot", "backup/inc@precious"]);
     let damaged = h.dir.join("damaged.stream");
     for round in 0..seeded.count {
         for (what, stream, target) in cases {
@@ -546,6 +549,8 @@ fn damaged_streams_change_nothing_and_resume_completes() {
         }
     }
     h.tarn_ok(&["debug", "check", "backup"]);
+    assert!(h.tarn_ok(&["list", "-H", "-t", "snapshot", "-o", "name", "-r", "backup/inc"]).contains("backup/inc@precious"));
+    h.tarn_ok(&["destroy", "backup/inc@precious"]);
 
     // Resumable: interrupted (twice), then completed by send -t.
     for (what, stream, target) in cases {
@@ -635,6 +640,18 @@ fn bad_send_and_recv_input_fails_cleanly() {
     let inc = h.dir.join("inc.stream");
     send_to(&h, &["-i", "@one", "tank/a@two"], &inc);
     assert_clean_failure(&recv_from(&h, &["backup/other"], &inc), "an incremental without its base");
+    // Rotating names: a new snapshot named like an old one the destination
+    // still has must not take its place.
+    recv_ok(&h, &["backup/a"], &inc);
+    h.tarn_ok(&["destroy", "tank/a@one"]);
+    h.tarn_ok(&["snapshot", "tank/a@one"]);
+    let rotated = h.dir.join("rotated.stream");
+    send_to(&h, &["-i", "@two", "tank/a@one"], &rotated);
+    let guid_before = get(&h, "guid", "backup/a@one");
+    let out = recv_from(&h, &["-F", "backup/a"], &rotated);
+    assert_clean_failure(&out, "a received snapshot name already in use");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("already has a snapshot named 'backup/a@one'"));
+    assert_eq!(get(&h, "guid", "backup/a@one"), guid_before);
     let after = h.tarn_ok(&["list", "-H", "-r", "-t", "all", "-o", "name", "backup"]);
-    assert_eq!(after.replace("backup/a\nbackup/a@one\n", ""), before, "only backup/a was received");
+    assert_eq!(after.replace("backup/a\nbackup/a@one\nbackup/a@two\n", ""), before, "only backup/a was received");
 }
