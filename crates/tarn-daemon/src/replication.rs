@@ -9,7 +9,7 @@
 
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Write};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 
 use serde_json::json;
@@ -30,15 +30,71 @@ enum NameFrom {
     LastComponent,
 }
 
-fn is_terminal(fd: &OwnedFd) -> bool {
-    // SAFETY: isatty only inspects the descriptor.
-    unsafe { libc::isatty(fd.as_raw_fd()) == 1 }
+/// A passed descriptor, read or written only while the client that passed
+/// it is still connected: when it goes away the transfer fails (a receive
+/// is undone or, with `-s`, keeps its partial state) instead of running on.
+struct Watched {
+    file: File,
+    client: RawFd,
+}
+
+impl Watched {
+    fn is_terminal(&self) -> bool {
+        // SAFETY: isatty only inspects the descriptor.
+        unsafe { libc::isatty(self.file.as_raw_fd()) == 1 }
+    }
+
+    /// Waits until the file is ready for `events`; fails if the client
+    /// hung up first.
+    fn ready(&self, events: libc::c_short) -> std::io::Result<()> {
+        let mut fds = [
+            libc::pollfd { fd: self.file.as_raw_fd(), events, revents: 0 },
+            libc::pollfd { fd: self.client, events: libc::POLLRDHUP, revents: 0 },
+        ];
+        loop {
+            // SAFETY: two valid pollfd entries.
+            let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+            if n < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            if fds[1].revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0 {
+                return Err(std::io::Error::new(std::io::ErrorKind::ConnectionAborted, "the tarn command went away"));
+            }
+            if fds[0].revents != 0 {
+                return Ok(());
+            }
+        }
+    }
+}
+
+impl std::io::Read for Watched {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.ready(libc::POLLIN)?;
+        self.file.read(buf)
+    }
+}
+
+impl Write for Watched {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.ready(libc::POLLOUT)?;
+        self.file.write(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.file.flush()
+    }
 }
 
 impl Daemon {
     /// Like [`Daemon::handle`], for a request that came with descriptors.
-    pub fn handle_with_fds(&self, request: Request, fds: Vec<OwnedFd>) -> Response {
-        let fd = fds.into_iter().next();
+    /// `client` is the requesting connection: a transfer stops when it
+    /// goes away (the `tarn send`/`recv` process was killed).
+    pub fn handle_with_fds(&self, request: Request, fds: Vec<OwnedFd>, client: RawFd) -> Response {
+        let fd = fds.into_iter().next().map(|f| Watched { file: File::from(f), client });
         let result = match request {
             Request::Send { snapshot, from, series, recursive, props, token, dry_run } => {
                 let spec = SendSpec { snapshot, from, series, recursive, props };
@@ -65,7 +121,7 @@ impl Daemon {
         self.pools.lock().get(pool).map(|p| p.ds.clone())
     }
 
-    fn send(&self, spec: SendSpec, token: Option<String>, dry_run: bool, fd: Option<OwnedFd>) -> HandlerResult {
+    fn send(&self, spec: SendSpec, token: Option<String>, dry_run: bool, fd: Option<Watched>) -> HandlerResult {
         let what = token.as_ref().map_or_else(|| spec.snapshot.clone(), |_| "resume token".to_string());
         let fail = |why: String| format!("cannot send '{what}': {why}");
         let snapshot = match &token {
@@ -107,16 +163,16 @@ impl Daemon {
             return Ok(Response::data(data));
         }
         let fd = fd.ok_or_else(|| fail("no output descriptor came with the request".into()))?;
-        if is_terminal(&fd) {
+        if fd.is_terminal() {
             return Err(fail("refusing to write a stream to a terminal (redirect it to a file or a pipe)".into()));
         }
-        let mut out = BufWriter::with_capacity(1 << 20, File::from(fd));
+        let mut out = BufWriter::with_capacity(1 << 20, fd);
         let bytes = ds.send_package(&plan, &mut out).map_err(|e| fail(e.to_string()))?;
         out.flush().map_err(|e| fail(format!("cannot write the stream: {e}")))?;
         Ok(Response::data(json!({ "bytes": bytes })))
     }
 
-    fn receive(&self, mut spec: RecvSpec, no_mount: bool, name_from: NameFrom, fd: Option<OwnedFd>) -> HandlerResult {
+    fn receive(&self, mut spec: RecvSpec, no_mount: bool, name_from: NameFrom, fd: Option<Watched>) -> HandlerResult {
         let target = spec.target.clone();
         let fail = |why: String| format!("cannot receive into '{target}': {why}");
         tarn_ds::validate_dataset_name(&target).map_err(|e| fail(e.to_string()))?;
@@ -128,13 +184,13 @@ impl Daemon {
         }
         let pool = pool_of(&target).to_string();
         let fd = fd.ok_or_else(|| fail("no input descriptor came with the request".into()))?;
-        if is_terminal(&fd) {
+        if fd.is_terminal() {
             return Err(fail("refusing to read a stream from a terminal".into()));
         }
         if self.pool_ds(&pool).is_none() {
             return Err(fail(format!("no such pool '{pool}'")));
         }
-        let mut input = BufReader::with_capacity(1 << 20, File::from(fd));
+        let mut input = BufReader::with_capacity(1 << 20, fd);
         let header = replication::read_header(&mut input).map_err(|e| fail(e.to_string()))?;
         // -d / -e: the sent dataset's name (without its pool / its last
         // component) goes below the target; missing parents are created.

@@ -2,7 +2,7 @@
 //! line, one JSON response per line (see [`crate::proto`]).
 
 use std::io::Write;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
@@ -68,7 +68,7 @@ fn serve_client(daemon: &Daemon, stream: UnixStream) {
             Err(e) => (Response { exit: 2, ..Response::error(format!("bad request: {e}")) }, false),
             Ok(request) => {
                 let shutdown = matches!(request, Request::Shutdown);
-                let answer = catch_unwind(AssertUnwindSafe(|| daemon.handle_with_fds(request, passed)));
+                let answer = catch_unwind(AssertUnwindSafe(|| daemon.handle_with_fds(request, passed, stream.as_raw_fd())));
                 let response = answer.unwrap_or_else(|panic| {
                     let what = panic
                         .downcast_ref::<String>()

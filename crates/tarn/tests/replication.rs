@@ -640,6 +640,35 @@ fn bad_send_and_recv_input_fails_cleanly() {
     let inc = h.dir.join("inc.stream");
     send_to(&h, &["-i", "@one", "tank/a@two"], &inc);
     assert_clean_failure(&recv_from(&h, &["backup/other"], &inc), "an incremental without its base");
+    // A killed `tarn recv` stops its receive (the stream's writer is still
+    // there, so it is the hang-up that stops it, not the end of input).
+    {
+        use std::io::Write as _;
+        let big = h.dir.join("big.stream");
+        fs::write(tank.join("a/big"), vec![7u8; 3 << 20]).unwrap();
+        h.tarn_ok(&["snapshot", "tank/a@big"]);
+        send_to(&h, &["tank/a@big"], &big);
+        let bytes = fs::read(&big).unwrap();
+        let mut receiver = tarn_cmd(&h, &["recv", "backup/killed"]).stdin(Stdio::piped()).spawn().unwrap();
+        let mut stdin = receiver.stdin.take().unwrap();
+        stdin.write_all(&bytes[..bytes.len() / 2]).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        receiver.kill().unwrap();
+        receiver.wait().unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            let names = h.tarn_ok(&["list", "-H", "-r", "-t", "all", "-o", "name", "backup"]);
+            let created = h.tarn(&["create", "backup/killed"]);
+            if !names.contains("backup/killed") && created.status.success() {
+                h.tarn_ok(&["destroy", "backup/killed"]);
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "the receive went on after its tarn recv was killed:\n{names}");
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+        drop(stdin);
+    }
+
     // Rotating names: a new snapshot named like an old one the destination
     // still has must not take its place.
     recv_ok(&h, &["backup/a"], &inc);
