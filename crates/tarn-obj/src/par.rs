@@ -1,8 +1,8 @@
 //! Parallel map for the sync pipeline on plain scoped threads.
 //!
-//! Not rayon: vdev child I/O runs on its own rayon pool, and a rayon worker
-//! that blocks in another pool's `install` steals more pipeline jobs while
-//! it waits, nesting stack frames without bound. Plain threads just block.
+//! Not rayon: a rayon worker that blocks (here: on vdev child I/O) steals
+//! more pipeline jobs while it waits, nesting stack frames without bound,
+//! and its idle workers spin. Plain threads just block.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 

@@ -385,6 +385,64 @@ fn record_checksum(stream_guid: u64, series_index: u32, head: &[u8], parts: &[&[
     out
 }
 
+/// A record header whose checksum is computed when the payload is ready,
+/// possibly on another thread than the writer's.
+pub struct PendingHeader {
+    head: [u8; REC_HEADER],
+    guid: u64,
+    index: u32,
+}
+
+impl PendingHeader {
+    fn new(ty: RecordType, len: usize, seq: u64, guid: u64, index: u32) -> PendingHeader {
+        let mut head = [0u8; REC_HEADER];
+        head[0..4].copy_from_slice(&(ty as u32).to_le_bytes());
+        head[4..8].copy_from_slice(&(len as u32).to_le_bytes());
+        head[8..16].copy_from_slice(&seq.to_le_bytes());
+        PendingHeader { head, guid, index }
+    }
+
+    /// The header of the record with this payload.
+    pub fn finish(mut self, parts: &[&[u8]]) -> [u8; REC_HEADER] {
+        debug_assert_eq!(parts.iter().map(|p| p.len()).sum::<usize>(), u32at(&self.head, 4) as usize);
+        let ck = record_checksum(self.guid, self.index, &self.head[..16], parts);
+        self.head[16..32].copy_from_slice(&ck);
+        self.head
+    }
+}
+
+/// Follows the records given to a [`RecordWriter`], in the same order,
+/// to frame some of them ahead of it: the writer then only writes and
+/// hashes them ([`RecordWriter::record_framed`]).
+#[derive(Default)]
+pub struct Sequencer {
+    seq: u64,
+    guid: u64,
+    index: u32,
+}
+
+impl Sequencer {
+    /// A BEGIN record (framed by the writer).
+    pub fn begin(&mut self, b: &Begin) {
+        self.seq = 1;
+        self.guid = b.stream_guid;
+        self.index = b.series_index;
+    }
+
+    /// A record framed by the writer.
+    pub fn skip(&mut self) {
+        self.seq += 1;
+    }
+
+    /// A record framed here, with a payload of `len` bytes.
+    pub fn frame(&mut self, ty: RecordType, len: usize) -> PendingHeader {
+        debug_assert!(ty.len_ok(len));
+        let h = PendingHeader::new(ty, len, self.seq, self.guid, self.index);
+        self.seq += 1;
+        h
+    }
+}
+
 /// Writes records of sub-streams: framing, sequence numbers, checksums and
 /// the running whole-sub-stream hash.
 pub struct RecordWriter<'w> {
@@ -406,15 +464,15 @@ impl<'w> RecordWriter<'w> {
     fn put(&mut self, ty: RecordType, parts: &[&[u8]], hash: bool) -> Result<()> {
         let len: usize = parts.iter().map(|p| p.len()).sum();
         debug_assert!(ty.len_ok(len));
-        let mut head = [0u8; REC_HEADER];
-        head[0..4].copy_from_slice(&(ty as u32).to_le_bytes());
-        head[4..8].copy_from_slice(&(len as u32).to_le_bytes());
-        head[8..16].copy_from_slice(&self.seq.to_le_bytes());
-        let ck = record_checksum(self.guid, self.index, &head[..16], parts);
-        head[16..32].copy_from_slice(&ck);
-        self.out.write_all(&head)?;
+        let head = PendingHeader::new(ty, len, self.seq, self.guid, self.index).finish(parts);
+        self.emit(&head, parts, hash)
+    }
+
+    fn emit(&mut self, head: &[u8; REC_HEADER], parts: &[&[u8]], hash: bool) -> Result<()> {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        self.out.write_all(head)?;
         if hash {
-            self.hasher.update(&head);
+            self.hasher.update(head);
         }
         for p in parts {
             self.out.write_all(p)?;
@@ -428,6 +486,19 @@ impl<'w> RecordWriter<'w> {
         self.total_records += 1;
         self.seq += 1;
         Ok(())
+    }
+
+    /// Writes a record framed by a [`Sequencer`] that followed this
+    /// writer's records (checked: type, length and sequence number).
+    pub fn record_framed(&mut self, head: &[u8; REC_HEADER], parts: &[&[u8]]) -> Result<()> {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        let ok = RecordType::from_u32(u32at(head, 0)).is_some_and(|ty| ty != RecordType::Begin && ty != RecordType::End && ty.len_ok(len))
+            && u32at(head, 4) as usize == len
+            && u64at(head, 8) == self.seq;
+        if !ok {
+            return Err(SendError::Invalid(format!("internal error: a record framed out of sequence (record {})", self.seq)));
+        }
+        self.emit(head, parts, true)
     }
 
     pub fn begin(&mut self, b: &Begin) -> Result<()> {

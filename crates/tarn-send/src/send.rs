@@ -6,8 +6,17 @@
 //! stream writer, or a counter for estimates. Only WRITE records need a
 //! block's contents, and the counter never reads them, so an estimate
 //! reads exactly the metadata a send reads and nothing else.
+//!
+//! A stream is produced by a pipeline (see [`run_to`]): the walk runs on
+//! a thread of its own, reader threads read and verify the blocks, frame
+//! their WRITE records and checksum them, several at a time, and the
+//! calling thread (which owns the output) hashes the sub-stream and
+//! writes, in stream order. The output is the same as a sequential send's.
 
 use std::io::{BufWriter, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{channel, sync_channel, Receiver, Sender, SyncSender};
+use std::sync::Mutex;
 
 use tarn_obj::diff::{BlockChange, BlockRef, ObjectChange};
 use tarn_obj::{ObjError, ObjPool, ObjectId, ObjectSet};
@@ -22,11 +31,11 @@ trait Sink {
     fn end(&mut self) -> Result<()>;
 }
 
-struct StreamSink<'w> {
-    w: RecordWriter<'w>,
+struct StreamSink<'a, 'w> {
+    w: &'a mut RecordWriter<'w>,
 }
 
-impl Sink for StreamSink<'_> {
+impl Sink for StreamSink<'_, '_> {
     fn begin(&mut self, b: &Begin) -> Result<()> {
         self.w.begin(b)
     }
@@ -36,10 +45,7 @@ impl Sink for StreamSink<'_> {
     }
 
     fn write_block(&mut self, os: &ObjectSet, mut hdr: WriteHdr, block: &BlockRef) -> Result<()> {
-        let mut data = os.read_block_ref(block)?;
-        // Blocks are stored at the object's block size; be lenient with a
-        // short one (zero-filled, as a read would return it).
-        data.resize(hdr.logical_len as usize, 0);
+        let data = read_for_write(os, block, hdr.logical_len as usize)?;
         hdr.data_len = hdr.logical_len;
         self.w.record(RecordType::Write, &[&hdr.encode(), &data])
     }
@@ -332,13 +338,198 @@ fn run(pool: &ObjPool, snaps: &[SnapRef], from: Option<&SendBase>, token: Option
     Ok(stream_guid)
 }
 
+/// Records handed from the walking thread to the writing one, in stream
+/// order. A WRITE's data comes from a reader thread.
+enum Msg {
+    Begin(Box<Begin>),
+    Record(RecordType, Vec<u8>),
+    /// A WRITE's header and data, framed.
+    Write([u8; WRITE_HEADER], Block),
+    End,
+}
+
+type Framed = Result<([u8; REC_HEADER], Vec<u8>)>;
+
+enum Block {
+    Read(Framed),
+    Pending(Receiver<Framed>),
+}
+
+/// A block for a reader thread to read, and its record to frame.
+struct ReadJob {
+    os: ObjectSet,
+    block: BlockRef,
+    hdr: [u8; WRITE_HEADER],
+    len: usize,
+    head: PendingHeader,
+    reply: SyncSender<Framed>,
+}
+
+impl ReadJob {
+    fn run(self) {
+        // The writer may be gone (it stopped on an error): then nobody
+        // wants the block.
+        let _ = self.reply.send(read_framed(&self.os, &self.block, &self.hdr, self.len, self.head));
+    }
+}
+
+fn read_framed(os: &ObjectSet, block: &BlockRef, hdr: &[u8; WRITE_HEADER], len: usize, head: PendingHeader) -> Framed {
+    let data = read_for_write(os, block, len)?;
+    Ok((head.finish(&[hdr, &data]), data))
+}
+
+/// Records in flight between the walker and the writer, which bounds the
+/// blocks read ahead of the writer (8 MiB of 128 KiB blocks).
+const PIPELINE_DEPTH: usize = 64;
+/// Threads reading blocks: several reads in flight keep the disks busy
+/// and spread block verification over the cores.
+const READERS: usize = 3;
+
+/// Reads a block as a WRITE carries it: blocks are stored at the object's
+/// block size; be lenient with a short one (zero-filled, as a read would
+/// return it).
+fn read_for_write(os: &ObjectSet, block: &BlockRef, len: usize) -> Result<Vec<u8>> {
+    let mut data = os.read_block_ref(block)?;
+    data.resize(len, 0);
+    Ok(data)
+}
+
+/// The walking side of a pipelined send: walks and hands over the records
+/// (and the blocks to read, to the readers); the writing thread frames,
+/// checksums, hashes and writes them.
+struct ChannelSink {
+    tx: SyncSender<Msg>,
+    /// None: no reader threads, the walker reads.
+    jobs: Option<Sender<ReadJob>>,
+    seq: Sequencer,
+}
+
+fn writer_gone() -> SendError {
+    // The writer only goes away on an error, which it reports itself: this
+    // error is never the one returned.
+    SendError::Io(std::io::Error::new(std::io::ErrorKind::BrokenPipe, "the stream writer stopped"))
+}
+
+impl ChannelSink {
+    fn send(&self, m: Msg) -> Result<()> {
+        self.tx.send(m).map_err(|_| writer_gone())
+    }
+}
+
+impl Sink for ChannelSink {
+    fn begin(&mut self, b: &Begin) -> Result<()> {
+        self.seq.begin(b);
+        self.send(Msg::Begin(Box::new(b.clone())))
+    }
+
+    fn record(&mut self, ty: RecordType, parts: &[&[u8]]) -> Result<()> {
+        self.seq.skip();
+        self.send(Msg::Record(ty, parts.concat()))
+    }
+
+    fn write_block(&mut self, os: &ObjectSet, mut hdr: WriteHdr, block: &BlockRef) -> Result<()> {
+        hdr.data_len = hdr.logical_len;
+        let len = hdr.logical_len as usize;
+        let hdr = hdr.encode();
+        let head = self.seq.frame(RecordType::Write, WRITE_HEADER + len);
+        let data = match &self.jobs {
+            // A read error ends the walk here, as a sequential send.
+            None => Block::Read(Ok(read_framed(os, block, &hdr, len, head)?)),
+            Some(jobs) => {
+                let (reply, rx) = sync_channel(1);
+                jobs.send(ReadJob { os: os.clone(), block: *block, hdr, len, head, reply }).map_err(|_| writer_gone())?;
+                Block::Pending(rx)
+            }
+        };
+        self.send(Msg::Write(hdr, data))
+    }
+
+    fn end(&mut self) -> Result<()> {
+        self.send(Msg::End)
+    }
+}
+
+fn reader(jobs: &Mutex<Receiver<ReadJob>>, stop: &AtomicBool) {
+    loop {
+        let job = match jobs.lock() {
+            Ok(rx) => rx.recv(),
+            Err(_) => return,
+        };
+        let Ok(job) = job else { return };
+        if stop.load(Ordering::Relaxed) {
+            continue;
+        }
+        job.run();
+    }
+}
+
+fn apply(w: &mut RecordWriter<'_>, m: Msg) -> Result<()> {
+    match m {
+        Msg::Begin(b) => w.begin(&b),
+        Msg::Record(ty, p) => w.record(ty, &[&p]),
+        Msg::Write(h, d) => {
+            let (head, d) = match d {
+                Block::Read(r) => r?,
+                // A reader drops a job unanswered only when it panicked
+                // (resumed when it is joined) or the send stops.
+                Block::Pending(rx) => rx.recv().map_err(|_| writer_gone())??,
+            };
+            w.record_framed(&head, &[&h, &d])
+        }
+        Msg::End => w.end(),
+    }
+}
+
+fn join<T>(h: std::thread::ScopedJoinHandle<'_, T>) -> T {
+    h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))
+}
+
+/// Sends on several threads: a scoped thread walks the snapshots, reader
+/// threads read the blocks (several in flight) and this one (which owns
+/// `out`) writes. Errors come out as if sequential: the records before the
+/// first failure (a read or a write) are written, and that failure is
+/// returned.
 fn run_to(pool: &ObjPool, snaps: &[SnapRef], from: Option<&SendBase>, token: Option<&str>, out: &mut dyn Write) -> Result<SendSummary> {
     let mut buf = BufWriter::with_capacity(1 << 20, out);
-    let mut sink = StreamSink { w: RecordWriter::new(&mut buf) };
-    let stream_guid = run(pool, snaps, from, token, &mut sink)?;
-    sink.w.flush()?;
-    let (bytes, records) = (sink.w.total_bytes, sink.w.total_records);
-    drop(sink);
+    let mut w = RecordWriter::new(&mut buf);
+    let (tx, rx) = sync_channel::<Msg>(PIPELINE_DEPTH);
+    let (jobs_tx, jobs_rx) = channel::<ReadJob>();
+    let jobs_rx = Mutex::new(jobs_rx);
+    let stop = AtomicBool::new(false);
+    let stream_guid = std::thread::scope(|s| -> Result<u64> {
+        let readers: Vec<_> = (0..READERS)
+            .filter_map(|i| std::thread::Builder::new().name(format!("tarn-send-read-{i}")).spawn_scoped(s, || reader(&jobs_rx, &stop)).ok())
+            .collect();
+        let jobs = (!readers.is_empty()).then_some(jobs_tx);
+        let walker = std::thread::Builder::new().name("tarn-send-walk".into()).spawn_scoped(s, move || {
+            let mut sink = ChannelSink { tx, jobs, seq: Sequencer::default() };
+            run(pool, snaps, from, token, &mut sink)
+        });
+        // (A failed spawn dropped the sink's channels: the readers end.)
+        let Ok(walker) = walker else {
+            // No thread: send on this one.
+            return run(pool, snaps, from, token, &mut StreamSink { w: &mut w });
+        };
+        let written = {
+            // Dropped before the joins: a walker blocked on a full channel
+            // then fails its send and ends (and with it the readers).
+            let rx = rx;
+            let r = rx.iter().try_for_each(|m| apply(&mut w, m));
+            if r.is_err() {
+                stop.store(true, Ordering::Relaxed);
+            }
+            r
+        };
+        let walked = join(walker);
+        for r in readers {
+            join(r);
+        }
+        written?;
+        walked
+    })?;
+    w.flush()?;
+    let (bytes, records) = (w.total_bytes, w.total_records);
+    drop(w);
     buf.flush()?;
     Ok(SendSummary { bytes, records, stream_guid })
 }
