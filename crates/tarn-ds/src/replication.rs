@@ -208,7 +208,7 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 fn unhex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 || !s.is_ascii() {
+    if !s.len().is_multiple_of(2) || !s.is_ascii() {
         return None;
     }
     (0..s.len() / 2).map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()).collect()
@@ -298,7 +298,7 @@ fn check_header(h: &PackageHeader) -> Result<()> {
     if h.datasets.is_empty() {
         return Err(bad("no datasets".into()));
     }
-    if h.datasets[0].name != "" {
+    if !h.datasets[0].name.is_empty() {
         return Err(bad("the first dataset is not the sent one".into()));
     }
     let mut seen = std::collections::BTreeSet::new();
@@ -320,7 +320,7 @@ fn check_header(h: &PackageHeader) -> Result<()> {
         if names.windows(2).any(|w| w[0] == w[1]) {
             return Err(bad(format!("dataset '{}' lists a snapshot name twice", d.name)));
         }
-        for (k, _) in &d.props {
+        for k in d.props.keys() {
             props::lookup(k).map_err(|e| bad(e.to_string()))?;
         }
     }
