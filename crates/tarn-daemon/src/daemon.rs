@@ -441,6 +441,9 @@ impl Daemon {
         if let Some(busy) = imported.busy.first() {
             return Err(format!("cannot {verb} '{pool}': '{busy}' is busy (a rollback or receive is in progress); try again when it is done"));
         }
+        if let Some(sent) = imported.ds.snapshots_being_sent().first() {
+            return Err(format!("cannot {verb} '{pool}': '{sent}' is being sent; try again when the send is done"));
+        }
         unmount_pool(imported, force).map_err(|e| format!("cannot {verb} '{pool}': {e}"))?;
         let Some(imported) = pools.remove(pool) else {
             return Err(format!("cannot {verb} '{pool}': no such pool"));

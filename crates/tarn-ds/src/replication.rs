@@ -510,6 +510,11 @@ impl Pool {
         Ok(plan)
     }
 
+    /// Snapshots a send is reading now (export waits for them).
+    pub fn snapshots_being_sent(&self) -> Vec<String> {
+        self.sending.lock().keys().cloned().collect()
+    }
+
     /// Writes the package of `plan`; returns the bytes written.
     pub fn send_package(&self, plan: &SendPlan, out: &mut dyn Write) -> Result<u64> {
         // The snapshots stay until the send is over (as if held). Claimed

@@ -341,6 +341,9 @@ fn trees_replicate_across_layouts() {
         let out = h.tarn(&["destroy", "tank/data@s1"]);
         assert_clean_failure(&out, "destroy of a snapshot being sent");
         assert!(String::from_utf8_lossy(&out.stderr).contains("being sent"));
+        let out = h.tarn(&["pool", "export", "tank"]);
+        assert_clean_failure(&out, "export of a pool with a send running");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("being sent"));
         let mut rest = Vec::new();
         stream.read_to_end(&mut rest).unwrap();
         assert!(sender.wait().unwrap().success());
