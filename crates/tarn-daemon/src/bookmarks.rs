@@ -3,10 +3,9 @@
 //! `tarn_ds::bookmarks`).
 
 use serde_json::json;
-use tarn_ds::props;
 
-use crate::daemon::{pool_of, Daemon, Imported};
-use crate::proto::{DatasetRow, PropCell, Response};
+use crate::daemon::{pool_of, Daemon};
+use crate::proto::Response;
 
 type HandlerResult = Result<Response, String>;
 
@@ -69,44 +68,4 @@ impl Daemon {
         }
         Ok(Response::data(json!([name])))
     }
-}
-
-/// The row of bookmark `name` for `list` / `get` (`all`: only the
-/// properties bookmarks have).
-pub(crate) fn bookmark_row(
-    imported: &Imported,
-    name: &str,
-    pool: &str,
-    wanted: &[String],
-    parsable: bool,
-    all: bool,
-) -> Result<DatasetRow, String> {
-    let record = imported
-        .ds
-        .bookmark_record(name)
-        .map_err(|e| e.to_string())?;
-    let mut cells = Vec::new();
-    for prop in wanted {
-        props::lookup(prop).map_err(|e| e.to_string())?;
-        let value = imported
-            .ds
-            .get_property(name, prop, parsable, None)
-            .map_err(|e| format!("cannot get '{prop}' of '{name}': {e}"))?;
-        if all && value.value == "-" {
-            continue;
-        }
-        cells.push(PropCell {
-            property: value.property,
-            value: value.value,
-            source: value.source,
-            source_type: value.source_type,
-            source_data: value.source_data,
-        });
-    }
-    Ok(DatasetRow {
-        name: name.to_string(),
-        pool: pool.to_string(),
-        createtxg: record.createtxg,
-        props: cells,
-    })
 }

@@ -714,31 +714,27 @@ impl Daemon {
         for name in names {
             let pool_name = pool_of(&name).to_string();
             let Some(imported) = pools.get(&pool_name) else { continue };
-            if name.contains('#') {
-                rows.push(crate::bookmarks::bookmark_row(imported, &name, &pool_name, &wanted, parsable, all)?);
-                continue;
+            let createtxg = if name.contains('#') {
+                imported.ds.bookmark_record(&name).map(|r| r.createtxg)
+            } else if name.contains('@') {
+                imported.ds.snapshot_record(&name).map(|r| r.createtxg)
+            } else {
+                imported.ds.record(&name).map(|r| r.createtxg)
             }
-            let record = if name.contains('@') { imported.ds.snapshot_record(&name) } else { imported.ds.record(&name) }
-                .map_err(|e| e.to_string())?;
+            .map_err(|e| e.to_string())?;
             let mut cells = Vec::new();
             for prop in &wanted {
                 let value = imported
                     .ds
                     .get_property(&name, prop, parsable, imported.altroot.as_deref())
                     .map_err(|e| format!("cannot get '{prop}' of '{name}': {e}"))?;
-                // `get all` of a snapshot: the properties snapshots have.
-                if all && name.contains('@') && value.value == "-" {
+                // `get all` of a snapshot or bookmark: the properties it has.
+                if all && (name.contains('@') || name.contains('#')) && value.value == "-" {
                     continue;
                 }
-                cells.push(PropCell {
-                    property: value.property,
-                    value: value.value,
-                    source: value.source,
-                    source_type: value.source_type,
-                    source_data: value.source_data,
-                });
+                cells.push(value.into());
             }
-            rows.push(DatasetRow { name, pool: pool_name, createtxg: record.createtxg, props: cells });
+            rows.push(DatasetRow { name, pool: pool_name, createtxg, props: cells });
         }
         Ok(Response::data(serde_json::to_value(rows).map_err(|e| e.to_string())?))
     }

@@ -220,6 +220,12 @@ pub struct PropCell {
     pub source_data: String,
 }
 
+impl From<tarn_ds::PropValue> for PropCell {
+    fn from(v: tarn_ds::PropValue) -> PropCell {
+        PropCell { property: v.property, value: v.value, source: v.source, source_type: v.source_type, source_data: v.source_data }
+    }
+}
+
 /// One dataset's or snapshot's properties (data of `props` and
 /// `typed_props`: `Vec<DatasetRow>`).
 #[derive(Clone, Debug, Serialize, Deserialize)]

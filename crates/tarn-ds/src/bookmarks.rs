@@ -289,13 +289,7 @@ impl Pool {
         let value = match def.name {
             "name" => name.to_string(),
             "type" => "bookmark".to_string(),
-            "creation" => {
-                if parsable {
-                    record.creation.to_string()
-                } else {
-                    crate::time::format_creation(record.creation)
-                }
-            }
+            "creation" => crate::time::creation_value(record.creation, parsable),
             "createtxg" => record.createtxg.to_string(),
             "guid" => record.guid.to_string(),
             // No space of its own.
@@ -308,12 +302,6 @@ impl Pool {
             }
             _ => "-".to_string(),
         };
-        Ok(PropValue {
-            property: def.name.to_string(),
-            value,
-            source: Source::None.display(),
-            source_type: Source::None.json_type().to_string(),
-            source_data: Source::None.json_data(),
-        })
+        Ok(PropValue::new(def.name, value, &Source::None))
     }
 }

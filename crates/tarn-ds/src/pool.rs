@@ -72,6 +72,18 @@ pub struct PropValue {
     pub source_data: String,
 }
 
+impl PropValue {
+    pub(crate) fn new(property: &str, value: String, source: &Source) -> PropValue {
+        PropValue {
+            property: property.to_string(),
+            value,
+            source: source.display(),
+            source_type: source.json_type().to_string(),
+            source_data: source.json_data(),
+        }
+    }
+}
+
 pub(crate) struct State {
     pub(crate) datasets: BTreeMap<String, DatasetRecord>,
     /// Snapshots by full name (`pool/fs@name`), kept in the same ZAP.
@@ -552,13 +564,7 @@ impl Pool {
             let value = match def.name {
                 "name" => name.to_string(),
                 "type" => "filesystem".to_string(),
-                "creation" => {
-                    if parsable {
-                        record.creation.to_string()
-                    } else {
-                        crate::time::format_creation(record.creation)
-                    }
-                }
+                "creation" => crate::time::creation_value(record.creation, parsable),
                 "used" => number(self.used_bytes(name)),
                 "available" => number(self.available_bytes(name)),
                 "referenced" => number(self.referenced_bytes(name)),
@@ -587,13 +593,7 @@ impl Pool {
             };
             (value, Source::None)
         };
-        Ok(PropValue {
-            property: def.name.to_string(),
-            value,
-            source: source.display(),
-            source_type: source.json_type().to_string(),
-            source_data: source.json_data(),
-        })
+        Ok(PropValue::new(def.name, value, &source))
     }
 
     /// A stored pool property (`comment`, `failmode`), or its default.

@@ -264,13 +264,7 @@ impl Pool {
         let value = match def.name {
             "name" => name.to_string(),
             "type" => "snapshot".to_string(),
-            "creation" => {
-                if parsable {
-                    record.creation.to_string()
-                } else {
-                    crate::time::format_creation(record.creation)
-                }
-            }
+            "creation" => crate::time::creation_value(record.creation, parsable),
             "used" => number(self.snapshot_used(name)?),
             "referenced" => number(referenced()),
             "createtxg" => record.createtxg.to_string(),
@@ -280,12 +274,6 @@ impl Pool {
             "guid" => record.guid.to_string(),
             _ => "-".to_string(),
         };
-        Ok(PropValue {
-            property: def.name.to_string(),
-            value,
-            source: Source::None.display(),
-            source_type: Source::None.json_type().to_string(),
-            source_data: Source::None.json_data(),
-        })
+        Ok(PropValue::new(def.name, value, &Source::None))
     }
 }

@@ -1,6 +1,15 @@
 //! Creation times as `zfs get creation` prints them (local time,
 //! `Mon Jan  1 12:00 2024`).
 
+/// `creation` as `zfs get` prints it: Unix seconds with `-p`, else local time.
+pub fn creation_value(unix_seconds: u64, parsable: bool) -> String {
+    if parsable {
+        unix_seconds.to_string()
+    } else {
+        format_creation(unix_seconds)
+    }
+}
+
 pub fn format_creation(unix_seconds: u64) -> String {
     let time = unix_seconds as libc::time_t;
     // SAFETY: localtime_r and strftime write only into the buffers given.
