@@ -188,18 +188,7 @@ fn tree_heights_and_whole_subtrees() {
     let dst = pool(Layout::Mirror);
     let head = new_head(&src);
     let os = src.open_objset(head).unwrap();
-    let (grow, tall, sparse) = {
-        let tx = src.begin();
-        let grow = os.create(&tx, ObjType(20), 512, &[1; BONUS_LEN]).unwrap();
-        os.write(&tx, grow, 0, &[5u8; 512]).unwrap();
-        let tall = os.create(&tx, ObjType(20), 512, &[2; BONUS_LEN]).unwrap();
-        // Blocks 0..4000 with data: two levels of indirects.
-        os.write(&tx, tall, 0, &vec![6u8; 4000 * 512]).unwrap();
-        let sparse = os.create(&tx, ObjType(21), 4096, &[3; BONUS_LEN]).unwrap();
-        os.write(&tx, sparse, 1 << 40, &[7u8; 4096]).unwrap();
-        (grow, tall, sparse)
-    };
-    src.sync().unwrap();
+    let (grow, tall, sparse) = tree_shapes(&src, &os);
     let s0 = snapshot(&src, head, &mut rng);
     {
         let tx = src.begin();

@@ -411,3 +411,21 @@ pub fn records(stream: &[u8]) -> Vec<(usize, u32, usize)> {
     }
     out
 }
+
+/// Three objects of different tree shapes, synced: `grow` (one 512-byte
+/// block, one level), `tall` (blocks 0..4000 of 512 bytes: two levels of
+/// indirects), `sparse` (one 4 KiB block at 1 TiB).
+pub fn tree_shapes(pool: &ObjPool, os: &ObjectSet) -> (ObjectId, ObjectId, ObjectId) {
+    use tarn_obj::{ObjType, BONUS_LEN};
+    let tx = pool.begin();
+    let grow = os.create(&tx, ObjType(20), 512, &[1; BONUS_LEN]).unwrap();
+    os.write(&tx, grow, 0, &[5u8; 512]).unwrap();
+    let tall = os.create(&tx, ObjType(20), 512, &[2; BONUS_LEN]).unwrap();
+    os.write(&tx, tall, 0, &vec![6u8; 4000 * 512]).unwrap();
+    let sparse = os.create(&tx, ObjType(21), 4096, &[3; BONUS_LEN]).unwrap();
+    os.write(&tx, sparse, 1 << 40, &[7u8; 4096]).unwrap();
+    drop(tx);
+    pool.sync().unwrap();
+    (grow, tall, sparse)
+}
+
