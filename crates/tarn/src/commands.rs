@@ -29,7 +29,12 @@ pub(crate) fn resolve_device(name: &str) -> String {
 pub static PARTIAL_FAILURE_EXIT: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
 
 pub(crate) fn send(socket: &Path, request: &Request) -> Result<Response, Failure> {
-    let response = client::call(socket, request)?;
+    send_with_fd(socket, request, None)
+}
+
+/// [`send`], passing `fd` with the request (`send`/`recv` streams).
+pub(crate) fn send_with_fd(socket: &Path, request: &Request, fd: Option<std::os::fd::RawFd>) -> Result<Response, Failure> {
+    let response = client::call_with_fd(socket, request, fd)?;
     print!("{}", response.stdout);
     eprint!("{}", response.stderr);
     if response.ok && response.exit != 0 {
