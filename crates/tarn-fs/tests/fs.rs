@@ -15,13 +15,6 @@ struct Env {
     fs: Arc<Fs>,
 }
 
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(default)
-}
-
 fn setup(name: &str) -> Env {
     setup_opts(name, FsOptions::default())
 }
@@ -482,7 +475,8 @@ fn xattrs() {
 
 #[test]
 fn big_directory_and_stable_offsets() {
-    let n = env_u64("TARN_COUNT", 100_000);
+    let run = tarn_testkit::seeded!(100_000);
+    let n = run.count;
     let e = setup("fsbigdir");
     let fs = &e.fs;
     let d = fs.mkdir(fs.root_ino(), b"big", 0o755, C).unwrap();

@@ -26,7 +26,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use rand::{RngCore, SeedableRng};
+use rand::RngCore;
 use rand_chacha::ChaCha8Rng;
 
 /// The `tarn` binary built for this test run.
@@ -492,61 +492,11 @@ fn unmount(path: &Path) {
 }
 
 // ---------------------------------------------------------------------------
-// Seeds and counts for randomized tests.
+// Seeds and counts for randomized tests: `tarn_testkit::seeded!(count)`
+// (the one TARN_SEED/TARN_COUNT parser of the workspace).
 
-/// Seed and operation count for a randomized test, from `TARN_SEED` and
-/// `TARN_COUNT`. Printing happens at creation and again, with the exact
-/// command to reproduce, if the test panics.
-pub struct Seeded {
-    pub seed: u64,
-    pub count: u64,
-    test: &'static str,
-}
-
-impl Seeded {
-    pub fn from_env(test: &'static str, count_default: u64) -> Seeded {
-        let seed = match std::env::var("TARN_SEED") {
-            Ok(v) => parse_seed(&v).unwrap_or_else(|| panic!("TARN_SEED={v:?} is not a number")),
-            Err(_) => 0x7a2e_5eed,
-        };
-        let count = std::env::var("TARN_COUNT")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(count_default);
-        eprintln!("{test}: TARN_SEED={seed} TARN_COUNT={count}");
-        Seeded { seed, count, test }
-    }
-
-    pub fn rng(&self, stream: u64) -> ChaCha8Rng {
-        let mut rng = ChaCha8Rng::seed_from_u64(self.seed);
-        rng.set_stream(stream);
-        rng
-    }
-}
-
-impl Drop for Seeded {
-    fn drop(&mut self) {
-        if thread::panicking() {
-            eprintln!(
-                "{}: FAILED with TARN_SEED={} TARN_COUNT={}; reproduce with:\n  \
-                 TARN_SEED={} TARN_COUNT={} cargo test -p tarn --test {} -- --nocapture",
-                self.test,
-                self.seed,
-                self.count,
-                self.seed,
-                self.count,
-                self.test.split("::").next().unwrap_or(self.test)
-            );
-        }
-    }
-}
-
-fn parse_seed(text: &str) -> Option<u64> {
-    match text.strip_prefix("0x") {
-        Some(hex) => u64::from_str_radix(hex, 16).ok(),
-        None => text.parse().ok(),
-    }
-}
+#[allow(unused_imports)]
+pub use tarn_testkit::Seeded;
 
 // ---------------------------------------------------------------------------
 // pool status -j: a tolerant reader of per-device error counters.
