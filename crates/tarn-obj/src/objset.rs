@@ -22,7 +22,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use tarn_block::{BlockIo, BlockPtr};
 
-use crate::format::{DnodePhys, ObjsetPhys, DNODES_PER_BLOCK, DNODE_SIZE, DN_IN_USE};
+use crate::format::{DnodePhys, ObjsetPhys, DNODES_PER_BLOCK, DNODE_SIZE, DN_IN_USE, DN_METADATA};
 use crate::pool::Shared;
 use crate::tree::{self, block_err};
 use crate::{ObjError, ObjInfo, ObjType, ObjectId, ObjsetId, Result, Tx, Txg, WriteProps, BONUS_LEN, MAX_BLOCK_SIZE};
@@ -33,6 +33,14 @@ pub(crate) struct Attrs {
     pub otype: u8,
     pub block_size: u32,
     pub bonus: [u8; BONUS_LEN],
+    /// `DN_METADATA`: a map, not user data.
+    pub metadata: bool,
+}
+
+impl Attrs {
+    fn of(c: &DnodePhys) -> Attrs {
+        Attrs { exists: c.in_use(), otype: c.otype, block_size: c.block_size, bonus: c.bonus, metadata: c.flags & DN_METADATA != 0 }
+    }
 }
 
 #[derive(Clone)]
@@ -55,8 +63,7 @@ impl DnodeState {
         if let Some((_, d)) = self.dirty.iter().next_back() {
             return d.attrs.clone();
         }
-        let c = &self.committed;
-        Attrs { exists: c.in_use(), otype: c.otype, block_size: c.block_size, bonus: c.bonus }
+        Attrs::of(&self.committed)
     }
 
     /// Upper bound of data blocks in the newest view.
@@ -220,10 +227,7 @@ impl ObjectSet {
             let attrs = match st.dirty.range(..txg).next_back() {
                 Some((_, d)) => d.attrs.clone(),
                 None if st.dirty.is_empty() => st.attrs(),
-                None => {
-                    let c = &st.committed;
-                    Attrs { exists: c.in_use(), otype: c.otype, block_size: c.block_size, bonus: c.bonus }
-                }
+                None => Attrs::of(&st.committed),
             };
             st.dirty.insert(txg, TxgDirty { blocks: BTreeMap::new(), frees: Vec::new(), attrs, freed: false, dirty_bytes: 0 });
             self.inner.dirty.lock().entry(txg).or_default().insert(dn.id, dn.clone());
@@ -260,7 +264,7 @@ impl ObjectSet {
             d.blocks.clear();
             d.frees.clear();
         }
-        d.attrs = Attrs { exists: true, otype: t.0, block_size, bonus: *bonus };
+        d.attrs = Attrs { exists: true, otype: t.0, block_size, bonus: *bonus, metadata: false };
         drop(st);
         *self.inner.object_delta.lock().entry(tx.txg()).or_default() += 1;
         let next = id.0 + 1;
@@ -311,6 +315,19 @@ impl ObjectSet {
             return Err(ObjError::NotFound(id.0));
         }
         self.dirty_for(&dn, &mut st, tx.txg()).attrs.bonus = *b;
+        Ok(())
+    }
+
+    /// Marks an object as metadata (`DN_METADATA`): the ZAP layer does for
+    /// every map it formats.
+    pub fn mark_metadata(&self, tx: &Tx, id: ObjectId) -> Result<()> {
+        self.check_writable()?;
+        let dn = self.dnode(id)?;
+        let mut st = dn.st.lock();
+        if !st.attrs().exists {
+            return Err(ObjError::NotFound(id.0));
+        }
+        self.dirty_for(&dn, &mut st, tx.txg()).attrs.metadata = true;
         Ok(())
     }
 
@@ -667,6 +684,17 @@ impl ObjectSet {
 
     pub fn logical_bytes(&self) -> u64 {
         self.inner.committed.lock().logical_bytes
+    }
+
+    /// Logical bytes of user data (level-0 blocks of objects that are not
+    /// metadata).
+    pub fn data_logical(&self) -> u64 {
+        self.inner.committed.lock().data_logical
+    }
+
+    /// Allocated bytes of the blocks `data_logical` counts.
+    pub fn data_bytes(&self) -> u64 {
+        self.inner.committed.lock().data_bytes
     }
 
     pub fn object_count(&self) -> u64 {

@@ -24,7 +24,7 @@ use tarn_block::{spacemap, Allocator, BlockIo, BlockPtr, WriteSpec};
 use tarn_dev::Device;
 use tarn_vdev::{PoolConfig, PoolState, TopConfig, TopVdev, Uberblock};
 
-use crate::format::{DnodePhys, ObjsetPhys, UberPayload, DNODES_PER_BLOCK, DNODE_SIZE, DN_IN_USE, META_BLOCK_SIZE, OT_OBJSET, OT_OBJSET_TABLE};
+use crate::format::{DnodePhys, ObjsetPhys, UberPayload, DNODES_PER_BLOCK, DNODE_SIZE, DN_IN_USE, DN_METADATA, META_BLOCK_SIZE, OT_OBJSET, OT_OBJSET_TABLE};
 use crate::objset::{ObjectSet, ObjsetInner, SyncItem};
 use crate::tree::{self, block_err, Changes, TreeCtx};
 use crate::*;
@@ -1034,11 +1034,17 @@ fn sync_objset(s: &Arc<Shared>, inner: &Arc<ObjsetInner>, txg: Txg) -> Result<Ob
         crate::par::par_map(&jobs, |(i, b, d, ot)| (*i, *b, s.io.write(d, spec_for(*ot), txg), d.len() as u64));
     let mut used_delta: i64 = 0;
     let mut logical_delta: i64 = 0;
+    let mut data_logical_delta: i64 = 0;
+    let mut data_delta: i64 = 0;
     for (i, b, r, lsize) in results {
         let bp = r.map_err(block_err)?;
         if !bp.is_hole() {
             used_delta += bp.asize() as i64;
             logical_delta += lsize as i64;
+            if !items[i].dirty.attrs.metadata {
+                data_logical_delta += lsize as i64;
+                data_delta += bp.asize() as i64;
+            }
         }
         items[i].written.insert(b, bp);
     }
@@ -1052,6 +1058,7 @@ fn sync_objset(s: &Arc<Shared>, inner: &Arc<ObjsetInner>, txg: Txg) -> Result<Ob
         let mut phys = it.base.clone();
         let mut used = phys.used_bytes as i64;
         let was_in_use = phys.in_use();
+        ctx.counting_data = phys.flags & DN_METADATA == 0;
         if it.dirty.freed || !it.dirty.attrs.exists {
             for bp in phys.bps {
                 ctx.free_subtree(&bp, phys.nlevels - 1)?;
@@ -1070,6 +1077,8 @@ fn sync_objset(s: &Arc<Shared>, inner: &Arc<ObjsetInner>, txg: Txg) -> Result<Ob
             phys.otype = a.otype;
             phys.block_size = a.block_size;
             phys.bonus = a.bonus;
+            phys.flags = if a.metadata { phys.flags | DN_METADATA } else { phys.flags & !DN_METADATA };
+            ctx.counting_data = !a.metadata;
             let written_used: i64 = it.written.values().map(|b| b.asize() as i64).sum();
             let ch = Changes { frees: std::mem::take(&mut it.dirty.frees), writes: std::mem::take(&mut it.written) };
             ctx.apply(&mut phys, &ch)?;
@@ -1134,6 +1143,8 @@ fn sync_objset(s: &Arc<Shared>, inner: &Arc<ObjsetInner>, txg: Txg) -> Result<Ob
     }
     committed.used_bytes = (committed.used_bytes as i64 + used_delta + ctx.used_delta).max(0) as u64;
     committed.logical_bytes = (committed.logical_bytes as i64 + logical_delta + ctx.logical_delta).max(0) as u64;
+    committed.data_logical = (committed.data_logical as i64 + data_logical_delta + ctx.data_logical_delta).max(0) as u64;
+    committed.data_bytes = (committed.data_bytes as i64 + data_delta + ctx.data_delta).max(0) as u64;
     committed.object_count = (committed.object_count as i64 + object_delta).max(0) as u64;
     let spec = WriteSpec { otype: OT_OBJSET, ..s.meta_spec(props.copies) };
     // The root's own size is known only after writing it: account a fixed
