@@ -205,23 +205,6 @@ fn fail(verb: &str, pool: &str) -> impl Fn(String) -> String {
     move |why| format!("{prefix}: {why}")
 }
 
-/// Opens a device that is to join a pool: it must exist and, unless
-/// `force`, must not belong to another pool that is not destroyed.
-fn open_new_device(path: &str, force: bool) -> Result<Arc<dyn tarn_dev::Device>, String> {
-    use std::os::unix::fs::FileTypeExt;
-    let meta = std::fs::metadata(path).map_err(|e| format!("cannot open '{path}': {e}"))?;
-    if !(meta.is_file() || meta.file_type().is_block_device()) {
-        return Err(format!("'{path}' is not a regular file or block device"));
-    }
-    let device = scan::open_device(path).map_err(|e| format!("cannot use '{path}': {e}"))?;
-    if let Ok(label) = tarn_vdev::read_label(&*device) {
-        if label.config.state != tarn_vdev::PoolState::Destroyed && !force {
-            return Err(format!("'{path}' is part of pool '{}' (use -f to override)", label.config.name));
-        }
-    }
-    Ok(device)
-}
-
 /// Reopens a leaf's device by path, checking that it still carries that
 /// leaf's label.
 fn reopen_leaf(leaf: &LeafStatus) -> Option<Arc<dyn tarn_dev::Device>> {
@@ -308,11 +291,11 @@ impl Daemon {
                         }
                     }
                 }
-                let device = open_new_device(&new_path, force)?;
+                let device = scan::open_new_device(&new_path, force)?;
                 obj.replace(&old, new_path, device).map_err(|e| e.to_string())
             }),
             Request::PoolAttach { pool, existing, new, force } => self.device_op(&pool, "attach", |obj| {
-                let device = open_new_device(&new, force)?;
+                let device = scan::open_new_device(&new, force)?;
                 obj.attach(&existing, new.clone(), device).map_err(|e| e.to_string())
             }),
             Request::PoolDetach { pool, device } => {
@@ -420,7 +403,7 @@ impl Daemon {
                 if known.contains(path) {
                     return Err(f(format!("'{path}' is already in the pool")));
                 }
-                devices.push((path.clone(), open_new_device(path, force).map_err(&f)?));
+                devices.push((path.clone(), scan::open_new_device(path, force).map_err(&f)?));
             }
             let kind = match group.kind {
                 VdevKind::Disk => TopKind::Disk,
@@ -449,7 +432,7 @@ impl Daemon {
             if known.contains(path) {
                 return Err(f(format!("'{path}' is already in the pool")));
             }
-            spare_devs.push((path.clone(), open_new_device(path, force).map_err(&f)?));
+            spare_devs.push((path.clone(), scan::open_new_device(path, force).map_err(&f)?));
         }
         if dry_run {
             let mut out = format!("would update '{pool}' to the following layout:\n");

@@ -35,6 +35,8 @@ mod clones;
 pub mod config;
 pub mod daemon;
 mod health;
+mod dataset_ops;
+mod listing;
 pub mod events;
 pub mod fdpass;
 mod mount;

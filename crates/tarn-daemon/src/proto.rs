@@ -76,6 +76,9 @@ pub enum Request {
         force: bool,
         #[serde(default)]
         dry_run: bool,
+        /// `-R`: the clones of the snapshots destroyed (and theirs) too.
+        #[serde(default)]
+        dependents: bool,
     },
     /// `list` and `get` of file systems: properties of datasets (and of
     /// the snapshots named in `datasets`). `props` empty = all.
@@ -84,7 +87,21 @@ pub enum Request {
     /// (`filesystem`, `snapshot`). A dataset's snapshots follow it, oldest
     /// first. Without `recursive`, `types == ["snapshot"]` lists the
     /// snapshots of the datasets named (as `zfs list -t snapshot fs` does).
-    TypedProps { datasets: Vec<String>, recursive: bool, props: Vec<String>, parsable: bool, types: Vec<String> },
+    /// `depth` (`-d N`): with `recursive`, only datasets at most N levels
+    /// below the named ones (a snapshot is one level below its dataset).
+    /// `sort` (`-s`/`-S`): (property, descending) keys, in order; rows are
+    /// sorted as a whole by their exact (`-p`) values, numbers as numbers.
+    TypedProps {
+        datasets: Vec<String>,
+        recursive: bool,
+        props: Vec<String>,
+        parsable: bool,
+        types: Vec<String>,
+        #[serde(default)]
+        depth: Option<u32>,
+        #[serde(default)]
+        sort: Vec<(String, bool)>,
+    },
     /// `snapshot [-r] fs@name...`: all in one txg, consistent with every
     /// write acknowledged before the request; `recursive`: the same name in
     /// every descendant too. All names must be in one pool.
@@ -155,6 +172,18 @@ pub enum Request {
     /// `recv -A dataset`: gives up a partially received stream.
     ReceiveAbort { dataset: String },
     Set { assignments: Vec<(String, String)>, dataset: String },
+    /// `inherit [-r] PROP DATASET...`: drops the local setting (from every
+    /// descendant too with `recursive`).
+    Inherit { prop: String, datasets: Vec<String>, recursive: bool },
+    /// `rename [-p] [-f] [-u] OLD NEW` (a dataset with its descendants,
+    /// snapshots and bookmarks; remounted at the new mountpoints unless
+    /// `no_mount`), `rename [-r] FS@A @B` (snapshots). Data: the (old, new)
+    /// name pairs renamed.
+    Rename { source: String, target: String, parents: bool, recursive: bool, force: bool, no_mount: bool },
+    /// `mount -a`: every dataset that has a mountpoint and is not mounted.
+    MountAll,
+    /// `unmount -a [-f]`: every mounted dataset.
+    UnmountAll { force: bool },
     Mount { dataset: Option<String> },
     Unmount { target: String, force: bool },
     DebugCheck { pool: String },

@@ -94,6 +94,12 @@ pub enum Command {
         parents: bool,
         #[arg(short = 'o', value_name = "PROP=VALUE", value_parser = assignment)]
         props: Vec<(String, String)>,
+        /// A volume of this size (not yet supported).
+        #[arg(short = 'V', value_name = "SIZE")]
+        volsize: Option<String>,
+        /// With -V: a sparse volume (not yet supported).
+        #[arg(short = 's', requires = "volsize")]
+        sparse: bool,
         dataset: String,
     },
     /// Destroy a dataset, or snapshots: DATASET@NAME, DATASET@FIRST%LAST
@@ -103,6 +109,10 @@ pub enum Command {
         /// every descendant.
         #[arg(short = 'r')]
         recursive: bool,
+        /// Everything that depends on it too: -r, and the clones of the
+        /// snapshots destroyed (with theirs, in turn).
+        #[arg(short = 'R')]
+        dependents: bool,
         /// Unmount busy file systems anyway.
         #[arg(short = 'f')]
         force: bool,
@@ -269,6 +279,15 @@ pub enum Command {
     List {
         #[arg(short = 'r')]
         recursive: bool,
+        /// Recurse at most DEPTH levels below each dataset (implies -r).
+        #[arg(short = 'd', value_name = "DEPTH")]
+        depth: Option<u32>,
+        /// Sort by this property, ascending (repeatable).
+        #[arg(short = 's', value_name = "PROP")]
+        sort_ascending: Vec<String>,
+        /// Sort by this property, descending (repeatable).
+        #[arg(short = 'S', value_name = "PROP")]
+        sort_descending: Vec<String>,
         #[arg(short = 'H')]
         scripted: bool,
         #[arg(short = 'p')]
@@ -291,6 +310,9 @@ pub enum Command {
         json: bool,
         #[arg(short = 'r')]
         recursive: bool,
+        /// Recurse at most DEPTH levels below each dataset (implies -r).
+        #[arg(short = 'd', value_name = "DEPTH")]
+        depth: Option<u32>,
         #[arg(short = 'o', value_name = "FIELDS", value_parser = comma_list)]
         fields: Option<CommaList>,
         #[arg(short = 't', value_name = "TYPE", value_parser = comma_list)]
@@ -304,14 +326,52 @@ pub enum Command {
         #[arg(required = true, num_args = 2.., value_name = "PROP=VALUE... DATASET")]
         args: Vec<String>,
     },
-    /// Mount a dataset, or list mounts.
-    Mount { dataset: Option<String> },
-    /// Unmount a dataset or mountpoint.
+    /// Clear a property's local setting: the value is inherited again (or
+    /// the default).
+    Inherit {
+        /// On every descendant too.
+        #[arg(short = 'r')]
+        recursive: bool,
+        #[arg(value_name = "PROP")]
+        prop: String,
+        #[arg(required = true, value_name = "DATASET")]
+        datasets: Vec<String>,
+    },
+    /// Rename a dataset (with its descendants, snapshots and bookmarks), or
+    /// a snapshot (FS@OLD FS@NEW, or @NEW).
+    Rename {
+        /// Create missing parents of the new name.
+        #[arg(short = 'p')]
+        parents: bool,
+        /// Snapshots: the same snapshot of every descendant too.
+        #[arg(short = 'r')]
+        recursive: bool,
+        /// Unmount busy file systems anyway.
+        #[arg(short = 'f')]
+        force: bool,
+        /// Do not mount the renamed file systems again.
+        #[arg(short = 'u')]
+        no_mount: bool,
+        #[arg(value_name = "DATASET|SNAPSHOT")]
+        source: String,
+        #[arg(value_name = "NEWNAME")]
+        target: String,
+    },
+    /// Mount a dataset (-a: every dataset that is not mounted), or list mounts.
+    Mount {
+        #[arg(short = 'a', conflicts_with = "dataset")]
+        all: bool,
+        dataset: Option<String>,
+    },
+    /// Unmount a dataset or mountpoint (-a: every mounted dataset).
     #[command(alias = "umount")]
     Unmount {
         #[arg(short = 'f')]
         force: bool,
-        target: String,
+        #[arg(short = 'a', conflicts_with = "target")]
+        all: bool,
+        #[arg(required_unless_present = "all")]
+        target: Option<String>,
     },
     /// Debugging aids.
     #[command(subcommand)]
@@ -321,11 +381,14 @@ pub enum Command {
     Alert(AlertCommand),
     /// Set up and start everything on this machine (daemon, pool, dataset).
     Up {
+        /// Where the vdevs, the daemon's state and the mount live (else
+        /// $TARN_HOME, else the daemon's state directory, /var/lib/tarn).
         #[arg(long, value_name = "DIR")]
         home: Option<PathBuf>,
     },
     /// Stop the daemon started by `tarn up`.
     Down {
+        /// As for `tarn up`.
         #[arg(long, value_name = "DIR")]
         home: Option<PathBuf>,
     },

@@ -8,7 +8,10 @@ use std::path::{Path, PathBuf};
 
 use tarn_daemon::proto::{Request, Response};
 
-/// `--socket`, then `TARN_SOCKET`, then `<state dir>/tarn.sock`.
+/// `--socket`, then `TARN_SOCKET`, then `<state dir>/tarn.sock` (the state
+/// directory `tarn daemon` and `tarn up` use by default: `TARN_STATE_DIR`,
+/// else /var/lib/tarn), then a `tarn up --home` directory named by
+/// `TARN_HOME` if a daemon listens there.
 pub fn socket_path(flag: Option<&Path>) -> PathBuf {
     if let Some(path) = flag {
         return path.to_path_buf();
@@ -16,7 +19,16 @@ pub fn socket_path(flag: Option<&Path>) -> PathBuf {
     if let Some(path) = std::env::var_os("TARN_SOCKET").filter(|p| !p.is_empty()) {
         return PathBuf::from(path);
     }
-    tarn_daemon::default_state_dir().join("tarn.sock")
+    let default = tarn_daemon::default_state_dir().join("tarn.sock");
+    if !default.exists() {
+        if let Some(home) = std::env::var_os("TARN_HOME").filter(|p| !p.is_empty()) {
+            let candidate = crate::up::absolute(Path::new(&home)).join("tarn.sock");
+            if candidate.exists() {
+                return candidate;
+            }
+        }
+    }
+    default
 }
 
 pub fn call(socket: &Path, request: &Request) -> Result<Response, String> {

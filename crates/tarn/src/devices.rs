@@ -156,7 +156,7 @@ pub fn run(socket: &Path, command: PoolCommand) -> Result<i32, Failure> {
         })),
         PoolCommand::Replace { force, wait, pool, old, new } => {
             let old = resolve_member(&old);
-            let new = new.map(|n| resolve_device(&n));
+            let new = new.map(|n| resolve_device(&n)).transpose().map_err(|e| Failure::from(format!("cannot replace {old}: {e}")))?;
             send(socket, &Request::PoolReplace { pool: pool.clone(), old, new, force })?;
             if wait {
                 wait_for(socket, &pool, "replace")?;
@@ -164,7 +164,8 @@ pub fn run(socket: &Path, command: PoolCommand) -> Result<i32, Failure> {
             Ok(0)
         }
         PoolCommand::Attach { force, wait, pool, existing, new } => {
-            let request = Request::PoolAttach { pool: pool.clone(), existing: resolve_member(&existing), new: resolve_device(&new), force };
+            let new = resolve_device(&new).map_err(|e| Failure::from(format!("cannot attach {new} to {existing}: {e}")))?;
+            let request = Request::PoolAttach { pool: pool.clone(), existing: resolve_member(&existing), new, force };
             send(socket, &request)?;
             if wait {
                 wait_for(socket, &pool, "resilver")?;
@@ -178,7 +179,7 @@ pub fn run(socket: &Path, command: PoolCommand) -> Result<i32, Failure> {
         PoolCommand::Add { force, dry_run, pool, vdevs } => {
             let mut spec = vdevspec::parse_pool_spec(&vdevs).map_err(|e| Failure::from(format!("cannot add to '{pool}': {e}")))?;
             for device in spec.vdevs.iter_mut().flat_map(|g| g.devices.iter_mut()).chain(spec.spares.iter_mut()) {
-                *device = resolve_device(device);
+                *device = resolve_device(device).map_err(|e| Failure::from(format!("cannot add to '{pool}': {e}")))?;
             }
             send(socket, &Request::PoolAdd { pool, vdevs: spec.vdevs, spares: spec.spares, force, dry_run })?;
             Ok(0)
