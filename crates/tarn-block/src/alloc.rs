@@ -7,6 +7,14 @@
 //!   only after txg F + DEFER_TXGS has synced, so the trees of the last
 //!   DEFER_TXGS uberblocks stay intact on disk (rewind with `import -F`).
 //! - An extent is in exactly one of: free tree, deferred list, allocated.
+//!
+//! Placement: data fills each vdev from the front (first fit after a
+//! cursor), metadata from the back (last fit before a cursor of its own).
+//! Kept apart, the 16 KiB-128 KiB metadata blocks that every txg rewrites
+//! free room of their own size as they move; mixed with small data blocks
+//! they would find only the 4 KiB holes that deleting small files leaves
+//! on a full pool, and a txg could fail for want of a contiguous extent
+//! with megabytes free.
 
 use std::collections::BTreeMap;
 
@@ -39,6 +47,8 @@ pub struct VdevSpace {
     free: BTreeMap<u64, u64>,
     pub free_bytes: u64,
     cursor: u64,
+    /// Metadata is placed at or below this (it moves down).
+    meta_cursor: u64,
 }
 
 impl VdevSpace {
@@ -47,7 +57,7 @@ impl VdevSpace {
         if asize > 0 {
             free.insert(0, asize);
         }
-        VdevSpace { asize, free, free_bytes: asize, cursor: 0 }
+        VdevSpace { asize, free, free_bytes: asize, cursor: 0, meta_cursor: asize }
     }
 
     /// First fit at or after the cursor, wrapping once.
@@ -67,6 +77,27 @@ impl VdevSpace {
         let start = pick(&self.free, self.cursor).or_else(|| pick(&self.free, 0))?;
         self.remove_free(start, len);
         self.cursor = start + len;
+        Some(start)
+    }
+
+    /// Last fit ending at or below the metadata cursor, wrapping once.
+    fn alloc_back(&mut self, len: u64, align: u64) -> Option<u64> {
+        let pick = |free: &BTreeMap<u64, u64>, below: u64| -> Option<u64> {
+            for (&s, &l) in free.range(..below).rev() {
+                let end = (s + l).min(below);
+                if end < len {
+                    continue;
+                }
+                let start = (end - len) / align * align;
+                if start >= s {
+                    return Some(start);
+                }
+            }
+            None
+        };
+        let start = pick(&self.free, self.meta_cursor).or_else(|| pick(&self.free, self.asize))?;
+        self.remove_free(start, len);
+        self.meta_cursor = start;
         Some(start)
     }
 
@@ -166,8 +197,9 @@ impl Allocator {
     }
 
     /// Allocate `len` bytes (per vdev, computed by `len_for`) on a vdev not
-    /// in `avoid` if possible. Returns (vdev, offset, len).
-    pub fn alloc(&mut self, len_for: &dyn Fn(usize) -> u64, align_for: &dyn Fn(usize) -> u64, avoid: &[u32]) -> Option<Extent> {
+    /// in `avoid` if possible; `metadata` blocks are placed from the back
+    /// (see the module doc). Returns (vdev, offset, len).
+    pub fn alloc(&mut self, len_for: &dyn Fn(usize) -> u64, align_for: &dyn Fn(usize) -> u64, avoid: &[u32], metadata: bool) -> Option<Extent> {
         let n = self.vdevs.len();
         if n == 0 {
             return None;
@@ -179,7 +211,9 @@ impl Allocator {
                     continue;
                 }
                 let len = len_for(v);
-                if let Some(off) = self.vdevs[v].alloc(len, align_for(v)) {
+                let vs = &mut self.vdevs[v];
+                let placed = if metadata { vs.alloc_back(len, align_for(v)) } else { vs.alloc(len, align_for(v)) };
+                if let Some(off) = placed {
                     let e = Extent { vdev: v as u32, offset: off, len };
                     self.records.push(Record { kind: RecordKind::Alloc, extent: e });
                     if v == self.rotor {
@@ -282,8 +316,8 @@ mod tests {
     #[test]
     fn alloc_free_defer_merge() {
         let mut a = Allocator::new(&[1 << 20, 1 << 20]);
-        let e1 = a.alloc(&|_| 4096, &|_| 4096, &[]).unwrap();
-        let e2 = a.alloc(&|_| 4096, &|_| 4096, &[e1.vdev]).unwrap();
+        let e1 = a.alloc(&|_| 4096, &|_| 4096, &[], false).unwrap();
+        let e2 = a.alloc(&|_| 4096, &|_| 4096, &[e1.vdev], false).unwrap();
         assert_ne!(e1.vdev, e2.vdev);
         assert_eq!(a.free_bytes(), (2 << 20) - 8192);
         a.free(e1, 10);
@@ -293,5 +327,27 @@ mod tests {
         assert_eq!(a.free_bytes(), (2 << 20) - 4096);
         assert!(!a.vdevs[e1.vdev as usize].add_free(e1.offset, e1.len), "double free refused");
         assert_eq!(a.vdevs[e1.vdev as usize].extent_count(), 1, "merged back");
+    }
+
+    #[test]
+    fn metadata_fills_from_the_back_data_from_the_front() {
+        let mut a = Allocator::new(&[1 << 20]);
+        let d = a.alloc(&|_| 4096, &|_| 4096, &[], false).unwrap();
+        let m = a.alloc(&|_| 16384, &|_| 4096, &[], true).unwrap();
+        assert_eq!(d.offset, 0);
+        assert_eq!(m.offset, (1 << 20) - 16384);
+        let m2 = a.alloc(&|_| 8192, &|_| 4096, &[], true).unwrap();
+        assert_eq!(m2.offset, (1 << 20) - 16384 - 8192, "metadata packs downwards");
+        // A freed metadata block's room is found again by metadata.
+        a.free(m, 1);
+        a.release_deferred(1 + DEFER_TXGS);
+        let m3 = a.alloc(&|_| 16384, &|_| 4096, &[], true).unwrap();
+        assert_eq!(m3.offset, m.offset);
+        // Both kinds use the whole vdev when the other end is full.
+        let mut b = Allocator::new(&[64 << 10]);
+        for _ in 0..16 {
+            assert!(b.alloc(&|_| 4096, &|_| 4096, &[], true).is_some());
+        }
+        assert!(b.alloc(&|_| 4096, &|_| 4096, &[], false).is_none());
     }
 }

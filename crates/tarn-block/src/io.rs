@@ -28,6 +28,9 @@ pub struct WriteSpec {
     pub copies: u8,
     pub level: u8,
     pub otype: u8,
+    /// Metadata (indirect and dnode blocks, maps, object-set roots, the
+    /// MOS, the space map log): placed apart from data (alloc.rs).
+    pub metadata: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -123,7 +126,7 @@ impl BlockIo {
 
     /// Allocate `copies` DVAs for a physical block of `psize` bytes, on
     /// distinct top-level vdevs where there are enough of them.
-    pub fn allocate(&self, psize: u64, copies: u8) -> Result<Vec<Dva>, BlockError> {
+    pub fn allocate(&self, psize: u64, copies: u8, metadata: bool) -> Result<Vec<Dva>, BlockError> {
         let tops = self.tops();
         let mut a = self.alloc.lock();
         let mut dvas: Vec<Dva> = Vec::new();
@@ -131,7 +134,16 @@ impl BlockIo {
             let avoid: Vec<u32> = dvas.iter().map(|d| d.vdev).collect();
             let size_of = |v: usize| tops.get(v).map_or(u64::MAX, |t| t.alloc_size(psize));
             let sector_of = |v: usize| tops.get(v).map_or(512, |t| t.sector());
-            let e = a.alloc(&size_of, &sector_of, &avoid).ok_or(BlockError::NoSpace)?;
+            let e = match a.alloc(&size_of, &sector_of, &avoid, metadata) {
+                Some(e) => e,
+                None => {
+                    if std::env::var_os("TARN_DEBUG_SPACE").is_some() {
+                        let largest: Vec<u64> = a.vdevs.iter().map(|v| v.free_extents().map(|(_, l)| l).max().unwrap_or(0)).collect();
+                        eprintln!("alloc failed: psize {psize} copies {copies} free {} largest {largest:?} extents {:?}", a.free_bytes(), a.vdevs.iter().map(|v| v.extent_count()).collect::<Vec<_>>());
+                    }
+                    return Err(BlockError::NoSpace);
+                }
+            };
             dvas.push(Dva { vdev: e.vdev, asize: e.len as u32, offset: e.offset });
         }
         Ok(dvas)
@@ -149,7 +161,7 @@ impl BlockIo {
         };
         let psize = self.psize_for(phys.len());
         phys.resize(psize as usize, 0);
-        let dvas = self.allocate(psize, spec.copies)?;
+        let dvas = self.allocate(psize, spec.copies, spec.metadata)?;
         let mut bp = BlockPtr::HOLE;
         bp.ndva = dvas.len() as u8;
         for (i, d) in dvas.iter().enumerate() {

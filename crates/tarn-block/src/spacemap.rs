@@ -102,7 +102,7 @@ pub fn decode(b: &[u8]) -> Result<LogBlock, String> {
 }
 
 fn spec() -> WriteSpec {
-    WriteSpec { compression: Compression::Off, checksum: ChecksumKind::Fletcher4, copies: LOG_COPIES, level: 0, otype: OTYPE_SPACEMAP }
+    WriteSpec { compression: Compression::Off, checksum: ChecksumKind::Fletcher4, copies: LOG_COPIES, level: 0, otype: OTYPE_SPACEMAP, metadata: true }
 }
 
 /// Write the records of `txg` as log blocks after `prev` (or a BASE chain
@@ -127,7 +127,7 @@ pub fn write_log(io: &BlockIo, txg: u64, prev: BlockPtr, mut records: Vec<Record
     let mut dvas_per_block = Vec::with_capacity(k);
     for &c in &counts {
         let psize = io.psize_for(HEADER + c * RECORD);
-        let dvas = io.allocate(psize, copies)?;
+        let dvas = io.allocate(psize, copies, true)?;
         for d in &dvas {
             records.push(Record { kind: RecordKind::Alloc, extent: Extent { vdev: d.vdev, offset: d.offset, len: d.asize as u64 } });
         }

@@ -775,7 +775,8 @@ pub(crate) fn mount_dataset(imported: &mut Imported, name: &str) -> Result<(), S
     let settings = imported.ds.settings(name).map_err(|e| e.to_string())?;
     let os = imported.ds.objset(name).map_err(|e| e.to_string())?;
     let snapshots = mount::snapshot_source(&imported.ds, name, &settings);
-    let mounted = Mounted::mount(imported.ds.obj().clone(), os, &settings, name, &path, Some(snapshots))?;
+    let limit = mount::space_limit(&imported.ds, &os);
+    let mounted = Mounted::mount(imported.ds.obj().clone(), os, &settings, name, &path, Some(snapshots), Some(limit))?;
     imported.mounts.insert(name.to_string(), mounted);
     Ok(())
 }

@@ -23,6 +23,7 @@ pub mod bookmarks;
 pub mod clones;
 pub mod pool;
 pub mod props;
+pub mod quota;
 pub mod rename;
 pub mod replication;
 pub mod size;

@@ -107,6 +107,7 @@ pub struct Pool {
     /// meanwhile, as if held.
     pub(crate) sending: Mutex<BTreeMap<String, usize>>,
     pub(crate) state: RwLock<State>,
+    pub(crate) quota_cache: crate::quota::SharedQuotaCache,
 }
 
 pub(crate) fn now_unix() -> u64 {
@@ -192,6 +193,7 @@ impl Pool {
             props_zap,
             change: Mutex::new(()),
             sending: Mutex::new(BTreeMap::new()),
+            quota_cache: Default::default(),
             state: RwLock::new(State {
                 datasets: BTreeMap::from([(name.clone(), record)]),
                 snapshots: BTreeMap::new(),
@@ -264,6 +266,7 @@ impl Pool {
             change: Mutex::new(()),
             sending: Mutex::new(BTreeMap::new()),
             state: RwLock::new(State { datasets, snapshots, bookmarks, objsets, pool_props }),
+            quota_cache: Default::default(),
         };
         let names: Vec<String> = pool.state.read().datasets.keys().cloned().collect();
         for name in names {
@@ -613,10 +616,11 @@ impl Pool {
         self.objset(name).map(|os| self.obj.deflate(os.used_bytes())).unwrap_or(0)
     }
 
-    /// Space the dataset can still use: the pool's free space, capped by
-    /// the quota of the dataset and of every ancestor.
+    /// Space the dataset can still use: what the pool has available (its
+    /// free space less the slop), capped by the quota of the dataset and of
+    /// every ancestor.
     pub fn available_bytes(&self, name: &str) -> u64 {
-        let mut available = self.obj.deflate(self.obj.space().free);
+        let mut available = self.obj.deflate(self.obj.space().available);
         let mut current = Some(name);
         while let Some(dataset) = current {
             let quota = self.state.read().datasets.get(dataset).and_then(|r| r.props.get("quota").cloned());

@@ -99,11 +99,13 @@ mod par;
 mod pool;
 pub mod scan;
 mod snap;
+pub mod space;
 mod tree;
 mod vdevs;
 
 pub use objset::ObjectSet;
-pub use pool::{deflate_ratio, ObjPool, MOS_OBJSET_TABLE};
+pub use pool::{ObjPool, MOS_OBJSET_TABLE};
+pub use space::{deflate_ratio, slop_bytes};
 
 pub use tarn_vdev::{DevState, TopKind};
 
@@ -128,11 +130,16 @@ pub struct ImportOptions {
     pub readonly: bool,
 }
 
+/// Raw bytes (all copies, raidz parity included); `ObjPool::deflate`
+/// turns them into bytes of user data.
 #[derive(Clone, Copy, Debug, Default, serde::Serialize)]
 pub struct PoolSpace {
     pub size: u64,
     pub alloc: u64,
+    /// Free, frees still in the defer window included.
     pub free: u64,
+    /// What users may still fill: `free` less the slop (see `space.rs`).
+    pub available: u64,
 }
 
 #[derive(Clone, Debug, serde::Serialize)]

@@ -24,6 +24,7 @@ use tarn_block::{BlockIo, BlockPtr};
 
 use crate::format::{DnodePhys, ObjsetPhys, DNODES_PER_BLOCK, DNODE_SIZE, DN_IN_USE, DN_METADATA};
 use crate::pool::Shared;
+use crate::space::Charge;
 use crate::tree::{self, block_err};
 use crate::{ObjError, ObjInfo, ObjType, ObjectId, ObjsetId, Result, Tx, Txg, WriteProps, BONUS_LEN, MAX_BLOCK_SIZE};
 
@@ -50,7 +51,8 @@ pub(crate) struct TxgDirty {
     pub attrs: Attrs,
     /// The object was freed (and its old tree must be released) in this txg.
     pub freed: bool,
-    pub dirty_bytes: u64,
+    /// What this record's dirty blocks are charged (space.rs).
+    pub charge: Charge,
 }
 
 pub(crate) struct DnodeState {
@@ -119,6 +121,9 @@ pub(crate) struct ObjsetInner {
     pub readonly: std::sync::atomic::AtomicBool,
     /// Block pointer of the committed ObjsetPhys block.
     pub root_bp: Mutex<BlockPtr>,
+    /// Bytes of this object set's dirty blocks not yet written (quotas
+    /// count them: ZFS's temporary reservations).
+    pub dirty_bytes: AtomicU64,
 }
 
 pub(crate) const HANDLE_CACHE_MAX: usize = 65536;
@@ -137,7 +142,14 @@ impl ObjsetInner {
             destroyed: std::sync::atomic::AtomicBool::new(false),
             readonly: std::sync::atomic::AtomicBool::new(false),
             root_bp: Mutex::new(root_bp),
+            dirty_bytes: AtomicU64::new(0),
         })
+    }
+
+    /// Give back a dirty record's charge (written, or thrown away).
+    pub(crate) fn discharge(&self, s: &Shared, c: Charge) {
+        let _ = self.dirty_bytes.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| Some(v.saturating_sub(c.bytes)));
+        s.undirty(c);
     }
 
     /// Read the on-disk DnodePhys of `id` from the committed meta tree.
@@ -204,6 +216,45 @@ impl ObjectSet {
         &self.shared.io
     }
 
+    /// Copies this object set's blocks are written with (the MOS: metadata's).
+    fn copies(&self) -> u8 {
+        let copies = self.inner.props.lock().copies;
+        if self.inner.id == crate::pool::MOS_OBJSET_ID {
+            self.shared.meta_spec(copies).copies
+        } else {
+            copies
+        }
+    }
+
+    fn charge_of(&self, len: u64) -> Charge {
+        self.shared.block_charge(len, self.copies())
+    }
+
+    fn add_charge(&self, d: &mut TxgDirty, c: Charge) {
+        d.charge.add(c);
+        self.inner.dirty_bytes.fetch_add(c.bytes, Ordering::Relaxed);
+        self.shared.add_dirty(c);
+    }
+
+    fn drop_charge(&self, d: &mut TxgDirty, c: Charge) {
+        d.charge.sub(c);
+        self.inner.discharge(&self.shared, c);
+    }
+
+    /// Bytes of this object set's changes not yet written out.
+    pub fn dirty_bytes(&self) -> u64 {
+        self.inner.dirty_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Before a change that adds `bytes` of new data, outside any
+    /// transaction: waits (syncing txgs) until the pool can take them, or
+    /// answers `NoSpace` when nothing pending can make room (space.rs).
+    pub fn reserve(&self, bytes: u64) -> Result<()> {
+        self.check_writable()?;
+        let charge = self.charge_of(bytes);
+        self.shared.reserve_space(charge.asize)
+    }
+
     fn check_writable(&self) -> Result<()> {
         if let Some(m) = self.shared.suspended.lock().clone() {
             return Err(ObjError::Io(m));
@@ -229,16 +280,18 @@ impl ObjectSet {
                 None if st.dirty.is_empty() => st.attrs(),
                 None => Attrs::of(&st.committed),
             };
-            st.dirty.insert(txg, TxgDirty { blocks: BTreeMap::new(), frees: Vec::new(), attrs, freed: false, dirty_bytes: 0 });
+            st.dirty.insert(txg, TxgDirty { blocks: BTreeMap::new(), frees: Vec::new(), attrs, freed: false, charge: Charge::default() });
             self.inner.dirty.lock().entry(txg).or_default().insert(dn.id, dn.clone());
             self.shared.note_dirty_objset(txg, self.inner.id);
+            let meta_copies = self.shared.meta_spec(self.copies()).copies;
+            self.shared.note_dirty_dnode(txg, self.inner.id, dn.id.0, meta_copies);
         }
         st.dirty.get_mut(&txg).expect("just inserted")
     }
 
     pub fn create(&self, tx: &Tx, t: ObjType, block_size: u32, bonus: &[u8; BONUS_LEN]) -> Result<ObjectId> {
         self.check_writable()?;
-        self.shared.check_space()?;
+        self.shared.check_space(self.charge_of(u64::from(crate::format::META_BLOCK_SIZE)).asize)?;
         let id = ObjectId(self.inner.next_object.fetch_add(1, Ordering::Relaxed));
         self.create_with_id(tx, id, t, block_size, bonus)?;
         Ok(id)
@@ -280,8 +333,8 @@ impl ObjectSet {
             return Err(ObjError::NotFound(id.0));
         }
         let d = self.dirty_for(&dn, &mut st, tx.txg());
-        self.shared.undirty(d.dirty_bytes);
-        d.dirty_bytes = 0;
+        let all = d.charge;
+        self.drop_charge(d, all);
         d.blocks.clear();
         d.frees.clear();
         d.freed = true;
@@ -299,7 +352,7 @@ impl ObjectSet {
             return Err(ObjError::NotFound(id.0));
         }
         let used = if st.dirty.values().any(|d| d.freed) { 0 } else { st.committed.used_bytes };
-        let dirty: u64 = st.dirty.values().map(|d| d.dirty_bytes).sum();
+        let dirty: u64 = st.dirty.values().map(|d| d.charge.bytes).sum();
         Ok(ObjInfo { otype: ObjType(a.otype), block_size: a.block_size, length: st.nblocks() * a.block_size as u64, used_bytes: used + dirty, bonus: a.bonus })
     }
 
@@ -364,11 +417,9 @@ impl ObjectSet {
             data.resize(block_size as usize, 0);
             let nb = data.len() as u64;
             if let Some(prev) = d.blocks.insert(0, Arc::new(data)) {
-                self.shared.undirty(prev.len() as u64);
-                d.dirty_bytes -= prev.len() as u64;
+                self.drop_charge(d, self.charge_of(prev.len() as u64));
             }
-            d.dirty_bytes += nb;
-            self.shared.add_dirty(nb);
+            self.add_charge(d, self.charge_of(nb));
         }
         Ok(())
     }
@@ -575,11 +626,9 @@ impl ObjectSet {
                     }
                 };
                 if let Some(prev) = d.blocks.insert(blkid, Arc::new(data)) {
-                    d.dirty_bytes -= prev.len() as u64;
-                    self.shared.undirty(prev.len() as u64);
+                    self.drop_charge(d, self.charge_of(prev.len() as u64));
                 }
-                d.dirty_bytes += bs as u64;
-                self.shared.add_dirty(bs as u64);
+                self.add_charge(d, self.charge_of(bs as u64));
             }
         }
         for (_, newer) in st.dirty.range_mut(txg + 1..) {
@@ -597,7 +646,7 @@ impl ObjectSet {
     /// a txg never fails for space.
     pub fn write_data(&self, tx: &Tx, id: ObjectId, offset: u64, data: &[u8]) -> Result<()> {
         self.check_writable()?;
-        self.shared.check_space()?;
+        self.shared.check_space(self.charge_of(data.len() as u64).asize)?;
         self.write(tx, id, offset, data)
     }
 
@@ -669,8 +718,7 @@ impl ObjectSet {
             let doomed: Vec<u64> = d.blocks.range(first_full..last_full).map(|(&k, _)| k).collect();
             for k in doomed {
                 if let Some(b) = d.blocks.remove(&k) {
-                    d.dirty_bytes -= b.len() as u64;
-                    self.shared.undirty(b.len() as u64);
+                    self.drop_charge(d, self.charge_of(b.len() as u64));
                 }
             }
             d.frees.push((first_full, last_full));
@@ -801,6 +849,7 @@ mod tests {
         }
         pool.sync().unwrap();
         assert_eq!(pool.dirty_bytes(), 0);
+        assert_eq!(pool.dirty_asize(), 0, "every charge is given back once its txg is written");
         assert!(pool.check().ok());
     }
 }

@@ -55,6 +55,9 @@ pub(crate) struct Shared {
     pub open_txg: AtomicU64,
     pub synced_txg: AtomicU64,
     pub dirty_bytes: AtomicU64,
+    /// Raw space the dirty data may take when written (see space.rs).
+    pub dirty_asize: AtomicU64,
+    pub meta_charges: Mutex<crate::space::MetaCharges>,
     pub dirty_objsets: Mutex<BTreeMap<Txg, HashSet<ObjsetId>>>,
     pub objsets: Mutex<HashMap<ObjsetId, Arc<ObjsetInner>>>,
     pub mos: Arc<ObjsetInner>,
@@ -93,22 +96,6 @@ pub(crate) struct SyncSignal {
 }
 
 impl Shared {
-    /// Refuse new data when free space (less dirty data not yet allocated
-    /// and a slop of 1/32 of the pool) runs out, so a txg never fails for space.
-    pub fn check_space(&self) -> Result<()> {
-        self.check_suspended()?;
-        let (size, free) = {
-            let a = self.io.alloc.lock();
-            (a.total_bytes(), a.free_bytes())
-        };
-        let slop = (size / 32).max(1 << 20);
-        let dirty = self.dirty_bytes.load(Ordering::Relaxed).saturating_mul(2);
-        if free < slop.saturating_add(dirty) {
-            return Err(ObjError::NoSpace);
-        }
-        Ok(())
-    }
-
     /// While the pool is suspended, new changes wait (`failmode=wait`, the
     /// default, until the pool is cleared or exported) or fail at once
     /// (`failmode=continue`).
@@ -146,24 +133,12 @@ impl Shared {
         }
     }
 
-    pub fn add_dirty(&self, n: u64) {
-        let now = self.dirty_bytes.fetch_add(n, Ordering::Relaxed) + n;
-        let max = self.tunables.lock().dirty_data_max;
-        if now > max / 4 {
-            self.kick(0);
-        }
-    }
-
-    pub fn undirty(&self, n: u64) {
-        let _ = self.dirty_bytes.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| Some(v.saturating_sub(n)));
-    }
-
     pub fn note_dirty_objset(&self, txg: Txg, id: ObjsetId) {
         self.dirty_objsets.lock().entry(txg).or_default().insert(id);
     }
 
     /// Ask the sync thread to sync up to `txg` (0: whatever is open).
-    fn kick(&self, txg: Txg) {
+    pub(crate) fn kick(&self, txg: Txg) {
         let mut s = self.cv_lock.lock();
         let want = if txg == 0 { self.open_txg.load(Ordering::Relaxed) } else { txg };
         if want > s.wanted {
@@ -173,7 +148,7 @@ impl Shared {
     }
 
     pub(crate) fn meta_spec(&self, copies: u8) -> WriteSpec {
-        WriteSpec { compression: Compression::Lz4, checksum: ChecksumKind::Fletcher4, copies: (copies + 1).min(3), level: 0, otype: 0 }
+        WriteSpec { compression: Compression::Lz4, checksum: ChecksumKind::Fletcher4, copies: (copies + 1).min(3), level: 0, otype: 0, metadata: true }
     }
 }
 
@@ -194,30 +169,6 @@ fn random_guid() -> u64 {
     }
     let g = u64::from_le_bytes(b) ^ now_ns();
     g.max(1)
-}
-
-/// Data share of the raw space, as numerator/denominator: raidz parity is
-/// not space users can fill, so user-facing sizes are "deflated" by it, as
-/// in ZFS.
-pub fn deflate_ratio(config: &tarn_vdev::PoolConfig) -> (u64, u64) {
-    let mut data = 0u128;
-    let mut total = 0u128;
-    for top in &config.top {
-        let children = top.children.len().max(1) as u128;
-        let parity = match top.kind {
-            tarn_vdev::TopKind::Raidz { parity } => parity as u128,
-            _ => 0,
-        };
-        let asize = top.asize.max(1) as u128;
-        total += asize * children;
-        data += asize * children.saturating_sub(parity).max(1);
-    }
-    if total == 0 {
-        return (1, 1);
-    }
-    // Keep the numbers small enough to multiply u64 byte counts by.
-    let scale = 1u128 << 20;
-    (((data * scale) / total).max(1) as u64, scale as u64)
 }
 
 pub(crate) fn default_props() -> WriteProps {
@@ -295,6 +246,8 @@ impl ObjPool {
             open_txg: AtomicU64::new(open_txg),
             synced_txg: AtomicU64::new(open_txg - 1),
             dirty_bytes: AtomicU64::new(0),
+            dirty_asize: AtomicU64::new(0),
+            meta_charges: Mutex::new(Default::default()),
             dirty_objsets: Mutex::new(BTreeMap::new()),
             objsets: Mutex::new(HashMap::new()),
             mos,
@@ -547,25 +500,7 @@ impl ObjPool {
 
     /// Sync the open txg now and wait until it is on disk.
     pub fn sync(&self) -> Result<Txg> {
-        let s = &self.shared;
-        if s.readonly {
-            return Ok(s.synced_txg.load(Ordering::Acquire));
-        }
-        let target = s.open_txg.load(Ordering::Acquire);
-        s.kick(target);
-        let mut g = s.cv_lock.lock();
-        loop {
-            if s.synced_txg.load(Ordering::Acquire) >= target {
-                return Ok(target);
-            }
-            if let Some(e) = s.last_error.lock().clone() {
-                return Err(ObjError::Io(e));
-            }
-            if s.shutdown.load(Ordering::Relaxed) {
-                return Err(ObjError::Io("pool is shutting down".into()));
-            }
-            s.cv_done.wait_for(&mut g, Duration::from_millis(100));
-        }
+        sync_and_wait(&self.shared)
     }
 
     /// `failmode`: wait (true) or continue (false, the library default;
@@ -612,9 +547,10 @@ impl ObjPool {
     }
 
     /// Space as users see it: frees waiting out the defer window count as
-    /// free (they are reusable within a few txgs).
+    /// free (they are reusable within a few txgs); `available` leaves out
+    /// the slop.
     pub fn space(&self) -> PoolSpace {
-        space(&self.shared)
+        self.shared.space()
     }
 
     pub fn status(&self) -> PoolStatus {
@@ -663,13 +599,18 @@ impl ObjPool {
 
     /// `raw` bytes of pool space expressed as space users can fill.
     pub fn deflate(&self, raw: u64) -> u64 {
-        let (n, d) = deflate_ratio(&self.shared.config.lock());
+        let (n, d) = crate::space::deflate_ratio(&self.shared.config.lock());
         ((raw as u128 * n as u128) / d.max(1) as u128) as u64
     }
 
     /// Bytes of changes not yet written out (what the write throttle counts).
     pub fn dirty_bytes(&self) -> u64 {
         self.shared.dirty_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Raw space the changes not yet written out may take (worst case).
+    pub fn dirty_asize(&self) -> u64 {
+        self.shared.dirty_asize.load(Ordering::Relaxed)
     }
 
     /// Blocks read ahead of a sequential reader since import.
@@ -700,6 +641,17 @@ pub(crate) fn begin_tx(s: &Arc<Shared>) -> Tx {
     s.client_ops.fetch_add(1, Ordering::Relaxed);
     let max = s.tunables.lock().dirty_data_max.max(1 << 20);
     let mut waited = 0;
+    // A txg never grows past the space it can be written to.
+    let mut waited_for_space = 0;
+    while s.space_full() && waited_for_space < 100 && !s.shutdown.load(Ordering::Relaxed) && s.suspended.lock().is_none() {
+        let target = s.open_txg.load(Ordering::Acquire);
+        s.kick(target);
+        let mut g = s.cv_lock.lock();
+        if s.synced_txg.load(Ordering::Acquire) < target {
+            s.cv_done.wait_for(&mut g, Duration::from_millis(100));
+        }
+        waited_for_space += 1;
+    }
     loop {
         let dirty = s.dirty_bytes.load(Ordering::Relaxed);
         if dirty < max * 6 / 10 || s.shutdown.load(Ordering::Relaxed) || s.suspended.lock().is_some() {
@@ -724,12 +676,29 @@ pub(crate) fn begin_tx(s: &Arc<Shared>) -> Tx {
     Tx { txg: s.open_txg.load(Ordering::Acquire), _hold: Some(guard) }
 }
 
-/// Space as users see it (see [`ObjPool::space`]).
-pub(crate) fn space(s: &Shared) -> PoolSpace {
-    let a = s.io.alloc.lock();
-    let size = a.total_bytes();
-    let free = (a.free_bytes() + a.deferred_bytes()).min(size);
-    PoolSpace { size, alloc: size - free, free }
+pub(crate) use tarn_block::DEFER_TXGS;
+
+/// Syncs the open txg and waits until it is on disk (a no-op on a
+/// read-only pool). Never call it while holding a `Tx`.
+pub(crate) fn sync_and_wait(s: &Arc<Shared>) -> Result<Txg> {
+    if s.readonly {
+        return Ok(s.synced_txg.load(Ordering::Acquire));
+    }
+    let target = s.open_txg.load(Ordering::Acquire);
+    s.kick(target);
+    let mut g = s.cv_lock.lock();
+    loop {
+        if s.synced_txg.load(Ordering::Acquire) >= target {
+            return Ok(target);
+        }
+        if let Some(e) = s.last_error.lock().clone() {
+            return Err(ObjError::Io(e));
+        }
+        if s.shutdown.load(Ordering::Relaxed) {
+            return Err(ObjError::Io("pool is shutting down".into()));
+        }
+        s.cv_done.wait_for(&mut g, Duration::from_millis(100));
+    }
 }
 
 fn sync_thread(weak: Weak<Shared>) {
@@ -784,7 +753,15 @@ pub(crate) fn sync_once(s: &Arc<Shared>) -> Result<Txg> {
         t
     };
     // On failure the caller suspends the pool; nothing of this txg is on disk.
-    sync_txg(s, txg)
+    let dbg = std::env::var_os("TARN_DEBUG_SPACE").is_some();
+    let before = if dbg { let a = s.io.alloc.lock(); (a.free_bytes(), a.deferred_bytes()) } else { (0, 0) };
+    let charged = s.dirty_asize.load(Ordering::Relaxed);
+    let r = sync_txg(s, txg);
+    if dbg {
+        let a = s.io.alloc.lock();
+        eprintln!("sync {txg}: free {} deferred {} charged {} -> free {} deferred {} used {} ok={}", before.0, before.1, charged, a.free_bytes(), a.deferred_bytes(), before.0 as i64 - a.free_bytes() as i64, r.is_ok());
+    }
+    r
 }
 
 pub(crate) struct ObjsetSync {
@@ -853,7 +830,7 @@ fn sync_txg(s: &Arc<Shared>, txg: Txg) -> Result<Txg> {
         for dn in dnodes {
             let mut st = dn.st.lock();
             for (_, d) in std::mem::take(&mut st.dirty) {
-                s.undirty(d.dirty_bytes);
+                inner.discharge(s, d.charge);
             }
         }
     }
@@ -936,6 +913,7 @@ fn sync_txg(s: &Arc<Shared>, txg: Txg) -> Result<Txg> {
             d.remove(&t);
         }
     }
+    s.settle_meta_charges(txg);
     s.synced_txg.store(txg, Ordering::Release);
     Ok(txg)
 }
@@ -1004,7 +982,7 @@ fn sync_objset(s: &Arc<Shared>, inner: &Arc<ObjsetInner>, txg: Txg) -> Result<Ob
                     }
                     m.blocks.extend(d.blocks.iter().map(|(k, v)| (*k, v.clone())));
                     m.attrs = d.attrs.clone();
-                    m.dirty_bytes += d.dirty_bytes;
+                    m.charge.add(d.charge);
                     m
                 }
             });
@@ -1016,22 +994,24 @@ fn sync_objset(s: &Arc<Shared>, inner: &Arc<ObjsetInner>, txg: Txg) -> Result<Ob
         }
     }
     // Level-0 data blocks, in parallel.
-    let data_spec = WriteSpec { compression: props.compression, checksum: props.checksum, copies: props.copies, level: 0, otype: 0 };
-    let jobs: Vec<(usize, u64, Arc<Vec<u8>>, u8)> = items
+    let data_spec = WriteSpec { compression: props.compression, checksum: props.checksum, copies: props.copies, level: 0, otype: 0, metadata: false };
+    let jobs: Vec<(usize, u64, Arc<Vec<u8>>, u8, bool)> = items
         .iter()
         .enumerate()
-        .flat_map(|(i, it)| it.dirty.blocks.iter().map(move |(&b, d)| (i, b, d.clone(), it.dirty.attrs.otype)))
+        .flat_map(|(i, it)| it.dirty.blocks.iter().map(move |(&b, d)| (i, b, d.clone(), it.dirty.attrs.otype, it.dirty.attrs.metadata)))
         .collect();
     let is_mos = inner.id == MOS_OBJSET_ID;
-    let spec_for = |otype: u8| {
+    let spec_for = |otype: u8, metadata: bool| {
         if is_mos {
             WriteSpec { otype, ..s.meta_spec(props.copies) }
         } else {
-            WriteSpec { otype, ..data_spec }
+            // A dataset's maps (directories, attributes) keep its copies and
+            // compression but are placed with metadata.
+            WriteSpec { otype, metadata, ..data_spec }
         }
     };
     let results: Vec<(usize, u64, std::result::Result<BlockPtr, tarn_block::BlockError>, u64)> =
-        crate::par::par_map(&jobs, |(i, b, d, ot)| (*i, *b, s.io.write(d, spec_for(*ot), txg), d.len() as u64));
+        crate::par::par_map(&jobs, |(i, b, d, ot, meta)| (*i, *b, s.io.write(d, spec_for(*ot, *meta), txg), d.len() as u64));
     let mut used_delta: i64 = 0;
     let mut logical_delta: i64 = 0;
     let mut data_logical_delta: i64 = 0;
@@ -1164,7 +1144,7 @@ fn publish(s: &Shared, r: ObjsetSync, txg: Txg) {
         let done: Vec<Txg> = st.dirty.range(..=txg).map(|(&t, _)| t).collect();
         for t in done {
             if let Some(d) = st.dirty.remove(&t) {
-                s.undirty(d.dirty_bytes);
+                r.inner.discharge(s, d.charge);
             }
         }
     }
