@@ -100,6 +100,7 @@ mod pool;
 pub mod scan;
 mod snap;
 mod tree;
+mod vdev_space;
 mod vdevs;
 
 pub use objset::ObjectSet;

@@ -331,6 +331,29 @@ pub enum Command {
     },
     /// Print the version.
     Version,
+    /// Files and directories changed between a snapshot and a later
+    /// snapshot or the file system (+ created, - removed, M modified, R renamed).
+    #[command(disable_help_flag = true)]
+    Diff {
+        /// The file type column (F file, / directory, @ symlink, | fifo, = socket, B, C devices).
+        #[arg(short = 'F')]
+        classify: bool,
+        /// Scriptable: a tab instead of ` -> ` between a rename's paths.
+        #[arg(short = 'H')]
+        scripted: bool,
+        /// The inode change time as the first column.
+        #[arg(short = 't')]
+        timestamps: bool,
+        /// Paths as they are (no \0ooo escapes of unusual bytes).
+        #[arg(short = 'h')]
+        no_mangle: bool,
+        #[arg(long = "help", action = clap::ArgAction::Help)]
+        help: Option<bool>,
+        #[arg(value_name = "SNAPSHOT")]
+        snapshot: String,
+        #[arg(value_name = "SNAPSHOT|FILESYSTEM")]
+        target: Option<String>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -398,6 +421,9 @@ pub enum PoolCommand {
         json: bool,
         #[arg(short = 'o', value_name = "PROPS", value_parser = comma_list)]
         columns: Option<CommaList>,
+        /// A row per top-level vdev and device below each pool, and spares.
+        #[arg(short = 'v')]
+        verbose: bool,
         pools: Vec<String>,
     },
     Status {
@@ -405,6 +431,9 @@ pub enum PoolCommand {
         verbose: bool,
         #[arg(short = 'j')]
         json: bool,
+        /// Only pools with a problem ("all pools are healthy" otherwise).
+        #[arg(short = 'x')]
+        unhealthy: bool,
         pools: Vec<String>,
     },
     Get {
@@ -516,6 +545,37 @@ pub enum PoolCommand {
         #[arg(short = 'c')]
         clear: bool,
         pool: Option<String>,
+    },
+    /// I/O statistics: capacity, operations and bandwidth per pool (since
+    /// import, then every INTERVAL seconds, COUNT times).
+    Iostat {
+        /// Per top-level vdev and device too.
+        #[arg(short = 'v')]
+        verbose: bool,
+        /// Average latencies (total_wait, disk_wait).
+        #[arg(short = 'l')]
+        latency: bool,
+        #[arg(short = 'H')]
+        scripted: bool,
+        #[arg(short = 'p')]
+        parsable: bool,
+        #[arg(short = 'j')]
+        json: bool,
+        /// Leave out the first report (the averages since import).
+        #[arg(short = 'y')]
+        skip_first: bool,
+        #[arg(value_name = "POOL... [INTERVAL [COUNT]]")]
+        args: Vec<String>,
+    },
+    /// The commands that changed the pools (kept in each pool).
+    History {
+        /// Internal events too (what the daemon applied, with txgs).
+        #[arg(short = 'i')]
+        internal: bool,
+        /// Long format: user and host of each command.
+        #[arg(short = 'l')]
+        long: bool,
+        pools: Vec<String>,
     },
 }
 
