@@ -239,14 +239,14 @@ fn internal_events(request: &Request, before: &Catalog, after: &Catalog, txg: u6
             }
         }
         Request::PoolScrub { pause, stop, .. } => {
-            let detail = if *stop {
-                "scan cancelled".to_string()
+            let (event, detail) = if *stop {
+                ("scan cancelled", String::new())
             } else if *pause {
-                "scan paused".to_string()
+                ("scan paused", String::new())
             } else {
-                format!("scan setup func=scrub mintxg=0 maxtxg={txg}")
+                ("scan setup", format!("func=scrub mintxg=0 maxtxg={txg}"))
             };
-            out.push(internal(txg, "scan", None, detail));
+            out.push(internal(txg, event, None, detail));
         }
         Request::PoolOffline { device, .. } => out.push(internal(txg, "vdev", None, format!("offline vdev={device}"))),
         Request::PoolOnline { device, .. } => out.push(internal(txg, "vdev", None, format!("online vdev={device}"))),
@@ -333,6 +333,8 @@ impl Daemon {
         // A pool replaced meanwhile (clear of a suspended pool imports it
         // again) is still the same pool on disk.
         let after = catalog(&ds);
+        // An import creates nothing: what it finds was there before.
+        let before = if matches!(plan, Plan::Import) { after.clone() } else { before };
         let txg = ds.obj().last_synced_txg();
         let mut records = internal_events(&logged, &before, &after, txg);
         records.extend(Self::command_record(&caller));
