@@ -79,7 +79,7 @@ pub fn check_names(snapshot: &str, target: Option<&str>) -> Result<(), Failure> 
         return Err(bad("empty snapshot name".into()));
     }
     match target {
-        Some(t) if t.is_empty() => return Err(bad("empty second argument".into())),
+        Some("") => return Err(bad("empty second argument".into())),
         Some(t) if t.split_once('@').is_some_and(|(_, s)| s.is_empty()) => {
             return Err(bad(format!("'{t}' has an empty snapshot name")))
         }

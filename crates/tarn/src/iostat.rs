@@ -29,9 +29,12 @@ pub struct IostatOptions {
     pub skip_first: bool,
 }
 
+/// The operands of `pool iostat`: pools, then the interval and count.
+type Operands = (Vec<String>, Option<Duration>, Option<u64>);
+
 /// `[POOL...] [INTERVAL [COUNT]]`: trailing numbers are the interval and
 /// the count (pool names start with a letter, so a number is never one).
-pub fn split_args(args: &[String]) -> Result<(Vec<String>, Option<Duration>, Option<u64>), Failure> {
+pub fn split_args(args: &[String]) -> Result<Operands, Failure> {
     let is_number = |s: &str| s.starts_with(|c: char| c.is_ascii_digit() || c == '.');
     let numbers = args.iter().rev().take_while(|a| is_number(a)).count();
     if numbers > 2 {
@@ -483,7 +486,7 @@ mod tests {
         s.split_whitespace().map(String::from).collect()
     }
 
-    fn split_ok(s: &str) -> (Vec<String>, Option<Duration>, Option<u64>) {
+    fn split_ok(s: &str) -> Operands {
         split_args(&args(s)).unwrap_or_else(|f| panic!("{s}: {}", f.message))
     }
 

@@ -69,7 +69,7 @@ fn iostat_counts_the_bytes_written_and_read_through_the_mount() {
     // Read: after export and import (no cache left), the file read back
     // through the mount must come from the devices.
     harness.export("tank");
-    let root = harness.import("tank", &devices[0].parent().unwrap().to_path_buf());
+    let root = harness.import("tank", devices[0].parent().unwrap());
     let before = totals(&harness, "tank");
     assert_eq!(fs::read(root.join("written")).unwrap(), data);
     let after = totals(&harness, "tank");
