@@ -270,34 +270,44 @@ impl Daemon {
 }
 
 /// The rows of `zfs diff` between `from` (a snapshot taken in `from_txg`)
-/// and `to` (a later snapshot, clone or live state of the same file system).
+/// and `to` (a later snapshot, clone or live state of the same file
+/// system). Each change is judged as the walk reports it, so memory holds
+/// the rows and the directory names, not the changed objects.
 fn diff_objsets(ds: &tarn_ds::Pool, from: ObjectSet, to: ObjectSet, from_txg: u64, mount: &[u8]) -> Result<Vec<DiffRow>, String> {
-    let mut changes: Vec<(u64, Option<ObjectAttrs>, Option<ObjectAttrs>)> = Vec::new();
-    let mut freed: Vec<(u64, u64)> = Vec::new();
-    to.changed_objects(Some(&from), from_txg, ObjectId(0), &mut |change| {
-        match change {
-            ObjectChange::Changed { target, base } => changes.push((target.id.0, base, Some(target))),
-            ObjectChange::Freed { first, count } => freed.push((first.0, count)),
-        }
-        Ok(())
-    })
-    .map_err(|e| format!("cannot compare the object sets: {e}"))?;
-    for (first, count) in freed {
-        for id in first..first.saturating_add(count) {
-            let base = from.committed_object(ObjectId(id)).map_err(|e| e.to_string())?;
-            if base.as_ref().is_some_and(|b| posix_type(b.otype)) {
-                changes.push((id, base, None));
+    let mut from_side = Side::open(ds, from.clone())?;
+    let mut to_side = Side::open(ds, to.clone())?;
+    let mut rows = Vec::new();
+    // An error of ours stops the walk; the walk's own error says why not.
+    let mut failure: Option<String> = None;
+    let mut judge = |base: Option<&ObjectAttrs>, target: Option<&ObjectAttrs>, rows: &mut Vec<DiffRow>| -> tarn_obj::Result<()> {
+        let seen = from_side.seen(base).and_then(|f| Ok((f, to_side.seen(target)?)));
+        match seen {
+            Ok((f, t)) => {
+                compare(f, t, mount, rows);
+                Ok(())
+            }
+            Err(e) => {
+                failure = Some(e);
+                Err(tarn_obj::ObjError::Invalid("diff stopped".into()))
             }
         }
+    };
+    let walked = to.changed_objects(Some(&from), from_txg, ObjectId(0), &mut |change| match change {
+        ObjectChange::Changed { target, base } => judge(base.as_ref(), Some(&target), &mut rows),
+        ObjectChange::Freed { first, count } => {
+            for id in first.0..first.0.saturating_add(count) {
+                let base = from.committed_object(ObjectId(id))?;
+                if base.as_ref().is_some_and(|b| posix_type(b.otype)) {
+                    judge(base.as_ref(), None, &mut rows)?;
+                }
+            }
+            Ok(())
+        }
+    });
+    if let Some(why) = failure {
+        return Err(why);
     }
-    let mut from_side = Side::open(ds, from)?;
-    let mut to_side = Side::open(ds, to)?;
-    let mut rows = Vec::new();
-    for (_, base, target) in changes {
-        let seen_from = from_side.seen(base.as_ref())?;
-        let seen_to = to_side.seen(target.as_ref())?;
-        compare(seen_from, seen_to, mount, &mut rows);
-    }
+    walked.map_err(|e| format!("cannot compare the object sets: {e}"))?;
     rows.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(rows)
 }

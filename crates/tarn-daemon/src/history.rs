@@ -381,5 +381,13 @@ mod tests {
         let (request, argv) = crate::proto::parse_request_line(&plain).unwrap();
         assert!(matches!(request, Request::PoolHistory { .. }) && argv.is_none());
         assert!(crate::proto::parse_request_line(r#"{"cmd":"ping","argv":"not a list"}"#).is_err());
+        // A daemon that does not know `argv` (it reads the line as a bare
+        // request) accepts such lines too.
+        let argv = ["tarn".to_string(), "snapshot".to_string(), "tank@a".to_string()];
+        for request in [Request::Ping, Request::Snapshot { names: vec!["tank@a".into()], recursive: false }] {
+            let line = crate::proto::request_line(&request, Some(&argv)).unwrap();
+            assert!(line.contains("\"argv\""), "{line}");
+            serde_json::from_str::<Request>(&line).unwrap_or_else(|e| panic!("{line}: {e}"));
+        }
     }
 }

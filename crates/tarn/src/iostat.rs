@@ -8,6 +8,7 @@
 //! `total_wait` from the vdev layer accepting the block I/O to its end,
 //! `disk_wait` the time inside the device call.
 
+use std::io::Write;
 use std::path::Path;
 use std::time::Duration;
 
@@ -338,8 +339,10 @@ pub fn run(socket: &Path, args: Vec<String>, options: IostatOptions) -> Result<i
     loop {
         if !(options.skip_first && prev.is_none()) {
             let previous = prev.as_deref().unwrap_or(&[]);
-            if options.json {
-                print_json(&report_json(&cur, previous, &options));
+            let text = if options.json {
+                let mut doc = serde_json::to_string_pretty(&report_json(&cur, previous, &options)).unwrap_or_default();
+                doc.push('\n');
+                doc
             } else {
                 let lines: Vec<Vec<Line>> = cur
                     .iter()
@@ -350,11 +353,16 @@ pub fn run(socket: &Path, args: Vec<String>, options: IostatOptions) -> Result<i
                         out
                     })
                     .collect();
-                print!("{}", report_text(&lines, &options, first_text || options.verbose));
+                let header = first_text || options.verbose;
                 first_text = false;
+                report_text(&lines, &options, header)
+            };
+            // A reader that went away (`| head`) ends the reports quietly.
+            let mut stdout = std::io::stdout().lock();
+            if stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()).is_err() {
+                return Ok(0);
             }
-            use std::io::Write;
-            let _ = std::io::stdout().flush();
+            drop(stdout);
             printed += 1;
             if printed >= reports {
                 return Ok(0);
