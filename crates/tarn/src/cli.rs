@@ -819,6 +819,40 @@ mod tests {
     }
 
     #[test]
+    fn parses_the_pool_verbs_of_issue_9() {
+        let Command::Pool(PoolCommand::Iostat { verbose, latency, scripted, parsable, json, skip_first, args }) =
+            parse("pool iostat -v -l -H -p -j -y tank 1 2").unwrap().command
+        else {
+            panic!()
+        };
+        assert!(verbose && latency && scripted && parsable && json && skip_first);
+        assert_eq!(args, vec!["tank", "1", "2"]);
+        assert!(matches!(parse("pool iostat").unwrap().command, Command::Pool(PoolCommand::Iostat { .. })));
+        let Command::Pool(PoolCommand::History { internal, long, pools }) = parse("pool history -i -l tank").unwrap().command else { panic!() };
+        assert!(internal && long);
+        assert_eq!(pools, vec!["tank"]);
+        assert!(matches!(parse("pool status -x").unwrap().command, Command::Pool(PoolCommand::Status { unhealthy: true, .. })));
+        assert!(matches!(parse("pool list -v -H").unwrap().command, Command::Pool(PoolCommand::List { verbose: true, .. })));
+        let Command::Diff { classify, scripted, timestamps, no_mangle, snapshot, target, .. } =
+            parse("diff -F -H -t -h tank@a tank@b").unwrap().command
+        else {
+            panic!()
+        };
+        assert!(classify && scripted && timestamps && no_mangle);
+        assert_eq!((snapshot.as_str(), target.as_deref()), ("tank@a", Some("tank@b")));
+        assert!(matches!(parse("diff tank@a").unwrap().command, Command::Diff { target: None, .. }));
+        usage_error("diff");
+        usage_error("diff -h");
+        usage_error("diff tank@a tank@b tank");
+        usage_error("pool iostat -x");
+        usage_error("pool iostat tank -1");
+        usage_error("pool history -j");
+        // --help still works on diff, whose -h is zfs's.
+        let help = parse("diff --help").expect_err("help");
+        assert!(!help.use_stderr());
+    }
+
+    #[test]
     fn set_splits_assignments_and_dataset() {
         let Command::Set { args } = parse("set a=1 b=2 tank").unwrap().command else { panic!() };
         assert_eq!(args, vec!["a=1", "b=2", "tank"]);
