@@ -208,6 +208,9 @@ impl Daemon {
             Request::Mount { dataset } => self.mount(dataset.as_deref()),
             Request::Unmount { target, force } => self.unmount(&target, force),
             Request::DebugCheck { pool } => self.debug_check(&pool),
+            Request::PoolIostat { pools } => self.pool_iostat(&pools),
+            Request::PoolHistory { pools } => self.pool_history(&pools),
+            Request::Diff { from, to } => self.diff(&from, to.as_deref()),
             other => self.handle_health(other),
         };
         result.unwrap_or_else(Response::error)

@@ -209,6 +209,36 @@ pub enum Request {
     PoolEvents { pool: Option<String>, after: u64, wait_secs: u64, clear: bool },
     /// `alert test`: a test message through every configured channel.
     AlertTest { pool: Option<String> },
+    /// `pool iostat` and `pool list -v`: the vdev tree of each pool with
+    /// space and I/O counters. Data: `Vec<PoolIostatData>`.
+    PoolIostat { pools: Vec<String> },
+    /// `pool history`: data `Vec<PoolHistoryData>`.
+    PoolHistory { pools: Vec<String> },
+    /// `diff SNAPSHOT [SNAPSHOT|DATASET]`: `to` None = the live dataset of
+    /// `from`. Data: `DiffData`.
+    Diff { from: String, to: Option<String> },
+}
+
+/// Splits a request line into the request and its optional `argv` (the
+/// command line the user typed, recorded in the pool's history). `argv`
+/// rides beside the request's own fields, so every request may carry it
+/// and a daemon that does not know it ignores it.
+pub fn parse_request_line(line: &str) -> Result<(Request, Option<Vec<String>>), serde_json::Error> {
+    let mut value: serde_json::Value = serde_json::from_str(line)?;
+    let argv = match value.as_object_mut().and_then(|m| m.remove("argv")) {
+        Some(v) => Some(serde_json::from_value(v)?),
+        None => None,
+    };
+    Ok((serde_json::from_value(value)?, argv))
+}
+
+/// The line [`parse_request_line`] reads: the request, with `argv` when given.
+pub fn request_line(request: &Request, argv: Option<&[String]>) -> Result<String, serde_json::Error> {
+    let mut value = serde_json::to_value(request)?;
+    if let (Some(argv), Some(map)) = (argv, value.as_object_mut()) {
+        map.insert("argv".into(), serde_json::to_value(argv)?);
+    }
+    serde_json::to_string(&value)
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -371,4 +401,68 @@ pub struct AlertTestRow {
     pub channel: String,
     pub ok: bool,
     pub error: Option<String>,
+}
+
+/// One vdev in `pool iostat` / `pool list -v`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct VdevIostat {
+    pub name: String,
+    /// root, mirror, raidz, file, replacing, spare.
+    pub vdev_type: String,
+    pub guid: u64,
+    pub state: String,
+    /// Bytes: the pool's and a top-level vdev's usable size; a device's
+    /// size (0 when missing); 0 for replacing/spare groups.
+    pub size: u64,
+    /// The pool and top-level vdevs only: allocated and free bytes.
+    pub alloc: Option<u64>,
+    pub free: Option<u64>,
+    /// Totals since import (a group's: the sum of its devices').
+    pub io: tarn_vdev::IoCounters,
+    pub children: Vec<VdevIostat>,
+}
+
+/// Data of `pool_iostat`: `Vec<PoolIostatData>`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PoolIostatData {
+    pub name: String,
+    pub guid: u64,
+    pub state: String,
+    pub root: VdevIostat,
+    /// Hot spares (AVAIL or INUSE).
+    pub spares: Vec<VdevIostat>,
+}
+
+/// Data of `pool_history`: `Vec<PoolHistoryData>`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PoolHistoryData {
+    pub name: String,
+    pub records: Vec<tarn_ds::history::HistoryRecord>,
+    /// Records dropped to keep the history within its size.
+    pub dropped: u64,
+}
+
+/// One line of `diff`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct DiffRow {
+    /// `+`, `-`, `M` or `R`.
+    pub change: char,
+    /// zfs's file type letter: `F` file, `/` directory, `@` symlink, `|`
+    /// fifo, `=` socket, `B` block device, `C` character device.
+    pub file_type: char,
+    /// Absolute path (mountpoint + path in the dataset), raw bytes.
+    pub path: Vec<u8>,
+    /// `R`: the path after the rename.
+    pub new_path: Option<Vec<u8>>,
+    /// A change of link count (printed as `(+1)`), for files still linked
+    /// on both sides.
+    pub link_delta: Option<i64>,
+    /// Inode change time (ctime), nanoseconds since the Unix epoch.
+    pub ctime_ns: i64,
+}
+
+/// Data of `diff`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct DiffData {
+    pub rows: Vec<DiffRow>,
 }

@@ -20,7 +20,9 @@
 //! daemon passes the POSIX layer's formatter in as a callback.
 
 pub mod bookmarks;
+pub mod claim;
 pub mod clones;
+pub mod history;
 pub mod pool;
 pub mod props;
 pub mod quota;

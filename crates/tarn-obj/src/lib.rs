@@ -101,6 +101,7 @@ pub mod scan;
 mod snap;
 pub mod space;
 mod tree;
+mod vdev_space;
 mod vdevs;
 
 pub use objset::ObjectSet;

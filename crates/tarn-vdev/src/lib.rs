@@ -41,6 +41,7 @@
 mod config;
 mod error;
 mod format;
+pub mod iostat;
 mod label;
 mod leaf;
 mod parity;
@@ -54,6 +55,7 @@ pub use label::{
     clear_labels, data_region_size, read_label, read_uberblocks, write_label, write_uberblock, Uberblock,
     UberblockWrite, DATA_START, MIN_DEVICE_SIZE, UBERBLOCK_PAYLOAD_MAX,
 };
+pub use iostat::{CountedDevice, IoCounters};
 pub use leaf::{Dtl, DevState, LeafStatus, LeafVdev};
 pub use parity::{ParityCodec, ReedSolomonCodec, XorCodec};
 pub use top::{ReadOutcome, ScanOutcome, Slot, TopStatus, TopVdev};

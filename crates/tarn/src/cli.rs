@@ -394,6 +394,29 @@ pub enum Command {
     },
     /// Print the version.
     Version,
+    /// Files and directories changed between a snapshot and a later
+    /// snapshot or the file system (+ created, - removed, M modified, R renamed).
+    #[command(disable_help_flag = true)]
+    Diff {
+        /// The file type column (F file, / directory, @ symlink, | fifo, = socket, B, C devices).
+        #[arg(short = 'F')]
+        classify: bool,
+        /// Scriptable: a tab instead of ` -> ` between a rename's paths.
+        #[arg(short = 'H')]
+        scripted: bool,
+        /// The inode change time as the first column.
+        #[arg(short = 't')]
+        timestamps: bool,
+        /// Paths as they are (no \0ooo escapes of unusual bytes).
+        #[arg(short = 'h')]
+        no_mangle: bool,
+        #[arg(long = "help", action = clap::ArgAction::Help)]
+        help: Option<bool>,
+        #[arg(value_name = "SNAPSHOT")]
+        snapshot: String,
+        #[arg(value_name = "SNAPSHOT|FILESYSTEM")]
+        target: Option<String>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -461,6 +484,9 @@ pub enum PoolCommand {
         json: bool,
         #[arg(short = 'o', value_name = "PROPS", value_parser = comma_list)]
         columns: Option<CommaList>,
+        /// A row per top-level vdev and device below each pool, and spares.
+        #[arg(short = 'v')]
+        verbose: bool,
         pools: Vec<String>,
     },
     Status {
@@ -468,6 +494,9 @@ pub enum PoolCommand {
         verbose: bool,
         #[arg(short = 'j')]
         json: bool,
+        /// Only pools with a problem ("all pools are healthy" otherwise).
+        #[arg(short = 'x')]
+        unhealthy: bool,
         pools: Vec<String>,
     },
     Get {
@@ -579,6 +608,37 @@ pub enum PoolCommand {
         #[arg(short = 'c')]
         clear: bool,
         pool: Option<String>,
+    },
+    /// I/O statistics: capacity, operations and bandwidth per pool (since
+    /// import, then every INTERVAL seconds, COUNT times).
+    Iostat {
+        /// Per top-level vdev and device too.
+        #[arg(short = 'v')]
+        verbose: bool,
+        /// Average latencies (total_wait, disk_wait).
+        #[arg(short = 'l')]
+        latency: bool,
+        #[arg(short = 'H')]
+        scripted: bool,
+        #[arg(short = 'p')]
+        parsable: bool,
+        #[arg(short = 'j')]
+        json: bool,
+        /// Leave out the first report (the averages since import).
+        #[arg(short = 'y')]
+        skip_first: bool,
+        #[arg(value_name = "POOL... [INTERVAL [COUNT]]")]
+        args: Vec<String>,
+    },
+    /// The commands that changed the pools (kept in each pool).
+    History {
+        /// Internal events too (what the daemon applied, with txgs).
+        #[arg(short = 'i')]
+        internal: bool,
+        /// Long format: user and host of each command.
+        #[arg(short = 'l')]
+        long: bool,
+        pools: Vec<String>,
     },
 }
 
@@ -819,6 +879,40 @@ mod tests {
         usage_error("clone -o compression tank/a@x tank/b");
         usage_error("promote");
         usage_error("promote tank/a tank/b");
+    }
+
+    #[test]
+    fn parses_the_pool_verbs_of_issue_9() {
+        let Command::Pool(PoolCommand::Iostat { verbose, latency, scripted, parsable, json, skip_first, args }) =
+            parse("pool iostat -v -l -H -p -j -y tank 1 2").unwrap().command
+        else {
+            panic!()
+        };
+        assert!(verbose && latency && scripted && parsable && json && skip_first);
+        assert_eq!(args, vec!["tank", "1", "2"]);
+        assert!(matches!(parse("pool iostat").unwrap().command, Command::Pool(PoolCommand::Iostat { .. })));
+        let Command::Pool(PoolCommand::History { internal, long, pools }) = parse("pool history -i -l tank").unwrap().command else { panic!() };
+        assert!(internal && long);
+        assert_eq!(pools, vec!["tank"]);
+        assert!(matches!(parse("pool status -x").unwrap().command, Command::Pool(PoolCommand::Status { unhealthy: true, .. })));
+        assert!(matches!(parse("pool list -v -H").unwrap().command, Command::Pool(PoolCommand::List { verbose: true, .. })));
+        let Command::Diff { classify, scripted, timestamps, no_mangle, snapshot, target, .. } =
+            parse("diff -F -H -t -h tank@a tank@b").unwrap().command
+        else {
+            panic!()
+        };
+        assert!(classify && scripted && timestamps && no_mangle);
+        assert_eq!((snapshot.as_str(), target.as_deref()), ("tank@a", Some("tank@b")));
+        assert!(matches!(parse("diff tank@a").unwrap().command, Command::Diff { target: None, .. }));
+        usage_error("diff");
+        usage_error("diff -h");
+        usage_error("diff tank@a tank@b tank");
+        usage_error("pool iostat -x");
+        usage_error("pool iostat tank -1");
+        usage_error("pool history -j");
+        // --help still works on diff, whose -h is zfs's.
+        let help = parse("diff --help").expect_err("help");
+        assert!(!help.use_stderr());
     }
 
     #[test]

@@ -31,6 +31,14 @@ pub fn socket_path(flag: Option<&Path>) -> PathBuf {
     default
 }
 
+/// The command line this process was started with: sent with every
+/// request, so the daemon can record it in the pool's history.
+static ARGV: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+
+pub fn set_argv(argv: Vec<String>) {
+    let _ = ARGV.set(argv);
+}
+
 pub fn call(socket: &Path, request: &Request) -> Result<Response, String> {
     call_with_fd(socket, request, None)
 }
@@ -41,7 +49,7 @@ pub fn call_with_fd(socket: &Path, request: &Request, fd: Option<RawFd>) -> Resu
     let stream = UnixStream::connect(socket).map_err(|e| {
         format!("cannot connect to tarn daemon at {}: {e} (is `tarn daemon` running?)", socket.display())
     })?;
-    let mut line = serde_json::to_string(request).map_err(|e| e.to_string())?;
+    let mut line = tarn_daemon::proto::request_line(request, ARGV.get().map(Vec::as_slice)).map_err(|e| e.to_string())?;
     line.push('\n');
     let sent = match fd {
         Some(fd) => tarn_daemon::fdpass::send_with_fd(&stream, line.as_bytes(), fd),

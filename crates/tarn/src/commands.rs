@@ -355,6 +355,10 @@ pub fn run(cli: Cli) -> Result<i32, Failure> {
             send(&socket, &Request::DebugCheck { pool })?;
             Ok(0)
         }
+        Command::Diff { classify, scripted, timestamps, no_mangle, help: _, snapshot, target } => {
+            let options = crate::diff::DiffOptions { classify, scripted, timestamps, no_mangle };
+            crate::diff::run(&socket, &snapshot, target.as_deref(), options)
+        }
         Command::Alert(AlertCommand::Test { json, pool }) => {
             let rows: Vec<AlertTestRow> = data(send(&socket, &Request::AlertTest { pool })?)?;
             if json {
@@ -434,7 +438,7 @@ fn pool(socket: &Path, command: PoolCommand) -> Result<i32, Failure> {
             send(socket, &Request::PoolDestroy { pool, force })?;
             Ok(0)
         }
-        PoolCommand::List { scripted, parsable, json, columns, pools } => {
+        PoolCommand::List { scripted, parsable, json, columns, verbose, pools } => {
             let columns = columns.map(|c| c.0).unwrap_or_else(|| ["name", "size", "alloc", "free", "cap", "health"].map(String::from).to_vec());
             let columns: Vec<String> = columns
                 .iter()
@@ -449,6 +453,9 @@ fn pool(socket: &Path, command: PoolCommand) -> Result<i32, Failure> {
                     r
                 })
                 .collect();
+            if verbose {
+                return crate::iostat::list_verbose(socket, &columns, &rows, scripted, parsable, json);
+            }
             if json {
                 print_json(&output::pools_json("zpool list", &rows));
             } else {
@@ -465,7 +472,10 @@ fn pool(socket: &Path, command: PoolCommand) -> Result<i32, Failure> {
             }
             Ok(0)
         }
-        PoolCommand::Status { verbose, json, pools } => {
+        PoolCommand::Status { verbose, json, unhealthy, pools } => {
+            if unhealthy {
+                return crate::health_x::run(socket, verbose, json, pools);
+            }
             let response = send(socket, &Request::PoolStatus { pools, verbose })?;
             let pools: Vec<PoolStatusData> = data(response)?;
             if json {
@@ -512,6 +522,11 @@ fn pool(socket: &Path, command: PoolCommand) -> Result<i32, Failure> {
         PoolCommand::Events { follow, json, scripted, clear, pool } => {
             events::run(socket, events::EventsOptions { follow, json, scripted, clear, pool })
         }
+        PoolCommand::Iostat { verbose, latency, scripted, parsable, json, skip_first, args } => {
+            let options = crate::iostat::IostatOptions { verbose, latency, scripted, parsable, json, skip_first };
+            crate::iostat::run(socket, args, options)
+        }
+        PoolCommand::History { internal, long, pools } => crate::history::run(socket, pools, internal, long),
         device_command => devices::run(socket, device_command),
     }
 }
