@@ -92,6 +92,7 @@ impl Tx {
 }
 
 mod check;
+pub mod checkpoint;
 pub mod diff;
 pub mod format;
 mod objset;
@@ -100,6 +101,7 @@ mod pool;
 pub mod scan;
 mod snap;
 mod tree;
+pub mod trim;
 mod vdevs;
 
 pub use objset::ObjectSet;

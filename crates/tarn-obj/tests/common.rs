@@ -5,7 +5,11 @@ use tarn_dev::{Device, MemDevice};
 use tarn_obj::*;
 
 pub fn seed_and_count(default_count: u64) -> (u64, u64) {
-    let seed = std::env::var("TARN_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(1);
+    let parse = |s: &str| match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(hex) => u64::from_str_radix(hex, 16).ok(),
+        None => s.parse().ok(),
+    };
+    let seed = std::env::var("TARN_SEED").ok().and_then(|s| parse(&s)).unwrap_or(1);
     let count = std::env::var("TARN_COUNT").ok().and_then(|s| s.parse().ok()).unwrap_or(default_count);
     eprintln!("seed {seed} count {count} (reproduce with TARN_SEED={seed} TARN_COUNT={count})");
     (seed, count)
