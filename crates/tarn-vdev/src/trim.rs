@@ -80,6 +80,7 @@ mod tests {
     use super::*;
     use crate::raidz::RaidzMap;
     use crate::{LeafConfig, TopConfig};
+    use std::sync::Arc;
     use tarn_dev::Device;
 
     fn raidz(n: usize, p: u8) -> TopVdev {
