@@ -26,7 +26,7 @@
 //! code that touches the POSIX layer and FUSE), `health` (device commands,
 //! scrubs, the monitor that turns device failures into events, spares and
 //! alerts), [`events`] (the event log), [`alerts`] (e-mail, webhook and
-//! command delivery).
+//! command delivery), `trim` (pool trim, checkpoints).
 
 pub mod alerts;
 mod bookmarks;
@@ -42,6 +42,7 @@ mod replication;
 pub mod proto;
 pub mod scan;
 pub mod server;
+mod trim;
 
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;

@@ -202,6 +202,7 @@ impl Pool {
         };
         pool.apply_write_props(&name)?;
         pool.apply_failmode();
+        pool.apply_autotrim();
         Ok(Arc::new(pool))
     }
 
@@ -270,6 +271,7 @@ impl Pool {
             pool.apply_write_props(&name)?;
         }
         pool.apply_failmode();
+        pool.apply_autotrim();
         Ok(Arc::new(pool))
     }
 
@@ -596,7 +598,8 @@ impl Pool {
         Ok(PropValue::new(def.name, value, &source))
     }
 
-    /// A stored pool property (`comment`, `failmode`), or its default.
+    /// A stored pool property (`comment`, `failmode`, `autoreplace`,
+    /// `autotrim`), or its default.
     pub fn pool_property(&self, prop: &str) -> (String, Source) {
         match self.state.read().pool_props.get(prop) {
             Some(value) => (value.clone(), Source::Local),
@@ -608,6 +611,10 @@ impl Pool {
         self.obj.set_failmode_wait(self.pool_property("failmode").0 == "wait");
     }
 
+    fn apply_autotrim(&self) {
+        self.obj.set_autotrim(self.pool_property("autotrim").0 == "on");
+    }
+
     pub fn set_pool_property(&self, prop: &str, value: &str) -> Result<()> {
         let prop = props::validate_pool_prop(prop, value)?;
         let _change = self.change.lock();
@@ -616,6 +623,7 @@ impl Pool {
         drop(tx);
         self.state.write().pool_props.insert(prop.to_string(), value.to_string());
         self.apply_failmode();
+        self.apply_autotrim();
         self.obj.sync()?;
         Ok(())
     }

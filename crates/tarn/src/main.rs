@@ -13,6 +13,7 @@ mod events;
 mod output;
 mod replication;
 mod status;
+mod trim;
 mod up;
 mod vdevspec;
 
