@@ -416,14 +416,15 @@ impl ObjPool {
                     shared.synced_txg.store(ub.txg, Ordering::Relaxed);
                     crate::checkpoint::load(&shared)?;
                     let devices = crate::vdevs::uberblock_devices(&shared);
-                    if !opts.readonly {
-                        crate::vdevs::write_labels(&shared, Some(PoolState::Active))?;
-                    }
                     // A rewind to the checkpoint lands on a fresh txg above
-                    // every txg seen, durable before any slot is poisoned.
+                    // every txg seen, durable before the labels change and
+                    // before any slot is poisoned.
                     let rewound_to = target.map_or(ub.txg, |t| t.txg);
                     if !opts.readonly && target.is_some() {
                         tarn_vdev::write_uberblock(&devices, ub)?;
+                    }
+                    if !opts.readonly {
+                        crate::vdevs::write_labels(&shared, Some(PoolState::Active))?;
                     }
                     if !opts.readonly && rewound_to < newest_seen {
                         // Rewound: poison the abandoned txgs' slots so a later

@@ -160,7 +160,7 @@ fn rewind_brings_back_exactly_the_checkpoint_and_numbers_txgs_above_everything()
             Err(ObjError::NoSpace) => break,
             Err(e) => panic!("filling: {e}"),
         }
-        if filled % (16 << 20) == 0 {
+        if filled.is_multiple_of(16 << 20) {
             pool.sync().unwrap();
         }
         assert!(filled < 1 << 30, "the pool never filled");
@@ -443,4 +443,31 @@ fn the_checkpoint_survives_power_cuts() {
         }
     }
     assert!(with_checkpoint > 5, "{with_checkpoint} cuts had the checkpoint");
+
+    // Power cuts during the rewind itself: every image imports, as the
+    // pool before the rewind (with its checkpoint) or after it.
+    let rewind_start = rec.event_count();
+    let pool = ObjPool::import_rewind_to_checkpoint(devs.clone(), opts()).unwrap();
+    pool.sync().unwrap();
+    drop(pool);
+    let flushes: Vec<u64> = rec.flush_events().into_iter().filter(|&f| f >= rewind_start).collect();
+    assert!(flushes.len() > 4, "the rewind flushed {} times", flushes.len());
+    let (mut before, mut after) = (0, 0);
+    for cut in std::iter::once(rewind_start).chain(flushes.iter().map(|f| f + 1)) {
+        for mode in [CutMode::DropUnflushed, CutMode::TearLastWrite] {
+            let image: Vec<Arc<dyn Device>> =
+                rec.image_at(cut, mode).into_iter().map(|d: Arc<MemDevice>| d as Arc<dyn Device>).collect();
+            let what = format!("rewind cut {cut} {mode:?}");
+            let pool = import(image, false).unwrap_or_else(|e| panic!("{what}: import: {e}"));
+            if pool.checkpoint_info().is_some() {
+                before += 1;
+                verify(&pool, &model, &[], &what);
+            } else {
+                after += 1;
+                verify(&pool, &at_checkpoint, &[], &what);
+            }
+            checked(&pool, &what);
+        }
+    }
+    assert!(before > 0 && after > 0, "cuts before ({before}) and after ({after}) the rewind took effect");
 }

@@ -134,7 +134,7 @@ fn rewind_to_checkpoint_after_every_kind_of_change_and_a_daemon_kill() {
         let chunk = random_bytes(&mut rng, 1 << 20);
         let mut written = 0u64;
         let error = loop {
-            let step = f.write_all(&chunk).and_then(|()| if written % (16 << 20) == 0 { f.sync_all() } else { Ok(()) });
+            let step = f.write_all(&chunk).and_then(|()| if written.is_multiple_of(16 << 20) { f.sync_all() } else { Ok(()) });
             match step {
                 Ok(()) => written += chunk.len() as u64,
                 Err(e) => break e,
