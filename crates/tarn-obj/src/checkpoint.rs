@@ -395,3 +395,49 @@ pub(crate) fn check(s: &Shared, live: &[Extent], held: &[Extent], report: &mut C
         report.damaged.push(format!("{stray} bytes are held for the checkpoint but not part of it"));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record() -> CheckpointPhys {
+        let mut bp = BlockPtr::HOLE;
+        bp.birth = 7;
+        bp.lsize = 4096;
+        bp.psize = 4096;
+        bp.ndva = 1;
+        bp.dva[0].asize = 4096;
+        bp.dva[0].offset = 8192;
+        bp.checksum_kind = tarn_block::bp::checksum_code(crate::ChecksumKind::Fletcher4);
+        CheckpointPhys { txg: 7, created: 1_795_835_459, mos_root: bp, spacemap_head: BlockPtr::HOLE, spacemap_records: 12, tops: vec![(0, 11), (1, 22)] }
+    }
+
+    #[test]
+    fn round_trip() {
+        let r = record();
+        assert_eq!(CheckpointPhys::decode(&r.encode()).unwrap(), r);
+    }
+
+    /// Truncated, bit-flipped and garbage records are errors, never panics.
+    #[test]
+    fn malformed_records_are_corrupt_not_panics() {
+        let good = record().encode();
+        for len in 0..good.len() {
+            assert!(CheckpointPhys::decode(&good[..len]).is_err(), "truncated to {len}");
+        }
+        let mut seed = 0x1234_5678_u64;
+        for _ in 0..2000 {
+            let mut bytes = good.clone();
+            for _ in 0..4 {
+                seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                let i = (seed >> 33) as usize % bytes.len();
+                bytes[i] ^= 1 << (seed >> 61);
+            }
+            let _ = CheckpointPhys::decode(&bytes);
+        }
+        let mut bad = good.clone();
+        bad[12..16].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(CheckpointPhys::decode(&bad).is_err(), "a huge vdev count");
+        assert!(CheckpointPhys::decode(&[0xab; 400]).is_err());
+    }
+}

@@ -254,8 +254,10 @@ fn run(weak: Weak<Shared>) {
             None => (asize, vec![]),
             Some(start) => {
                 let len = chunk_cap(&s).min(asize - start);
-                // Leaves that started (or resumed) past this point skip it.
-                let only: Vec<u64> = active.iter().filter(|a| a.1 <= start).map(|a| a.0).collect();
+                // Leaves that resumed past this chunk skip it; one that
+                // resumed inside it gets all of it (again, for the part
+                // it had done: harmless).
+                let only: Vec<u64> = active.iter().filter(|a| a.1 < start + len).map(|a| a.0).collect();
                 (start + len, trim_range(&s, top, start, len, Some(&only)))
             }
         };
