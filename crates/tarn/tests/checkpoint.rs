@@ -246,8 +246,12 @@ fn random_changes_then_rewind_or_discard() {
     assert_eq!(names(&harness), names_at_checkpoint);
     check_clean(&harness);
 
-    // A second checkpoint, discarded.
+    // A second checkpoint, discarded. Without snapshots, whatever is
+    // overwritten afterwards is held by the checkpoint alone.
     tarn_fails(&harness, &["pool", "checkpoint", "-d", POOL], 1, "checkpoint does not exist");
+    if names(&harness).iter().any(|n| n.contains('@')) {
+        harness.tarn_ok(&["destroy", &format!("{POOL}@%")]);
+    }
     advance_txgs(&mount, 6);
     let free_before: u64 = list_value(&harness, "free").parse().unwrap();
     harness.tarn_ok(&["pool", "checkpoint", POOL]);
@@ -258,7 +262,8 @@ fn random_changes_then_rewind_or_discard() {
     }
     advance_txgs(&mount, 6);
     let held: u64 = list_value(&harness, "checkpoint").parse().unwrap();
-    assert!(held > 0, "overwrites are held");
+    let data: u64 = walk(&mount).iter().map(|p| fs::metadata(mount.join(p)).unwrap()).filter(|m| m.is_file()).map(|m| m.len()).sum();
+    assert!(held >= data, "the overwritten {data} bytes (two copies each) are held: {held}");
     let current = tree(&mount);
     harness.tarn_ok(&["pool", "checkpoint", "-d", "-w", POOL]);
     assert_eq!(list_value(&harness, "checkpoint"), "-");
