@@ -310,7 +310,9 @@ impl BlockIo {
         Err(BlockError::Corrupt { where_: format!("{:?}", bp.dva[0]), what: errors.join("; ") })
     }
 
-    /// Free every copy of a block in txg `txg` (reusable after the defer window).
+    /// Free every copy of a block in txg `txg` (reusable after the defer
+    /// window; held instead while a checkpoint older than the block's
+    /// birth exists, see `Allocator::free`).
     pub fn free(&self, bp: &BlockPtr, txg: u64) {
         if bp.is_hole() {
             return;
@@ -321,7 +323,7 @@ impl BlockIo {
         self.evict(bp);
         let mut a = self.alloc.lock();
         for d in bp.dvas() {
-            a.free(Extent { vdev: d.vdev, offset: d.offset, len: d.asize as u64 }, txg);
+            a.free(Extent { vdev: d.vdev, offset: d.offset, len: d.asize as u64 }, txg, bp.birth);
         }
     }
 

@@ -8,8 +8,9 @@
 //! Block layout (little-endian), uncompressed:
 //! header 160 bytes: magic `b"TARNSMAP"` u64, txg u64, record count u32,
 //! flags u32 (bit 0 BASE), prev block pointer (128 bytes), 8 reserved bytes;
-//! then records of 32 bytes: kind u8 (1 alloc, 2 free), 3 reserved,
-//! vdev u32, offset u64, length u64, free txg u64 (0 for alloc).
+//! then records of 32 bytes: kind u8 (1 alloc, 2 free, 3 free held by the
+//! checkpoint), 3 reserved, vdev u32, offset u64, length u64, free txg u64
+//! (0 for alloc).
 //!
 //! A log block's own allocation is one of its records: its DVAs are
 //! allocated before the records are final, so a crash can never leave a
@@ -49,6 +50,7 @@ pub fn encode(b: &LogBlock) -> Vec<u8> {
         let (kind, txg) = match r.kind {
             RecordKind::Alloc => (1u8, 0u64),
             RecordKind::Free(t) => (2u8, t),
+            RecordKind::CheckpointFree(t) => (3u8, t),
         };
         out[o] = kind;
         out[o + 4..o + 8].copy_from_slice(&r.extent.vdev.to_le_bytes());
@@ -91,6 +93,7 @@ pub fn decode(b: &[u8]) -> Result<LogBlock, String> {
         let kind = match b.get(o) {
             Some(1) => RecordKind::Alloc,
             Some(2) => RecordKind::Free(u64_at(b, o + 24)?),
+            Some(3) => RecordKind::CheckpointFree(u64_at(b, o + 24)?),
             other => return Err(format!("space map record kind {other:?}")),
         };
         if extent.len == 0 {

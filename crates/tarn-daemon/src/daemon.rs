@@ -211,6 +211,9 @@ impl Daemon {
             Request::PoolIostat { pools } => self.pool_iostat(&pools),
             Request::PoolHistory { pools } => self.pool_history(&pools),
             Request::Diff { from, to } => self.diff(&from, to.as_deref()),
+            request @ (Request::PoolTrim { .. } | Request::PoolCheckpoint { .. } | Request::PoolImportCheckpoint { .. }) => {
+                self.handle_trim(request)
+            }
             other => self.handle_health(other),
         };
         result.unwrap_or_else(Response::error)
@@ -361,8 +364,8 @@ impl Daemon {
         Ok(Response { stderr: warnings, exit, ..Response::text("") })
     }
 
-    fn pool_import(&self, request: Request) -> HandlerResult {
-        let Request::PoolImport { dirs, .. } = &request else { unreachable!() };
+    pub(crate) fn pool_import(&self, request: Request) -> HandlerResult {
+        let (Request::PoolImport { dirs, .. } | Request::PoolImportCheckpoint { dirs, .. }) = &request else { unreachable!() };
         let mut extra = Vec::new();
         let dirs = if dirs.is_empty() {
             extra = self.cache.lock().known_devices.clone();
@@ -375,7 +378,11 @@ impl Daemon {
     }
 
     pub(crate) fn import_from(&self, paths: &[String], request: Request) -> HandlerResult {
-        let Request::PoolImport { force, rewind, altroot, pool: target, .. } = request else { unreachable!() };
+        let (force, rewind, altroot, target, to_checkpoint) = match request {
+            Request::PoolImport { force, rewind, altroot, pool, .. } => (force, rewind, altroot, pool, false),
+            Request::PoolImportCheckpoint { force, altroot, pool, .. } => (force, false, altroot, Some(pool), true),
+            _ => unreachable!(),
+        };
         // Hold the pool table while scanning so no create/import races us.
         let mut pools = self.pools.lock();
         let mut candidates = scan::scan(paths);
@@ -411,7 +418,15 @@ impl Daemon {
         let device_paths: Vec<String> = candidate.devices.iter().map(|d| d.path.clone()).collect();
         let devices = candidate.devices.into_iter().map(|d| d.device).collect();
         let options = ImportOptions { rewind, force, hostname: hostname(), readonly: false };
-        let obj = ObjPool::import(devices, options).map_err(|e| fail(e.to_string()))?;
+        let obj = if to_checkpoint {
+            ObjPool::import_rewind_to_checkpoint(devices, options)
+        } else {
+            ObjPool::import(devices, options)
+        }
+        .map_err(|e| match e {
+            tarn_obj::ObjError::Invalid(m) if to_checkpoint => fail(m),
+            e => fail(e.to_string()),
+        })?;
         obj.set_tunables(self.tunables);
         let ds = tarn_ds::Pool::open(obj).map_err(|e| fail(e.to_string()))?;
         let mut imported = Imported { ds, devices: device_paths.clone(), altroot, mounts: BTreeMap::new(), busy: BTreeSet::new() };
@@ -520,6 +535,7 @@ impl Daemon {
                 fixed("size", n(space.size)),
                 fixed("allocated", n(space.alloc)),
                 fixed("free", n(space.free)),
+                crate::trim::checkpoint_cell(obj, parsable),
                 fixed("capacity", if parsable { capacity.to_string() } else { format!("{capacity}%") }),
                 fixed("health", health.clone()),
                 fixed("guid", obj.guid().to_string()),
@@ -528,6 +544,7 @@ impl Daemon {
                 stored("comment"),
                 stored("failmode"),
                 stored("autoreplace"),
+                stored("autotrim"),
             ];
             rows.push(PoolRow { name: name.clone(), guid: obj.guid(), state: health, txg: status.txg, props });
         }

@@ -157,6 +157,7 @@ pub(crate) fn status_data(name: &str, imported: &Imported, verbose: bool) -> Poo
         spares.push(VdevStatus { state: "INUSE".into(), ..sum_row(path, "file", 0, "INUSE", vec![]) });
     }
     let error_files = if verbose { status.scan.as_ref().map(|s| describe_damage(imported, s)).unwrap_or_default() } else { vec![] };
+    let (trims, checkpoint) = crate::trim::status_extras(obj);
     PoolStatusData {
         name: name.to_string(),
         guid: status.guid,
@@ -168,6 +169,8 @@ pub(crate) fn status_data(name: &str, imported: &Imported, verbose: bool) -> Poo
         spares,
         error_files,
         suspended: status.suspended,
+        trims,
+        checkpoint,
     }
 }
 
@@ -368,14 +371,16 @@ impl Daemon {
     fn wait(&self, pool: &str, activities: &[String], timeout: Option<u64>) -> HandlerResult {
         let obj = self.obj_of(pool, "wait for")?;
         let mut funcs = Vec::new();
+        let mut trim = activities.is_empty();
         for a in activities {
             match a.as_str() {
                 "scrub" => funcs.push(Some(ScanFunc::Scrub)),
                 "resilver" | "replace" => funcs.push(Some(ScanFunc::Resilver)),
-                other => return Err(format!("cannot wait for '{pool}': unknown activity '{other}' (scrub, resilver, replace)")),
+                "trim" => trim = true,
+                other => return Err(format!("cannot wait for '{pool}': unknown activity '{other}' (replace, resilver, scrub, trim)")),
             }
         }
-        if funcs.is_empty() {
+        if activities.is_empty() {
             funcs.push(None);
         }
         let limit = timeout.map_or(Duration::from_secs(u64::MAX / 4), Duration::from_secs);
@@ -385,6 +390,9 @@ impl Daemon {
             if !obj.wait_scan(f, left) {
                 return Ok(Response { exit: 1, ..Response::error(format!("timed out waiting for '{pool}'")) });
             }
+        }
+        if trim && !obj.wait_trim(limit.saturating_sub(start.elapsed())) {
+            return Ok(Response { exit: 1, ..Response::error(format!("timed out waiting for '{pool}'")) });
         }
         Ok(Response::text(""))
     }

@@ -28,7 +28,7 @@
 //! alerts), [`events`] (the event log), [`alerts`] (e-mail, webhook and
 //! command delivery), [`history`] (recording each changing command in the
 //! pool's history; `pool history`), `iostat` (`pool iostat`, `pool list
-//! -v`), `diff` (`tarn diff`).
+//! -v`), `diff` (`tarn diff`), `trim` (pool trim, checkpoints).
 
 pub mod alerts;
 mod bookmarks;
@@ -49,6 +49,7 @@ mod replication;
 pub mod proto;
 pub mod scan;
 pub mod server;
+mod trim;
 
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;

@@ -217,6 +217,18 @@ pub enum Request {
     /// `diff SNAPSHOT [SNAPSHOT|DATASET]`: `to` None = the live dataset of
     /// `from`. Data: `DiffData`.
     Diff { from: String, to: Option<String> },
+    /// `pool trim [-r RATE] [-c|-s] POOL [DEVICE...]`: starts (or resumes a
+    /// suspended), cancels or suspends the trim of the devices named (all
+    /// devices if none); `rate` in bytes per second, 0 = unlimited. `-w`
+    /// is a following `PoolWait` for "trim".
+    PoolTrim { pool: String, devices: Vec<String>, rate: u64, cancel: bool, suspend: bool },
+    /// `pool checkpoint [-d] POOL`. Data: `CheckpointData` (taken) or
+    /// `{"freed": bytes}` (discarded).
+    PoolCheckpoint { pool: String, discard: bool },
+    /// `pool import --rewind-to-checkpoint`: as `PoolImport` of one named
+    /// pool, opened as it was at its checkpoint (every later change and
+    /// the checkpoint itself are discarded).
+    PoolImportCheckpoint { dirs: Vec<String>, force: bool, altroot: Option<String>, pool: String },
 }
 
 /// Splits a request line into the request and its optional `argv` (the
@@ -385,6 +397,40 @@ pub struct PoolStatusData {
     /// Set when the pool is suspended: why.
     #[serde(default)]
     pub suspended: Option<String>,
+    /// Each device's manual trim, as last started (`pool trim`).
+    #[serde(default)]
+    pub trims: Vec<TrimStatusData>,
+    /// The pool's checkpoint, if it has one.
+    #[serde(default)]
+    pub checkpoint: Option<CheckpointData>,
+}
+
+/// One device's manual trim (`pool status`).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct TrimStatusData {
+    pub guid: u64,
+    pub path: String,
+    /// "active", "suspended", "canceled" or "complete".
+    pub state: String,
+    pub percent: u64,
+    /// Unix seconds: when it started, was suspended, or completed.
+    pub action_time: u64,
+    /// Bytes trimmed on the device in this pass.
+    pub bytes_done: u64,
+    /// Bytes of the top-level vdev's address space not yet walked.
+    pub bytes_left: u64,
+    /// Bytes per second (0: unlimited).
+    pub rate: u64,
+}
+
+/// A pool checkpoint (`pool status`, `pool list`'s CKPOINT).
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct CheckpointData {
+    pub txg: u64,
+    /// Unix seconds.
+    pub created: u64,
+    /// Bytes only the checkpoint still holds.
+    pub held_bytes: u64,
 }
 
 /// One event of `pool events` (data: `Vec<EventRow>`).

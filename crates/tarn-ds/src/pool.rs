@@ -204,6 +204,7 @@ impl Pool {
         };
         pool.apply_write_props(&name)?;
         pool.apply_failmode();
+        pool.apply_autotrim();
         Ok(Arc::new(pool))
     }
 
@@ -273,6 +274,7 @@ impl Pool {
             pool.apply_write_props(&name)?;
         }
         pool.apply_failmode();
+        pool.apply_autotrim();
         Ok(Arc::new(pool))
     }
 
@@ -707,7 +709,8 @@ impl Pool {
         Ok(PropValue::new(def.name, value, &source))
     }
 
-    /// A stored pool property (`comment`, `failmode`), or its default.
+    /// A stored pool property (`comment`, `failmode`, `autoreplace`,
+    /// `autotrim`), or its default.
     pub fn pool_property(&self, prop: &str) -> (String, Source) {
         match self.state.read().pool_props.get(prop) {
             Some(value) => (value.clone(), Source::Local),
@@ -719,6 +722,10 @@ impl Pool {
         self.obj.set_failmode_wait(self.pool_property("failmode").0 == "wait");
     }
 
+    fn apply_autotrim(&self) {
+        self.obj.set_autotrim(self.pool_property("autotrim").0 == "on");
+    }
+
     pub fn set_pool_property(&self, prop: &str, value: &str) -> Result<()> {
         let prop = props::validate_pool_prop(prop, value)?;
         let _change = self.change.lock();
@@ -727,6 +734,7 @@ impl Pool {
         drop(tx);
         self.state.write().pool_props.insert(prop.to_string(), value.to_string());
         self.apply_failmode();
+        self.apply_autotrim();
         self.obj.sync()?;
         Ok(())
     }

@@ -469,7 +469,7 @@ pub fn settings(name: &str, local: &dyn Fn(&str, &str) -> Option<String>) -> Set
 
 /// Pool properties (`tarn pool get/set`), in `all` order.
 pub const POOL_PROPERTIES: &[&str] =
-    &["name", "size", "allocated", "free", "capacity", "health", "guid", "ashift", "altroot", "comment", "failmode", "autoreplace"];
+    &["name", "size", "allocated", "free", "checkpoint", "capacity", "health", "guid", "ashift", "altroot", "comment", "failmode", "autoreplace", "autotrim"];
 
 /// Validate a settable pool property; returns the canonical name.
 pub fn validate_pool_prop(prop: &str, value: &str) -> Result<&'static str, PropError> {
@@ -486,6 +486,10 @@ pub fn validate_pool_prop(prop: &str, value: &str) -> Result<&'static str, PropE
         },
         "autoreplace" => match value {
             "on" | "off" => Ok("autoreplace"),
+            _ => Err(bad(prop, value, "must be on or off")),
+        },
+        "autotrim" => match value {
+            "on" | "off" => Ok("autotrim"),
             _ => Err(bad(prop, value, "must be on or off")),
         },
         "altroot" => Err(PropError::ReadOnly("altroot (set it with -R at create or import)".into())),
@@ -512,6 +516,7 @@ pub fn pool_prop_default(prop: &str) -> &'static str {
     match prop {
         "failmode" => "wait",
         "autoreplace" => "off",
+        "autotrim" => "off",
         _ => "-",
     }
 }
@@ -658,5 +663,9 @@ mod tests {
         assert!(matches!(validate_pool_prop("size", "1"), Err(PropError::ReadOnly(_))));
         assert!(matches!(validate_pool_prop("bogus", "1"), Err(PropError::Unknown(_))));
         assert_eq!(lookup_pool_prop("cap").unwrap(), "capacity");
+        assert_eq!(validate_pool_prop("autotrim", "on").unwrap(), "autotrim");
+        assert!(validate_pool_prop("autotrim", "yes").is_err());
+        assert!(matches!(validate_pool_prop("checkpoint", "1"), Err(PropError::ReadOnly(_))));
+        assert_eq!(pool_prop_default("autotrim"), "off");
     }
 }

@@ -92,6 +92,7 @@ impl Tx {
 }
 
 mod check;
+pub mod checkpoint;
 pub mod diff;
 pub mod format;
 mod objset;
@@ -102,6 +103,7 @@ mod snap;
 pub mod space;
 mod tree;
 mod vdev_space;
+pub mod trim;
 mod vdevs;
 
 pub use objset::ObjectSet;

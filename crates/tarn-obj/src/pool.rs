@@ -85,6 +85,10 @@ pub(crate) struct Shared {
     /// frees (which makes their space reusable) takes it exclusively, so no
     /// reader can follow a stale pointer into reallocated space.
     pub reader_gate: RwLock<()>,
+    /// The pool checkpoint (see checkpoint.rs).
+    pub ckpt: crate::checkpoint::State,
+    /// Manual trim and autotrim (see trim.rs).
+    pub trim: crate::trim::Trimmer,
 }
 
 pub(crate) type PrefetchJob = Box<dyn FnOnce() + Send>;
@@ -267,6 +271,8 @@ impl ObjPool {
             prefetch_queue: Mutex::new(None),
             prefetched_blocks: AtomicU64::new(0),
             reader_gate: RwLock::new(()),
+            ckpt: crate::checkpoint::State::default(),
+            trim: crate::trim::Trimmer::default(),
         })
     }
 
@@ -280,6 +286,12 @@ impl ObjPool {
     }
 
     pub fn import(devices: Vec<Arc<dyn Device>>, opts: ImportOptions) -> Result<Arc<ObjPool>> {
+        Self::import_at(devices, opts, None)
+    }
+
+    /// Import; with `target`, open the checkpointed state instead of the
+    /// newest txg (`import --rewind-to-checkpoint`, see checkpoint.rs).
+    pub(crate) fn import_at(devices: Vec<Arc<dyn Device>>, opts: ImportOptions, target: Option<&crate::checkpoint::RewindTarget>) -> Result<Arc<ObjPool>> {
         if devices.is_empty() {
             return Err(ObjError::Invalid("no devices given".into()));
         }
@@ -303,6 +315,9 @@ impl ObjPool {
                 "pool '{}' was last in use on host '{}' and not exported (use -f to import anyway)",
                 config.name, config.hostname
             )));
+        }
+        if let Some(t) = target {
+            t.restrict(&mut config)?;
         }
         // Uberblocks, newest first.
         let mut ubs: Vec<Uberblock> = Vec::new();
@@ -335,8 +350,12 @@ impl ObjPool {
         let io = BlockIo::new(tops, Allocator::new(&asizes), Tunables::default().arc_max);
         // Slots poisoned by an earlier rewind are not candidates (but their
         // txg numbers still count in `newest_seen`).
-        let candidates: Vec<&Uberblock> = ubs.iter().filter(|u| UberPayload::decode(&u.payload).is_ok()).collect();
-        let tries = if opts.rewind { (tarn_block::DEFER_TXGS as usize + 1).min(candidates.len()) } else { 1 };
+        let rewound: Vec<Uberblock> = target.map(|t| t.uberblock(newest_seen, guid)).into_iter().collect();
+        let candidates: Vec<&Uberblock> = match target {
+            Some(_) => rewound.iter().collect(),
+            None => ubs.iter().filter(|u| UberPayload::decode(&u.payload).is_ok()).collect(),
+        };
+        let tries = if opts.rewind && target.is_none() { (tarn_block::DEFER_TXGS as usize + 1).min(candidates.len()) } else { 1 };
         let mut last_err = None;
         for ub in candidates.into_iter().take(tries) {
             match Self::load_root(&io, ub, &asizes) {
@@ -344,19 +363,27 @@ impl ObjPool {
                     *io.alloc.lock() = alloc;
                     config.state = PoolState::Active;
                     config.hostname = opts.hostname.clone();
-                    let open = newest_seen + 1;
+                    let open = newest_seen.max(ub.txg) + 1;
                     let mos = ObjsetInner::new(MOS_OBJSET_ID, mos_phys, default_props(), mos_root);
                     let shared = Self::shared(io, config, spares, mos, open, root, opts.readonly);
                     shared.synced_txg.store(ub.txg, Ordering::Relaxed);
+                    crate::checkpoint::load(&shared)?;
                     let devices = crate::vdevs::uberblock_devices(&shared);
+                    // A rewind to the checkpoint lands on a fresh txg above
+                    // every txg seen, durable before the labels change and
+                    // before any slot is poisoned.
+                    let rewound_to = target.map_or(ub.txg, |t| t.txg);
+                    if !opts.readonly && target.is_some() {
+                        tarn_vdev::write_uberblock(&devices, ub)?;
+                    }
                     if !opts.readonly {
                         crate::vdevs::write_labels(&shared, Some(PoolState::Active))?;
                     }
-                    if !opts.readonly && ub.txg < newest_seen {
+                    if !opts.readonly && rewound_to < newest_seen {
                         // Rewound: poison the abandoned txgs' slots so a later
                         // rewind can never land on history whose freed blocks
                         // this pool is about to reuse.
-                        for stale in ubs.iter().filter(|u| u.txg > ub.txg) {
+                        for stale in ubs.iter().filter(|u| u.txg > rewound_to) {
                             let poison = Uberblock { txg: stale.txg, timestamp_ns: now_ns(), pool_guid: guid, payload: vec![0u8; 8] };
                             tarn_vdev::write_uberblock(&devices, &poison)?;
                         }
@@ -364,6 +391,7 @@ impl ObjPool {
                     let pool = Self::start(shared);
                     if !opts.readonly {
                         pool.resume_scan();
+                        crate::trim::resume(&pool.shared);
                     }
                     return Ok(pool);
                 }
@@ -516,6 +544,7 @@ impl ObjPool {
 
     pub fn export(&self) -> Result<()> {
         crate::scan::stop(&self.shared);
+        crate::trim::stop(&self.shared);
         if self.suspended().is_none() {
             self.sync()?;
         }
@@ -538,6 +567,7 @@ impl ObjPool {
 
     fn stop_thread(&self) {
         crate::scan::stop(&self.shared);
+        crate::trim::stop(&self.shared);
         self.shared.prefetch_queue.lock().take();
         self.shared.shutdown.store(true, Ordering::Relaxed);
         self.shared.cv_sync.notify_all();
@@ -772,6 +802,8 @@ pub(crate) struct ObjsetSync {
 }
 
 fn sync_txg(s: &Arc<Shared>, txg: Txg) -> Result<Txg> {
+    // Checkpoint taken or discarded in this txg: before any free of it.
+    crate::checkpoint::sync_begin(s, txg)?;
     // Earlier failed txgs leave dirty records behind; sync them with this one.
     let ids: HashSet<ObjsetId> = {
         let mut d = s.dirty_objsets.lock();
@@ -1162,23 +1194,10 @@ fn condense_spacemap(s: &Shared, txg: Txg, records: Vec<tarn_block::alloc::Recor
         s.io.free(bp, txg);
     }
     let _ = s.io.alloc.lock().take_records();
-    // Snapshot: allocated extents (deferred count as allocated) + deferred frees.
-    // Allocate the snapshot's own blocks first by writing with a provisional
-    // record list; write_log adds its own allocations to the records.
-    let snapshot = |a: &Allocator| {
-        let mut recs: Vec<tarn_block::alloc::Record> = a
-            .allocated_extents()
-            .into_iter()
-            .map(|e| tarn_block::alloc::Record { kind: tarn_block::alloc::RecordKind::Alloc, extent: e })
-            .collect();
-        for (&t, es) in &a.deferred {
-            for e in es {
-                recs.push(tarn_block::alloc::Record { kind: tarn_block::alloc::RecordKind::Free(t), extent: *e });
-            }
-        }
-        recs
-    };
-    let recs = snapshot(&s.io.alloc.lock());
+    // Snapshot: allocated extents (deferred and checkpoint-held count as
+    // allocated), deferred frees, held extents. write_log adds the
+    // snapshot's own allocations to the records.
+    let recs = s.io.alloc.lock().snapshot_records();
     let (head, written) = spacemap::write_log(&s.io, txg, BlockPtr::HOLE, recs.clone(), true).map_err(block_err)?;
     let n = recs.len() as u64 + written.len() as u64 * spacemap::LOG_COPIES as u64;
     Ok((head, written, n))

@@ -490,6 +490,16 @@ impl LeafVdev {
         self.account(&self.write_errors, result)
     }
 
+    /// Tells the device that `[offset, offset + len)` of the data region
+    /// holds nothing (a hole punch or a discard). Errors are returned but
+    /// not counted against the leaf's health: trim is a hint, and a device
+    /// that cannot do it still serves reads and writes.
+    pub fn trim(&self, offset: u64, len: u64) -> Result<()> {
+        let dev = self.dev()?;
+        let at = self.check(offset, usize::try_from(len).unwrap_or(usize::MAX))?;
+        Ok(dev.trim(at, len)?)
+    }
+
     /// A cheap health probe (one label sector read), so a device that
     /// vanished while idle is noticed without waiting for pool I/O.
     pub fn probe(&self) -> Result<()> {

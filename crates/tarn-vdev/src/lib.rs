@@ -48,6 +48,7 @@ mod parity;
 mod raidz;
 mod threads;
 mod top;
+mod trim;
 
 pub use config::{Label, LeafConfig, LeafRole, PoolConfig, PoolState, TopConfig, TopKind, SPARE_TOP_ID};
 pub use error::{Result, VdevError};

@@ -30,8 +30,8 @@ pub fn usage_line(text: &str) -> String {
     }
 }
 
-/// Activities `pool wait -t` knows.
-pub const WAIT_ACTIVITIES: [&str; 3] = ["replace", "resilver", "scrub"];
+/// Activities `pool wait -t` knows, in zpool's column order.
+pub const WAIT_ACTIVITIES: [&str; 4] = ["replace", "resilver", "scrub", "trim"];
 
 /// `-t scrub,resilver` for `pool wait` (an unknown activity is a usage
 /// error).
@@ -39,10 +39,15 @@ pub fn activity_list(text: &str) -> Result<CommaList, String> {
     let list = comma_list(text)?;
     for item in &list.0 {
         if !WAIT_ACTIVITIES.contains(&item.as_str()) {
-            return Err(format!("invalid activity '{item}' (replace, resilver, scrub)"));
+            return Err(format!("invalid activity '{item}' (replace, resilver, scrub, trim)"));
         }
     }
     Ok(list)
+}
+
+/// `pool trim -r`'s RATE: bytes per second, with zfs's units (`100M`).
+pub fn rate(text: &str) -> Result<u64, String> {
+    tarn_ds::size::parse_size(text).filter(|r| *r > 0).ok_or_else(|| format!("invalid value '{text}' for rate: a size per second, e.g. 100M"))
 }
 
 /// `pool wait`'s INTERVAL: positive seconds, fractions allowed.
@@ -461,6 +466,9 @@ pub enum PoolCommand {
         force: bool,
         #[arg(short = 'F')]
         rewind: bool,
+        /// Rewind the pool to its checkpoint (every later change is lost).
+        #[arg(long = "rewind-to-checkpoint", conflicts_with = "rewind", requires = "pool")]
+        rewind_to_checkpoint: bool,
         #[arg(short = 'R', value_name = "ALTROOT")]
         altroot: Option<PathBuf>,
         pool: Option<String>,
@@ -492,6 +500,9 @@ pub enum PoolCommand {
     Status {
         #[arg(short = 'v')]
         verbose: bool,
+        /// Show each device's trim progress and when it changed.
+        #[arg(short = 't')]
+        trim: bool,
         #[arg(short = 'j')]
         json: bool,
         /// Only pools with a problem ("all pools are healthy" otherwise).
@@ -596,6 +607,35 @@ pub enum PoolCommand {
     },
     /// Clear device errors (all devices, or one); resumes a suspended pool.
     Clear { pool: String, device: Option<String> },
+    /// Trim the free space of the pool's devices (all, or the ones named):
+    /// holes in file vdevs, discards on block devices.
+    Trim {
+        /// Cancel the trim.
+        #[arg(short = 'c', conflicts_with_all = ["suspend", "rate"])]
+        cancel: bool,
+        /// Suspend the trim (`pool trim` again resumes it).
+        #[arg(short = 's', conflicts_with = "rate")]
+        suspend: bool,
+        /// Trim at most RATE bytes per second per device (e.g. 100M).
+        #[arg(short = 'r', value_name = "RATE", value_parser = rate)]
+        rate: Option<u64>,
+        /// Wait until the devices are trimmed.
+        #[arg(short = 'w', conflicts_with_all = ["cancel", "suspend"])]
+        wait: bool,
+        pool: String,
+        devices: Vec<String>,
+    },
+    /// Checkpoint the pool's whole state (`import --rewind-to-checkpoint`
+    /// brings it back), or discard the checkpoint (-d).
+    Checkpoint {
+        #[arg(short = 'd', long = "discard")]
+        discard: bool,
+        /// Wait until the checkpoint is discarded (a discard is done when
+        /// the command returns).
+        #[arg(short = 'w', long = "wait", requires = "discard")]
+        wait: bool,
+        pool: String,
+    },
     /// Show the event log (-f: follow it; -c: clear it).
     Events {
         #[arg(short = 'f', conflicts_with = "clear")]
@@ -761,7 +801,7 @@ mod tests {
         usage_error("pool scrub -w -p tank");
         usage_error("pool scrub -w -s tank");
         usage_error("pool wait");
-        usage_error("pool wait -t trim tank");
+        usage_error("pool wait -t discard tank");
         usage_error("pool wait -t scrub, tank");
         usage_error("pool wait tank 0");
         usage_error("pool wait tank soon");
@@ -779,6 +819,35 @@ mod tests {
         usage_error("pool events tank backup");
         usage_error("alert");
         usage_error("alert test tank backup");
+    }
+
+    #[test]
+    fn parses_trim_and_checkpoint() {
+        let Command::Pool(PoolCommand::Trim { cancel, suspend, rate, wait, pool, devices }) = parse("pool trim -w -r 100M tank /d1 /d2").unwrap().command else { panic!() };
+        assert_eq!((cancel, suspend, rate, wait), (false, false, Some(100 << 20), true));
+        assert_eq!((pool.as_str(), devices.len()), ("tank", 2));
+        assert!(matches!(parse("pool trim -c tank").unwrap().command, Command::Pool(PoolCommand::Trim { cancel: true, .. })));
+        assert!(matches!(parse("pool trim -s tank /d1").unwrap().command, Command::Pool(PoolCommand::Trim { suspend: true, .. })));
+        let Command::Pool(PoolCommand::Checkpoint { discard, wait, pool }) = parse("pool checkpoint -d -w tank").unwrap().command else { panic!() };
+        assert_eq!((discard, wait, pool.as_str()), (true, true, "tank"));
+        assert!(matches!(parse("pool checkpoint --discard tank").unwrap().command, Command::Pool(PoolCommand::Checkpoint { discard: true, .. })));
+        assert!(matches!(
+            parse("pool import --rewind-to-checkpoint -d /srv tank").unwrap().command,
+            Command::Pool(PoolCommand::Import { rewind_to_checkpoint: true, .. })
+        ));
+        assert!(matches!(parse("pool status -t tank").unwrap().command, Command::Pool(PoolCommand::Status { trim: true, .. })));
+        assert!(parse("pool wait -t trim tank").is_ok());
+        usage_error("pool trim");
+        usage_error("pool trim -r fast tank");
+        usage_error("pool trim -r 0 tank");
+        usage_error("pool trim -c -s tank");
+        usage_error("pool trim -w -c tank");
+        usage_error("pool trim -c -r 1M tank");
+        usage_error("pool checkpoint");
+        usage_error("pool checkpoint -w tank");
+        usage_error("pool checkpoint tank backup");
+        usage_error("pool import --rewind-to-checkpoint");
+        usage_error("pool import --rewind-to-checkpoint -F tank");
     }
 
     #[test]

@@ -425,9 +425,13 @@ fn pool(socket: &Path, command: PoolCommand) -> Result<i32, Failure> {
             }
             Ok(0)
         }
-        PoolCommand::Import { dirs, force, rewind, altroot, pool } => {
+        PoolCommand::Import { dirs, force, rewind, rewind_to_checkpoint, altroot, pool } => {
             let dirs = dirs.iter().map(|d| path_string(d)).collect();
-            send(socket, &Request::PoolImport { dirs, force, rewind, altroot: altroot.map(|p| path_string(&p)), pool })?;
+            let altroot = altroot.map(|p| path_string(&p));
+            match pool {
+                Some(pool) if rewind_to_checkpoint => send(socket, &Request::PoolImportCheckpoint { dirs, force, altroot, pool })?,
+                pool => send(socket, &Request::PoolImport { dirs, force, rewind, altroot, pool })?,
+            };
             Ok(0)
         }
         PoolCommand::Export { force, pool } => {
@@ -439,7 +443,8 @@ fn pool(socket: &Path, command: PoolCommand) -> Result<i32, Failure> {
             Ok(0)
         }
         PoolCommand::List { scripted, parsable, json, columns, verbose, pools } => {
-            let columns = columns.map(|c| c.0).unwrap_or_else(|| ["name", "size", "alloc", "free", "cap", "health"].map(String::from).to_vec());
+            let columns =
+                columns.map(|c| c.0).unwrap_or_else(|| ["name", "size", "alloc", "free", "checkpoint", "cap", "health"].map(String::from).to_vec());
             let columns: Vec<String> = columns
                 .iter()
                 .map(|c| props::lookup_pool_prop(c).map(String::from).map_err(|e| Failure::usage(e.to_string())))
@@ -464,6 +469,7 @@ fn pool(socket: &Path, command: PoolCommand) -> Result<i32, Failure> {
                     .map(|c| match c.as_str() {
                         "allocated" => "ALLOC".into(),
                         "capacity" => "CAP".into(),
+                        "checkpoint" => "CKPOINT".into(),
                         other => other.to_ascii_uppercase(),
                     })
                     .collect();
@@ -472,7 +478,7 @@ fn pool(socket: &Path, command: PoolCommand) -> Result<i32, Failure> {
             }
             Ok(0)
         }
-        PoolCommand::Status { verbose, json, unhealthy, pools } => {
+        PoolCommand::Status { verbose, trim, json, unhealthy, pools } => {
             if unhealthy {
                 return crate::health_x::run(socket, verbose, json, pools);
             }
@@ -483,7 +489,7 @@ fn pool(socket: &Path, command: PoolCommand) -> Result<i32, Failure> {
             } else if pools.is_empty() {
                 println!("no pools available");
             } else {
-                print!("{}", status::status_text(&pools, verbose, Zone::Local));
+                print!("{}", status::status_text_with(&pools, verbose, trim, Zone::Local));
             }
             Ok(0)
         }
@@ -527,6 +533,7 @@ fn pool(socket: &Path, command: PoolCommand) -> Result<i32, Failure> {
             crate::iostat::run(socket, args, options)
         }
         PoolCommand::History { internal, long, pools } => crate::history::run(socket, pools, internal, long),
+        command @ (PoolCommand::Trim { .. } | PoolCommand::Checkpoint { .. }) => crate::trim::run(socket, command),
         device_command => devices::run(socket, device_command),
     }
 }

@@ -17,6 +17,7 @@ mod iostat;
 mod output;
 mod replication;
 mod status;
+mod trim;
 mod up;
 mod vdevspec;
 

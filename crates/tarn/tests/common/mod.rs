@@ -767,3 +767,40 @@ impl Drop for BindFs {
         self.kill();
     }
 }
+
+// ---------------------------------------------------------------------------
+// A daemon that dies.
+
+impl Harness {
+    /// `kill -9` the daemon (no export, no sync: its FUSE mounts die with
+    /// it), clear the dead mounts, and start a new daemon on the same
+    /// state directory and socket; it re-imports the pools it had.
+    pub fn kill_and_restart(&mut self) {
+        if let Some(mut child) = self.daemon.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if let Some(stop) = self.watchdog_stop.take() {
+            let _ = stop.send(());
+        }
+        for mountpoint in mounts_under(&self.dir) {
+            unmount(&mountpoint);
+        }
+        let log = fs::OpenOptions::new().append(true).open(&self.log_path).expect("open daemon log");
+        let daemon = Command::new(TARN)
+            .arg("daemon")
+            .arg("--state-dir")
+            .arg(&self.state_dir)
+            .arg("--socket")
+            .arg(&self.socket)
+            .env("RUST_BACKTRACE", "1")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("dup log"))
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot restart {TARN} daemon: {e}"));
+        self.watchdog_stop = Some(start_watchdog(daemon.id() as libc::pid_t));
+        self.daemon = Some(daemon);
+        self.wait_for_socket();
+    }
+}
