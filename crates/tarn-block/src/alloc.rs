@@ -285,6 +285,33 @@ impl Allocator {
         None
     }
 
+    /// Allocate `len` bytes on vdev `v` only (gang pieces go on their
+    /// header's vdev).
+    pub fn alloc_on(&mut self, v: usize, len: u64, align: u64, metadata: bool) -> Option<Extent> {
+        let vs = self.vdevs.get_mut(v)?;
+        let off = if metadata { vs.alloc_back(len, align) } else { vs.alloc(len, align) }?;
+        let e = Extent { vdev: v as u32, offset: off, len };
+        assert!(
+            !overlaps(&self.held, &e) && !overlaps(&self.trimming, &e),
+            "allocator handed out {e:?}, which a checkpoint holds or a trim is using"
+        );
+        self.records.push(Record { kind: RecordKind::Alloc, extent: e });
+        Some(e)
+    }
+
+    /// Take back an allocation of the txg being synced that was never
+    /// written (a placement abandoned for another): free at once, its
+    /// record gone.
+    pub fn unalloc(&mut self, e: Extent) {
+        if let Some(i) = self.records.iter().rposition(|r| r.kind == RecordKind::Alloc && r.extent == e) {
+            self.records.remove(i);
+            if let Some(v) = self.vdevs.get_mut(e.vdev as usize) {
+                let fresh = v.add_free(e.offset, e.len);
+                assert!(fresh, "{e:?} taken back but part of it was free");
+            }
+        }
+    }
+
     /// Free an extent of a block born in txg `birth`, in txg `txg`:
     /// recorded now, reusable after DEFER_TXGS — or held for the
     /// checkpoint if the block is older than it.

@@ -127,7 +127,7 @@ fn journey(kind: TopKind, devices: usize) {
         let files = first + fill_small(&fs, dir, 3000, "b");
         suspended("small files");
         assert!(files > 20_000, "round {round}: only {files} small files fit");
-        eprintln!("round {round}: {written} bytes in one file, then {files} small files");
+        eprintln!("round {round}: {written} bytes in one file, then {files} small files ({} gang blocks so far)", pool.gang_blocks());
         // Everything goes, on a full pool, and the space is back at once.
         empty_dir(&fs, dir);
         fs.rmdir(fs.root_ino(), b"small").expect("rmdir on a full pool");
@@ -135,6 +135,7 @@ fn journey(kind: TopKind, devices: usize) {
         suspended("deletes");
         let again = fill_big(&fs, b"again", &chunk);
         suspended("writing again");
+
         assert!(again * 100 >= written * 99, "round {round}: after deleting everything only {again} of {written} bytes fit again");
         fs.unlink(fs.root_ino(), b"again").unwrap();
         let report = pool.check();

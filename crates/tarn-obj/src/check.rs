@@ -28,8 +28,16 @@ struct Walker<'a> {
 impl Walker<'_> {
     fn note(&mut self, bp: &BlockPtr) {
         self.report.blocks += 1;
-        for d in bp.dvas() {
-            let e = (Extent { vdev: d.vdev, offset: d.offset, len: d.asize as u64 }, bp.birth);
+        // A gang block's extents are its copies' headers and pieces.
+        let extents = match self.s.io.extents_of(bp) {
+            Ok(extents) => extents,
+            Err(e) => {
+                self.report.damaged.push(format!("gang block {:?}: {e}", bp.dva[0]));
+                return;
+            }
+        };
+        for extent in extents {
+            let e = (extent, bp.birth);
             self.refs.push(e);
             if self.in_dataset {
                 self.dataset_refs.push(e);

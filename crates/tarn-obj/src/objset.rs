@@ -332,6 +332,8 @@ impl ObjectSet {
         if !st.attrs().exists {
             return Err(ObjError::NotFound(id.0));
         }
+        let on_disk = if st.dirty.values().any(|d| d.freed) { 0 } else { st.committed.used_bytes };
+        self.shared.note_pending_free(tx.txg(), on_disk);
         let d = self.dirty_for(&dn, &mut st, tx.txg());
         let all = d.charge;
         self.drop_charge(d, all);

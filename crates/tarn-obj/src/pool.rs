@@ -638,6 +638,11 @@ impl ObjPool {
         self.shared.dirty_bytes.load(Ordering::Relaxed)
     }
 
+    /// Blocks written as gang blocks since import.
+    pub fn gang_blocks(&self) -> u64 {
+        self.shared.io.gang_blocks.load(Ordering::Relaxed)
+    }
+
     /// Raw space the changes not yet written out may take (worst case).
     pub fn dirty_asize(&self) -> u64 {
         self.shared.dirty_asize.load(Ordering::Relaxed)
@@ -783,15 +788,7 @@ pub(crate) fn sync_once(s: &Arc<Shared>) -> Result<Txg> {
         t
     };
     // On failure the caller suspends the pool; nothing of this txg is on disk.
-    let dbg = std::env::var_os("TARN_DEBUG_SPACE").is_some();
-    let before = if dbg { let a = s.io.alloc.lock(); (a.free_bytes(), a.deferred_bytes()) } else { (0, 0) };
-    let charged = s.dirty_asize.load(Ordering::Relaxed);
-    let r = sync_txg(s, txg);
-    if dbg {
-        let a = s.io.alloc.lock();
-        eprintln!("sync {txg}: free {} deferred {} charged {} -> free {} deferred {} used {} ok={}", before.0, before.1, charged, a.free_bytes(), a.deferred_bytes(), before.0 as i64 - a.free_bytes() as i64, r.is_ok());
-    }
-    r
+    sync_txg(s, txg)
 }
 
 pub(crate) struct ObjsetSync {

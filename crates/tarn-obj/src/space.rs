@@ -5,8 +5,10 @@
 //! - Every dirty buffer carries a [`Charge`]: its bytes (what the write
 //!   throttle counts against `dirty_data_max`) and the raw space it may
 //!   allocate when its txg is written — the worst case: no compression,
-//!   rounded up to the vdev's sector, inflated by raidz parity and padding,
-//!   times the copies, plus its share of indirect blocks. Each dnode block
+//!   rounded up to the vdev's sector, inflated by raidz parity and padding
+//!   (or, if free space is too fragmented to hold it whole, written as a
+//!   gang of sector-sized pieces, each its own stripe), times the copies,
+//!   plus its share of indirect blocks. Each dnode block
 //!   (16 KiB, 32 dnodes) a txg dirties is charged once per txg, at its
 //!   metadata copies. The pool keeps the sums (`Shared::dirty_asize`).
 //! - The *slop* is 1/32 of the pool (at least 4 MiB or half the pool, at
@@ -86,18 +88,32 @@ impl Charge {
     }
 }
 
-/// Dnode blocks dirtied per txg, each charged once.
+/// Dnode blocks dirtied per txg, each charged once; and the bytes freed
+/// per txg by objects freed whole (deletes not yet written).
 #[derive(Default)]
 pub(crate) struct MetaCharges {
     blocks: BTreeMap<Txg, HashSet<(ObjsetId, u64)>>,
     asize: BTreeMap<Txg, u64>,
+    frees: BTreeMap<Txg, u64>,
 }
 
 impl Shared {
-    /// Largest raw allocation a block of `len` bytes can take, per copy.
+    /// Largest raw allocation a block of `len` bytes can take, per copy:
+    /// whole, or as a gang of sector-sized pieces (each its own raidz
+    /// stripe, so up to parity + 1 sectors per sector of data) with its
+    /// headers — what a fragmented pool may make of it.
     fn worst_asize(&self, len: u64) -> u64 {
         let psize = self.io.psize_for(len as usize);
-        self.io.tops().iter().map(|t| t.alloc_size(psize)).max().unwrap_or(psize)
+        let unit = self.io.unit();
+        let pieces = psize.div_ceil(unit);
+        let headers = tarn_block::gang::headers_for(pieces as usize) as u64;
+        let header = self.io.psize_for(tarn_block::gang::GANG_HEADER_LEN);
+        self.io
+            .tops()
+            .iter()
+            .map(|t| t.alloc_size(psize).max(pieces * t.alloc_size(unit) + headers * t.alloc_size(header)))
+            .max()
+            .unwrap_or(psize)
     }
 
     /// The charge of a dirty data block of `len` bytes written with
@@ -135,10 +151,26 @@ impl Shared {
         }
     }
 
+    /// An object whose blocks take `bytes` on disk is freed in `txg`.
+    pub(crate) fn note_pending_free(&self, txg: Txg, bytes: u64) {
+        if bytes > 0 {
+            *self.meta_charges.lock().frees.entry(txg).or_default() += bytes;
+        }
+    }
+
+    /// Bytes that deletes not yet written will free.
+    fn pending_frees(&self) -> u64 {
+        self.meta_charges.lock().frees.values().sum()
+    }
+
     /// Txg `txg` (and every older one) is on disk: its dnode-block charges
-    /// are spent.
+    /// are spent, its frees are in the defer window.
     pub(crate) fn settle_meta_charges(&self, txg: Txg) {
         let mut m = self.meta_charges.lock();
+        let done: Vec<Txg> = m.frees.range(..=txg).map(|(&t, _)| t).collect();
+        for t in done {
+            m.frees.remove(&t);
+        }
         let done: Vec<Txg> = m.asize.range(..=txg).map(|(&t, _)| t).collect();
         for t in done {
             let asize = m.asize.remove(&t).unwrap_or(0);
@@ -182,10 +214,20 @@ impl Shared {
     /// `NoSpace` when nothing pending can.
     pub(crate) fn reserve_space(self: &std::sync::Arc<Self>, asize: u64) -> Result<()> {
         let mut synced_pending = false;
-        for _ in 0..crate::pool::DEFER_TXGS + 3 {
+        for round in 0..crate::pool::DEFER_TXGS + 3 {
             self.check_suspended()?;
             let (size, free, deferred) = self.raw_space();
             let slop = slop_bytes(size);
+            // A mass delete is on its way back (frees in the defer window or
+            // not yet written, more than the slop and a good share of what
+            // is free): let it come back first. Written now, into what is
+            // free yet — the holes between what is still being freed —
+            // blocks would be split into gang pieces and keep that cost.
+            let returning = deferred + self.pending_frees();
+            if returning > slop && returning * 4 > free && round <= crate::pool::DEFER_TXGS {
+                crate::pool::sync_and_wait(self)?;
+                continue;
+            }
             if self.fits(asize, slop) {
                 return Ok(());
             }
