@@ -135,8 +135,16 @@ fn journey(kind: TopKind, devices: usize) {
         suspended("deletes");
         let again = fill_big(&fs, b"again", &chunk);
         suspended("writing again");
+        // Nothing more fits later either: ENOSPC was not a passing state.
+        for _ in 0..tarn_obj::DEFER_TXGS + 1 {
+            pool.sync().unwrap();
+        }
+        assert_eq!(fill_big(&fs, b"later", &chunk), 0, "round {round}: more fit after a few txgs");
+        fs.unlink(fs.root_ino(), b"later").unwrap();
 
-        assert!(again * 100 >= written * 99, "round {round}: after deleting everything only {again} of {written} bytes fit again");
+        // Within 1% of the first fill, give or take the one 1 MiB write
+        // that did not fit (the measure's grain).
+        assert!((again + chunk.len() as u64) * 100 >= written * 99, "round {round}: after deleting everything only {again} of {written} bytes fit again");
         fs.unlink(fs.root_ino(), b"again").unwrap();
         let report = pool.check();
         assert!(report.ok(), "round {round}: {report:?}");

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-pub use tarn_block::{ChecksumKind, Compression};
+pub use tarn_block::{ChecksumKind, Compression, DEFER_TXGS};
 pub use tarn_dev::Device;
 
 pub mod zap;

@@ -214,17 +214,21 @@ impl Shared {
     /// `NoSpace` when nothing pending can.
     pub(crate) fn reserve_space(self: &std::sync::Arc<Self>, asize: u64) -> Result<()> {
         let mut synced_pending = false;
-        for round in 0..crate::pool::DEFER_TXGS + 3 {
+        let mut waited_for: Option<u64> = None;
+        for _ in 0..crate::pool::DEFER_TXGS + 3 {
             self.check_suspended()?;
             let (size, free, deferred) = self.raw_space();
             let slop = slop_bytes(size);
             // A mass delete is on its way back (frees in the defer window or
-            // not yet written, more than the slop and a good share of what
-            // is free): let it come back first. Written now, into what is
-            // free yet — the holes between what is still being freed —
-            // blocks would be split into gang pieces and keep that cost.
+            // not yet written, more than the slop and more than a sixteenth
+            // of what is free): let it come back first, as long as each txg
+            // brings some of it back. Written now, into what is free yet —
+            // the holes between what is still being freed — blocks would be
+            // split into gang pieces and keep that cost for good.
             let returning = deferred + self.pending_frees();
-            if returning > slop && returning * 4 > free && round <= crate::pool::DEFER_TXGS {
+            let progressing = waited_for.is_none_or(|before| returning < before);
+            if returning > slop && returning * 16 > free && progressing {
+                waited_for = Some(returning);
                 crate::pool::sync_and_wait(self)?;
                 continue;
             }

@@ -146,8 +146,10 @@ fn list_verbose_and_status_x() {
     assert!(lines[5].starts_with("spare"), "{text}");
     assert!(lines[6].starts_with(&format!("  {d2}")) && lines[6].ends_with("AVAIL"), "{text}");
     let mirror: Vec<&str> = lines[2].split_whitespace().collect();
-    assert_eq!(mirror.len(), 6, "{text}");
-    assert_eq!(mirror[5], "ONLINE");
+    // NAME SIZE ALLOC FREE CHECKPOINT CAP HEALTH
+    assert_eq!(mirror.len(), 7, "{text}");
+    assert_eq!(mirror[4], "-", "no checkpoint: {text}");
+    assert_eq!(mirror[6], "ONLINE");
     let scripted = harness.tarn_ok(&["pool", "list", "-v", "-H", "-p", "-o", "name,size,alloc,health", "tank"]);
     let leaf: Vec<&str> = scripted.lines().nth(2).unwrap().split('\t').collect();
     assert_eq!(leaf, [format!("    {d0}").as_str(), (128u64 << 20).to_string().as_str(), "-", "ONLINE"], "{scripted}");
