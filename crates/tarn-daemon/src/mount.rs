@@ -90,7 +90,9 @@ impl Mounted {
         let options = tarn_fuse::MountOptions {
             fsname: dataset.to_string(),
             readonly: settings.readonly,
-            allow_other: false,
+            // A NAS is multi-user: every uid reaches what the permission bits
+            // grant (the kernel checks them: default_permissions).
+            allow_other: true,
         };
         let handle = tarn_fuse::mount_with_snapshots(fs.clone(), path, options, snapshots).map_err(|e| e.to_string())?;
         Ok(Mounted { path: path.to_path_buf(), fs, handle })
