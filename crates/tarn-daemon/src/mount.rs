@@ -84,7 +84,7 @@ impl Mounted {
         snapshots: Option<Arc<dyn tarn_fuse::SnapshotSource>>,
         limit: Option<Arc<dyn tarn_fs::SpaceLimit>>,
     ) -> Result<Mounted, String> {
-        std::fs::create_dir_all(path).map_err(|e| format!("cannot create mountpoint {}: {e}", path.display()))?;
+        crate::stale::prepare_mountpoint(dataset, path)?;
         let fs = tarn_fs::Fs::open(pool, os, fs_options(settings)).map_err(|e| e.to_string())?;
         fs.set_space_limit(limit);
         let options = tarn_fuse::MountOptions {
