@@ -61,7 +61,7 @@ pub(crate) struct DnodeState {
 }
 
 impl DnodeState {
-    fn attrs(&self) -> Attrs {
+    pub(crate) fn attrs(&self) -> Attrs {
         if let Some((_, d)) = self.dirty.iter().next_back() {
             return d.attrs.clone();
         }
@@ -69,7 +69,7 @@ impl DnodeState {
     }
 
     /// Upper bound of data blocks in the newest view.
-    fn nblocks(&self) -> u64 {
+    pub(crate) fn nblocks(&self) -> u64 {
         let mut n = self.committed.nblocks;
         for d in self.dirty.values() {
             if d.freed {
@@ -212,7 +212,7 @@ impl ObjectSet {
         *self.inner.props.lock()
     }
 
-    fn io(&self) -> &BlockIo {
+    pub(crate) fn io(&self) -> &BlockIo {
         &self.shared.io
     }
 
@@ -268,7 +268,7 @@ impl ObjectSet {
         Ok(())
     }
 
-    fn dnode(&self, id: ObjectId) -> Result<Arc<Dnode>> {
+    pub(crate) fn dnode(&self, id: ObjectId) -> Result<Arc<Dnode>> {
         self.inner.handle(self.io(), &self.shared.reader_gate, id)
     }
 
