@@ -40,6 +40,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use tarn_obj::zap::Zap;
 use tarn_obj::{ObjError, ObjPool, ObjectId, ObjectSet, Tx};
 
+pub mod falloc;
 pub mod format;
 use format::{decode_dirent, encode_dirent, u64_value, InodePhys, FLAG_UNLINKED};
 
@@ -107,6 +108,12 @@ pub enum FsError {
     FileTooBig,
     #[error("quota exceeded")]
     Quota,
+    #[error("operation not supported: {0}")]
+    NotSupported(&'static str),
+    #[error("no such device")]
+    NoDevice,
+    #[error("no data or hole at or past the end of the file")]
+    NoSuchOffset,
     #[error("corrupt: {0}")]
     Corrupt(String),
     #[error(transparent)]
@@ -130,6 +137,9 @@ impl FsError {
             FsError::TooManyLinks => libc::EMLINK,
             FsError::FileTooBig => libc::EFBIG,
             FsError::Quota => libc::EDQUOT,
+            FsError::NotSupported(_) => libc::EOPNOTSUPP,
+            FsError::NoDevice => libc::ENODEV,
+            FsError::NoSuchOffset => libc::ENXIO,
             FsError::Corrupt(_) => libc::EIO,
             FsError::Obj(e) => e.errno(),
         }

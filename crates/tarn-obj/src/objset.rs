@@ -703,13 +703,14 @@ impl ObjectSet {
         // Partial blocks at the edges are zeroed; whole blocks freed.
         let first_full = offset.div_ceil(bs);
         let last_full = if len.is_none() { u64::MAX } else { end / bs };
-        if offset % bs != 0 {
+        // A hole at an edge stays one (punching a hole allocates nothing).
+        if offset % bs != 0 && !self.is_hole_now(&dn, offset / bs)? {
             let blkid = offset / bs;
             let from = (offset % bs) as usize;
             let to = if end / bs == blkid { (end % bs) as usize } else { bs as usize };
             self.modify_block(&dn, tx.txg(), blkid, bs, None, &mut |b| b[from..to].fill(0))?;
         }
-        if len.is_some() && end % bs != 0 && end / bs >= first_full {
+        if len.is_some() && end % bs != 0 && end / bs >= first_full && !self.is_hole_now(&dn, end / bs)? {
             let blkid = end / bs;
             let to = (end % bs) as usize;
             self.modify_block(&dn, tx.txg(), blkid, bs, None, &mut |b| b[..to].fill(0))?;
@@ -726,6 +727,25 @@ impl ObjectSet {
             d.frees.push((first_full, last_full));
         }
         Ok(())
+    }
+
+    /// Block `blkid` is a hole (or past the end) in the newest view.
+    fn is_hole_now(&self, dn: &Arc<Dnode>, blkid: u64) -> Result<bool> {
+        let view = {
+            let st = dn.st.lock();
+            if blkid >= st.nblocks() {
+                return Ok(true);
+            }
+            self.block_view(&st, blkid)?
+        };
+        match view {
+            Found::Data(_) => Ok(false),
+            Found::Hole => Ok(true),
+            Found::Committed(phys) => {
+                let _gate = self.shared.reader_gate.read();
+                Ok(tree::lookup(self.io(), &phys, blkid)?.is_hole())
+            }
+        }
     }
 
     pub fn used_bytes(&self) -> u64 {
