@@ -704,13 +704,13 @@ impl ObjectSet {
         let first_full = offset.div_ceil(bs);
         let last_full = if len.is_none() { u64::MAX } else { end / bs };
         // A hole at an edge stays one (punching a hole allocates nothing).
-        if offset % bs != 0 && !self.is_hole_now(&dn, offset / bs)? {
+        if !offset.is_multiple_of(bs) && !self.is_hole_now(&dn, offset / bs)? {
             let blkid = offset / bs;
             let from = (offset % bs) as usize;
             let to = if end / bs == blkid { (end % bs) as usize } else { bs as usize };
             self.modify_block(&dn, tx.txg(), blkid, bs, None, &mut |b| b[from..to].fill(0))?;
         }
-        if len.is_some() && end % bs != 0 && end / bs >= first_full && !self.is_hole_now(&dn, end / bs)? {
+        if len.is_some() && !end.is_multiple_of(bs) && end / bs >= first_full && !self.is_hole_now(&dn, end / bs)? {
             let blkid = end / bs;
             let to = (end % bs) as usize;
             self.modify_block(&dn, tx.txg(), blkid, bs, None, &mut |b| b[..to].fill(0))?;

@@ -67,8 +67,11 @@ fn fsync(path: &Path) {
     File::open(path).unwrap().sync_all().unwrap();
 }
 
+/// An offset and what SEEK_DATA and SEEK_HOLE answer from it.
+type SeekAnswers = (u64, Result<u64, i32>, Result<u64, i32>);
+
 /// Every SEEK_DATA / SEEK_HOLE answer from offsets around each boundary.
-fn seek_map(path: &Path, size: u64, marks: &[u64]) -> Vec<(u64, Result<u64, i32>, Result<u64, i32>)> {
+fn seek_map(path: &Path, size: u64, marks: &[u64]) -> Vec<SeekAnswers> {
     let f = File::open(path).unwrap();
     let mut offsets: Vec<u64> = marks.iter().flat_map(|&m| [m.saturating_sub(1), m, m + 1]).collect();
     offsets.extend([0, size - 1, size, size + 1, size + 10 * M]);
