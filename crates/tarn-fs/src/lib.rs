@@ -42,6 +42,7 @@ use tarn_obj::{ObjError, ObjPool, ObjectId, ObjectSet, Tx};
 
 pub mod falloc;
 pub mod format;
+mod tmpfile;
 use format::{decode_dirent, encode_dirent, u64_value, InodePhys, FLAG_UNLINKED};
 
 pub type Result<T> = std::result::Result<T, FsError>;
@@ -956,14 +957,14 @@ impl Fs {
         if is_dir(&p) {
             return Err(FsError::Perm);
         }
-        if p.nlink == 0 {
-            return Err(FsError::NotFound);
-        }
         if p.nlink >= LINK_MAX {
             return Err(FsError::TooManyLinks);
         }
         if self.dir_lookup(dir, name)?.is_some() {
             return Err(FsError::Exists);
+        }
+        if p.nlink == 0 && (p.flags & FLAG_UNLINKED == 0 || !is_reg(&p)) {
+            return Err(FsError::NotFound);
         }
         let now = now_ns();
         Zap::insert(
@@ -973,6 +974,10 @@ impl Fs {
             name,
             &encode_dirent(ino, kind_of(&p).dtype()),
         )?;
+        if p.nlink == 0 {
+            // An O_TMPFILE file getting its name (tmpfile.rs).
+            self.relink(&tx, ino, &mut p)?;
+        }
         p.nlink += 1;
         p.ctime_ns = now;
         self.put_inode(&tx, ino, &p)?;

@@ -41,6 +41,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tarn_fs::{Attr, Cred, FileKind, Fs, FsError, SetAttr, TimeSet};
 
 mod falloc;
+mod tmpfile;
 
 /// How long the kernel may cache attributes and directory entries. Every
 /// change reaches the file system through this mount, so the kernel's copy
@@ -713,6 +714,18 @@ impl fuser::Filesystem for TarnFuse {
         reply: ReplyEmpty,
     ) {
         self.do_fallocate(ino, offset, length, mode, reply)
+    }
+
+    fn tmpfile(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        mode: u32,
+        _umask: u32,
+        _flags: i32,
+        reply: ReplyCreate,
+    ) {
+        self.do_tmpfile(req, parent, mode, reply)
     }
 
     fn lseek(

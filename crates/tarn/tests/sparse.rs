@@ -1,9 +1,9 @@
 //! Sparse files through the real mount (issue 9, item 0): util-linux
 //! `fallocate` in every mode the FUSE driver passes, SEEK_DATA /
 //! SEEK_HOLE through `lseek(2)`, `cp` keeping holes, space coming back
-//! after a punch, and O_TMPFILE's answer. Where the semantics are the
-//! same, every step runs on a tmpfs reference too and the answers must
-//! agree (the data layout is 128 KiB-aligned so tmpfs's 4 KiB pages and
+//! after a punch, and O_TMPFILE (unnamed files, linked or freed). Where
+//! the semantics are the same, every step runs on a tmpfs reference too
+//! and the answers must agree (the data layout is 128 KiB-aligned so tmpfs's 4 KiB pages and
 //! tarn's 128 KiB records see the same holes).
 
 mod common;
@@ -224,37 +224,104 @@ fn punching_returns_space_and_tarn_only_modes() {
     assert_eq!(seek(&file, 0, libc::SEEK_DATA), Err(libc::ENXIO));
 }
 
-/// O_TMPFILE: the kernel sends FUSE_TMPFILE, which fuser 0.18 does not
-/// know; it answers ENOSYS and the kernel turns that into EOPNOTSUPP (and
-/// stops asking). Tools fall back to a named temporary file. tmpfs, the
-/// reference, supports it. If this starts succeeding, O_TMPFILE support
-/// arrived: test it properly and update ARCHITECTURE.md.
+fn open_tmpfile(dir: &Path, flags: i32) -> Result<File, i32> {
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).unwrap();
+    // SAFETY: `c` is a valid path; the descriptor is owned by the File.
+    let fd = unsafe { libc::open(c.as_ptr(), libc::O_TMPFILE | libc::O_RDWR | flags, 0o600) };
+    if fd < 0 {
+        Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
+    } else {
+        // SAFETY: `fd` was just opened and nothing else owns it.
+        Ok(unsafe { <File as std::os::unix::io::FromRawFd>::from_raw_fd(fd) })
+    }
+}
+
+/// `linkat(fd, "", AT_FDCWD, to, AT_EMPTY_PATH)`: 0 or the errno.
+fn link_fd(file: &File, to: &Path) -> Result<(), i32> {
+    let c = std::ffi::CString::new(to.as_os_str().as_bytes()).unwrap();
+    // SAFETY: valid descriptor and NUL-terminated paths for the call.
+    let r = unsafe { libc::linkat(file.as_raw_fd(), c"".as_ptr(), libc::AT_FDCWD, c.as_ptr(), libc::AT_EMPTY_PATH) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
+    }
+}
+
+/// What O_TMPFILE does on one file system (the same on tmpfs and tarn).
+fn tmpfile_scenario(root: &Path, data: &[u8]) -> Vec<String> {
+    let mut seen = Vec::new();
+    let dir = root.join("t");
+    fs::create_dir(&dir).unwrap();
+    let t = open_tmpfile(&dir, 0).expect("O_TMPFILE");
+    t.write_all_at(data, 0).unwrap();
+    let m = t.metadata().unwrap();
+    seen.push(format!("unnamed: nlink {} size {} mode {:o}", m.nlink(), m.len(), m.mode()));
+    seen.push(format!("entries {}", fs::read_dir(&dir).unwrap().count()));
+    let mut back = vec![0u8; data.len()];
+    t.read_exact_at(&mut back, 0).unwrap();
+    assert_eq!(back, data);
+    // Given a name: nlink 1, the same data by path.
+    link_fd(&t, &dir.join("named")).unwrap();
+    seen.push(format!("linked: nlink {}", t.metadata().unwrap().nlink()));
+    assert_eq!(fs::read(dir.join("named")).unwrap(), data);
+    assert_eq!(fs::metadata(dir.join("named")).unwrap().ino(), m.ino());
+    // A second name is an ordinary hard link.
+    link_fd(&t, &dir.join("second")).unwrap();
+    seen.push(format!("second: nlink {}", t.metadata().unwrap().nlink()));
+    drop(t);
+    // O_EXCL: never linkable.
+    let x = open_tmpfile(&dir, libc::O_EXCL).expect("O_TMPFILE|O_EXCL");
+    seen.push(format!("excl link: {:?}", link_fd(&x, &dir.join("never"))));
+    // On a file, and a missing directory.
+    seen.push(format!("on a file: {:?}", open_tmpfile(&dir.join("named"), 0).map(|_| ())));
+    seen.push(format!("missing dir: {:?}", open_tmpfile(&dir.join("nope"), 0).map(|_| ())));
+    let mut names: Vec<String> = fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    names.sort();
+    seen.push(format!("names {names:?}"));
+    seen
+}
+
+/// O_TMPFILE through the mount (FUSE_TMPFILE, with fuser patched for it):
+/// the same answers as tmpfs; an unnamed file's space comes back when it
+/// is closed; none can be made in a snapshot.
 #[test]
-fn o_tmpfile_answers_eopnotsupp() {
+fn o_tmpfile_matches_tmpfs_and_frees_on_close() {
+    let seeded = tarn_testkit::seeded!(1);
+    let mut rng = seeded.rng(3);
+    let data = random_bytes(&mut rng, 300_000);
     let harness = Harness::start();
-    let devices = harness.vdev_files("vdevs", 1, 256 << 20);
+    let devices = harness.vdev_files("vdevs", 1, 512 << 20);
     let root = harness.create_pool("tank", &[path_str(&devices[0])]);
     let reference = harness.dir.join("tmpfs");
     let _tmpfs = mount_tmpfs(&reference);
-    let open_tmpfile = |dir: &Path| -> Result<File, i32> {
-        let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).unwrap();
-        // SAFETY: `c` is a valid path; the descriptor is owned by the File.
-        let fd = unsafe { libc::open(c.as_ptr(), libc::O_TMPFILE | libc::O_RDWR, 0o600) };
-        if fd < 0 {
-            Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
-        } else {
-            // SAFETY: `fd` was just opened and nothing else owns it.
-            Ok(unsafe { <File as std::os::unix::io::FromRawFd>::from_raw_fd(fd) })
-        }
+    assert_eq!(tmpfile_scenario(&root, &data), tmpfile_scenario(&reference, &data));
+
+    let used = || -> u64 { harness.tarn_ok(&["list", "-Hp", "-o", "used", "tank"]).trim().parse().expect("used is a number") };
+    let sync = || {
+        let f = File::open(&root).unwrap();
+        f.sync_all().unwrap();
     };
-    let t = open_tmpfile(&reference).expect("O_TMPFILE on tmpfs");
-    t.write_all_at(b"x", 0).unwrap();
-    for _ in 0..2 {
-        // The second time the kernel answers without asking.
-        assert_eq!(open_tmpfile(&root).map(|_| ()), Err(libc::EOPNOTSUPP));
+    sync();
+    let before = used();
+    let t = open_tmpfile(&root, 0).unwrap();
+    t.write_all_at(&random_bytes(&mut rng, (32 * M) as usize), 0).unwrap();
+    t.sync_all().unwrap();
+    let during = used();
+    assert!(during >= before + 31 * M, "used {before} -> {during} with 32 MiB in a tmpfile");
+    drop(t);
+    // The kernel forgets the inode at the last close; the txg then frees it.
+    let mut after = during;
+    for _ in 0..50 {
+        sync();
+        after = used();
+        if after < before + M {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
     }
-    // Nothing was left behind, and the mount serves on.
-    assert_eq!(fs::read_dir(&root).unwrap().count(), 0);
-    fs::write(root.join("after"), b"ok").unwrap();
-    assert_eq!(fs::read(root.join("after")).unwrap(), b"ok");
+    assert!(after < before + M, "used {before} -> {during} -> {after}: the closed tmpfile's space is not back");
+
+    harness.tarn_ok(&["snapshot", "tank@s"]);
+    assert_eq!(open_tmpfile(&root.join(".zfs/snapshot/s/t"), 0).map(|_| ()), Err(libc::EROFS));
 }
