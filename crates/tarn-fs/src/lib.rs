@@ -40,7 +40,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use tarn_obj::zap::Zap;
 use tarn_obj::{ObjError, ObjPool, ObjectId, ObjectSet, Tx};
 
+pub mod falloc;
 pub mod format;
+mod tmpfile;
 use format::{decode_dirent, encode_dirent, u64_value, InodePhys, FLAG_UNLINKED};
 
 pub type Result<T> = std::result::Result<T, FsError>;
@@ -107,6 +109,12 @@ pub enum FsError {
     FileTooBig,
     #[error("quota exceeded")]
     Quota,
+    #[error("operation not supported: {0}")]
+    NotSupported(&'static str),
+    #[error("no such device")]
+    NoDevice,
+    #[error("no data or hole at or past the end of the file")]
+    NoSuchOffset,
     #[error("corrupt: {0}")]
     Corrupt(String),
     #[error(transparent)]
@@ -130,6 +138,9 @@ impl FsError {
             FsError::TooManyLinks => libc::EMLINK,
             FsError::FileTooBig => libc::EFBIG,
             FsError::Quota => libc::EDQUOT,
+            FsError::NotSupported(_) => libc::EOPNOTSUPP,
+            FsError::NoDevice => libc::ENODEV,
+            FsError::NoSuchOffset => libc::ENXIO,
             FsError::Corrupt(_) => libc::EIO,
             FsError::Obj(e) => e.errno(),
         }
@@ -946,14 +957,14 @@ impl Fs {
         if is_dir(&p) {
             return Err(FsError::Perm);
         }
-        if p.nlink == 0 {
-            return Err(FsError::NotFound);
-        }
         if p.nlink >= LINK_MAX {
             return Err(FsError::TooManyLinks);
         }
         if self.dir_lookup(dir, name)?.is_some() {
             return Err(FsError::Exists);
+        }
+        if p.nlink == 0 && (p.flags & FLAG_UNLINKED == 0 || !is_reg(&p)) {
+            return Err(FsError::NotFound);
         }
         let now = now_ns();
         Zap::insert(
@@ -963,6 +974,10 @@ impl Fs {
             name,
             &encode_dirent(ino, kind_of(&p).dtype()),
         )?;
+        if p.nlink == 0 {
+            // An O_TMPFILE file getting its name (tmpfile.rs).
+            self.relink(&tx, ino, &mut p)?;
+        }
         p.nlink += 1;
         p.ctime_ns = now;
         self.put_inode(&tx, ino, &p)?;

@@ -40,6 +40,9 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tarn_fs::{Attr, Cred, FileKind, Fs, FsError, SetAttr, TimeSet};
 
+mod falloc;
+mod tmpfile;
+
 /// How long the kernel may cache attributes and directory entries. Every
 /// change reaches the file system through this mount, so the kernel's copy
 /// only goes stale for what the daemon changes on its own (atime).
@@ -698,6 +701,43 @@ impl fuser::Filesystem for TarnFuse {
             }
             Err(e) => reply.error(errno(&e)),
         }
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        self.do_fallocate(ino, offset, length, mode, reply)
+    }
+
+    fn tmpfile(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        mode: u32,
+        _umask: u32,
+        _flags: i32,
+        reply: ReplyCreate,
+    ) {
+        self.do_tmpfile(req, parent, mode, reply)
+    }
+
+    fn lseek(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: fuser::ReplyLseek,
+    ) {
+        self.do_lseek(ino, offset, whence, reply)
     }
 
     // No `flush`: answering ENOSYS once makes the kernel stop sending a

@@ -99,6 +99,7 @@ mod objset;
 mod par;
 mod pool;
 pub mod scan;
+mod seek;
 mod snap;
 pub mod space;
 mod tree;

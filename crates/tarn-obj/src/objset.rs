@@ -61,7 +61,7 @@ pub(crate) struct DnodeState {
 }
 
 impl DnodeState {
-    fn attrs(&self) -> Attrs {
+    pub(crate) fn attrs(&self) -> Attrs {
         if let Some((_, d)) = self.dirty.iter().next_back() {
             return d.attrs.clone();
         }
@@ -69,7 +69,7 @@ impl DnodeState {
     }
 
     /// Upper bound of data blocks in the newest view.
-    fn nblocks(&self) -> u64 {
+    pub(crate) fn nblocks(&self) -> u64 {
         let mut n = self.committed.nblocks;
         for d in self.dirty.values() {
             if d.freed {
@@ -212,7 +212,7 @@ impl ObjectSet {
         *self.inner.props.lock()
     }
 
-    fn io(&self) -> &BlockIo {
+    pub(crate) fn io(&self) -> &BlockIo {
         &self.shared.io
     }
 
@@ -268,7 +268,7 @@ impl ObjectSet {
         Ok(())
     }
 
-    fn dnode(&self, id: ObjectId) -> Result<Arc<Dnode>> {
+    pub(crate) fn dnode(&self, id: ObjectId) -> Result<Arc<Dnode>> {
         self.inner.handle(self.io(), &self.shared.reader_gate, id)
     }
 
@@ -703,13 +703,14 @@ impl ObjectSet {
         // Partial blocks at the edges are zeroed; whole blocks freed.
         let first_full = offset.div_ceil(bs);
         let last_full = if len.is_none() { u64::MAX } else { end / bs };
-        if !offset.is_multiple_of(bs) {
+        // A hole at an edge stays one (punching a hole allocates nothing).
+        if !offset.is_multiple_of(bs) && !self.is_hole_now(&dn, offset / bs)? {
             let blkid = offset / bs;
             let from = (offset % bs) as usize;
             let to = if end / bs == blkid { (end % bs) as usize } else { bs as usize };
             self.modify_block(&dn, tx.txg(), blkid, bs, None, &mut |b| b[from..to].fill(0))?;
         }
-        if len.is_some() && end % bs != 0 && end / bs >= first_full {
+        if len.is_some() && !end.is_multiple_of(bs) && end / bs >= first_full && !self.is_hole_now(&dn, end / bs)? {
             let blkid = end / bs;
             let to = (end % bs) as usize;
             self.modify_block(&dn, tx.txg(), blkid, bs, None, &mut |b| b[..to].fill(0))?;
@@ -726,6 +727,25 @@ impl ObjectSet {
             d.frees.push((first_full, last_full));
         }
         Ok(())
+    }
+
+    /// Block `blkid` is a hole (or past the end) in the newest view.
+    fn is_hole_now(&self, dn: &Arc<Dnode>, blkid: u64) -> Result<bool> {
+        let view = {
+            let st = dn.st.lock();
+            if blkid >= st.nblocks() {
+                return Ok(true);
+            }
+            self.block_view(&st, blkid)?
+        };
+        match view {
+            Found::Data(_) => Ok(false),
+            Found::Hole => Ok(true),
+            Found::Committed(phys) => {
+                let _gate = self.shared.reader_gate.read();
+                Ok(tree::lookup(self.io(), &phys, blkid)?.is_hole())
+            }
+        }
     }
 
     pub fn used_bytes(&self) -> u64 {
