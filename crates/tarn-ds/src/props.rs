@@ -98,6 +98,9 @@ pub enum PropError {
     ReadOnly(String),
     #[error("bad property assignment '{0}': expected PROPERTY=VALUE")]
     Syntax(String),
+    /// A name with a colon that is not a valid user property name.
+    #[error("invalid user property name '{0}': lowercase letters, digits and ': + - . _', with a colon, not starting with ':', at most 256 characters")]
+    BadUserName(String),
 }
 
 /// ZFS dataset properties tarn does not implement yet: asked for, they are
@@ -185,11 +188,7 @@ pub fn check_name(name: &str) -> Result<(), PropError> {
         if is_user_property(name) {
             return Ok(());
         }
-        return Err(PropError::BadValue {
-            prop: name.into(),
-            value: String::new(),
-            why: "a user property name is lowercase letters, digits and ': + - . _', with a colon, at most 256 characters".into(),
-        });
+        return Err(PropError::BadUserName(name.into()));
     }
     lookup(name).map(|_| ())
 }
