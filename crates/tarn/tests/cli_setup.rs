@@ -145,17 +145,24 @@ fn the_cli_finds_the_daemon_tarn_up_started() {
     assert_clean_failure(&out, "list without a daemon");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("cannot connect to tarn daemon") && stderr.contains(&path_str(&no_state)), "{stderr}");
-    ok(tarn_env(&["down"], &env), "down");
-    assert!(!home.join("tarn.sock").exists());
-    guard.homes.clear();
 
     // The default state directory: `tarn up` with nothing set uses it, and
     // so does every other command.
     guard.homes.push(state.clone());
-    let env = [("TARN_STATE_DIR", state.as_path())];
-    let up = ok(tarn_env(&["up"], &env), "up in the state directory");
+    let state_env = [("TARN_STATE_DIR", state.as_path())];
+    let up = ok(tarn_env(&["up"], &state_env), "up in the state directory");
     assert!(!up.contains("TARN_SOCKET"), "{up}");
-    assert_eq!(ok(tarn_env(&["list", "-H", "-o", "name"], &env), "list"), "tank\ntank/data\n");
+    let mountpoints = |env: &[(&str, &Path)]| ok(tarn_env(&["list", "-H", "-o", "mountpoint", "tank"], env), "list");
+    assert_eq!(mountpoints(&state_env), format!("{}\n", path_str(&state.join("mnt/tank"))));
+    // Both running: a TARN_HOME set on purpose wins over the default.
+    let both = [("TARN_HOME", home.as_path()), ("TARN_STATE_DIR", state.as_path())];
+    assert_eq!(mountpoints(&both), format!("{}\n", path_str(&home.join("mnt/tank"))));
+    ok(tarn_env(&["down"], &env), "down");
+    assert!(!home.join("tarn.sock").exists());
+    guard.homes.retain(|h| h != &home);
+    // TARN_HOME with no daemon there: the default is used.
+    assert_eq!(mountpoints(&both), format!("{}\n", path_str(&state.join("mnt/tank"))));
+    let env = state_env;
     // --home elsewhere: the CLI would not find it, and `up` says how to.
     let other = root.join("other");
     guard.homes.push(other.clone());
