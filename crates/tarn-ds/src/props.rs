@@ -595,7 +595,7 @@ mod tests {
         }
         assert_eq!(validate("com.example:note", "any value").unwrap(), ("com.example:note".into(), "any value".into()));
         assert!(validate("com.example:note", &"x".repeat(USER_PROP_VALUE_MAX + 1)).is_err());
-        assert!(matches!(check_name("Bad:Name"), Err(PropError::BadValue { .. })));
+        assert!(matches!(check_name("Bad:Name"), Err(PropError::BadUserName(_))));
         assert!(check_name("com.example:note").is_ok());
         assert_eq!(lookup("sync").unwrap_err(), PropError::NotYetSupported("sync".into()));
         assert_eq!(validate("sharenfs", "on").unwrap_err().to_string(), "property 'sharenfs' is not yet supported");
