@@ -39,9 +39,13 @@ pub(crate) fn unmount_names(imported: &mut Imported, names: &[String], force: bo
     Ok(done)
 }
 
-/// Mounts `names` (parents first, as given); returns warning lines.
+/// Mounts `names`, parents before children whatever order they come in
+/// (`unmount_names` returns them deepest first: a parent mounted after its
+/// child would hide the child's mount); returns warning lines.
 fn mount_names(imported: &mut Imported, names: &[String]) -> String {
     let mut warnings = String::new();
+    let mut names: Vec<&String> = names.iter().collect();
+    names.sort_by_key(|n| n.matches('/').count());
     for name in names {
         if imported.mounts.contains_key(name) {
             continue;
@@ -138,6 +142,11 @@ impl Daemon {
     /// `rename [-p] [-f] [-u] OLD NEW`, `rename [-r] FS@A FS@B|@B`.
     pub(crate) fn rename(&self, source: &str, target: &str, parents: bool, recursive: bool, force: bool, no_mount: bool) -> HandlerResult {
         let fail = |why: String| format!("cannot rename '{source}': {why}");
+        // tarn-ds names the dataset or snapshot it could not rename itself.
+        let fail_ds = |e: tarn_ds::DsError| {
+            let message = e.to_string();
+            if message.starts_with("cannot rename ") { message } else { fail(message) }
+        };
         let mut pools = self.pools.lock();
         let imported = pools.get_mut(pool_of(source)).ok_or_else(|| fail("dataset does not exist".into()))?;
         if let Some((dataset, _)) = source.split_once('@') {
@@ -148,7 +157,7 @@ impl Daemon {
             };
             let renamed = imported.ds.rename_snapshot(source, new_short, recursive).map_err(|e| match e {
                 tarn_ds::DsError::NotFound(_) => fail("snapshot does not exist".into()),
-                other => fail(other.to_string()),
+                other => fail_ds(other),
             })?;
             return Ok(Response::data(serde_json::json!(renamed)));
         }
@@ -170,7 +179,7 @@ impl Daemon {
             Ok(renamed) => renamed,
             Err(e) => {
                 mount_names(imported, &unmounted);
-                return Err(fail(e.to_string()));
+                return Err(fail_ds(e));
             }
         };
         let mut warnings = String::new();
@@ -212,7 +221,7 @@ impl Daemon {
                 .collect();
             for name in wanted {
                 if let Err(e) = mount_dataset(imported, &name) {
-                    warnings.push_str(&format!("cannot mount '{name}': {e}\n"));
+                    warnings.push_str(&format!("tarn: cannot mount '{name}': {e}\n"));
                 }
             }
         }
@@ -234,7 +243,7 @@ impl Daemon {
                     m.unmount();
                 } else if let Err(e) = m.try_unmount() {
                     imported.mounts.insert(name, m);
-                    warnings.push_str(&format!("{e}\n"));
+                    warnings.push_str(&format!("tarn: {e}\n"));
                 }
             }
         }

@@ -99,6 +99,9 @@ pub enum PropError {
     ReadOnly(String),
     #[error("bad property assignment '{0}': expected PROPERTY=VALUE")]
     Syntax(String),
+    /// A name with a colon that is not a valid user property name.
+    #[error("invalid user property name '{0}': lowercase letters, digits and ': + - . _', with a colon, not starting with ':', at most 256 characters")]
+    BadUserName(String),
 }
 
 /// ZFS dataset properties tarn does not implement yet: asked for, they are
@@ -185,11 +188,7 @@ pub fn check_name(name: &str) -> Result<(), PropError> {
         if is_user_property(name) {
             return Ok(());
         }
-        return Err(PropError::BadValue {
-            prop: name.into(),
-            value: String::new(),
-            why: "a user property name is lowercase letters, digits and ': + - . _', with a colon, at most 256 characters".into(),
-        });
+        return Err(PropError::BadUserName(name.into()));
     }
     lookup(name).map(|_| ())
 }
@@ -596,7 +595,7 @@ mod tests {
         }
         assert_eq!(validate("com.example:note", "any value").unwrap(), ("com.example:note".into(), "any value".into()));
         assert!(validate("com.example:note", &"x".repeat(USER_PROP_VALUE_MAX + 1)).is_err());
-        assert!(matches!(check_name("Bad:Name"), Err(PropError::BadValue { .. })));
+        assert!(matches!(check_name("Bad:Name"), Err(PropError::BadUserName(_))));
         assert!(check_name("com.example:note").is_ok());
         assert_eq!(lookup("sync").unwrap_err(), PropError::NotYetSupported("sync".into()));
         assert_eq!(validate("sharenfs", "on").unwrap_err().to_string(), "property 'sharenfs' is not yet supported");

@@ -8,10 +8,11 @@ use std::path::{Path, PathBuf};
 
 use tarn_daemon::proto::{Request, Response};
 
-/// `--socket`, then `TARN_SOCKET`, then `<state dir>/tarn.sock` (the state
-/// directory `tarn daemon` and `tarn up` use by default: `TARN_STATE_DIR`,
-/// else /var/lib/tarn), then a `tarn up --home` directory named by
-/// `TARN_HOME` if a daemon listens there.
+/// `--socket`, then `TARN_SOCKET`, then the socket of a `tarn up --home`
+/// directory named by `TARN_HOME` if a daemon listens there (set on
+/// purpose, it wins over the default), then `<state dir>/tarn.sock` (the
+/// state directory `tarn daemon` and `tarn up` use by default:
+/// `TARN_STATE_DIR`, else /var/lib/tarn).
 pub fn socket_path(flag: Option<&Path>) -> PathBuf {
     if let Some(path) = flag {
         return path.to_path_buf();
@@ -19,16 +20,13 @@ pub fn socket_path(flag: Option<&Path>) -> PathBuf {
     if let Some(path) = std::env::var_os("TARN_SOCKET").filter(|p| !p.is_empty()) {
         return PathBuf::from(path);
     }
-    let default = tarn_daemon::default_state_dir().join("tarn.sock");
-    if !default.exists() {
-        if let Some(home) = std::env::var_os("TARN_HOME").filter(|p| !p.is_empty()) {
-            let candidate = crate::up::absolute(Path::new(&home)).join("tarn.sock");
-            if candidate.exists() {
-                return candidate;
-            }
+    if let Some(home) = std::env::var_os("TARN_HOME").filter(|p| !p.is_empty()) {
+        let candidate = crate::up::absolute(Path::new(&home)).join("tarn.sock");
+        if candidate.exists() {
+            return candidate;
         }
     }
-    default
+    tarn_daemon::default_state_dir().join("tarn.sock")
 }
 
 /// The command line this process was started with: sent with every

@@ -324,7 +324,7 @@ fn start_watchdog(pid: libc::pid_t) -> mpsc::Sender<()> {
     stop
 }
 
-fn run_with_timeout(mut command: Command, limit: Duration) -> Output {
+pub fn run_with_timeout(mut command: Command, limit: Duration) -> Output {
     command
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
