@@ -5,7 +5,7 @@
 //! `ENOTCONN` ("Transport endpoint is not connected"). At start, and again
 //! before each mount, the daemon finds such mounts — only tarn's, known by
 //! their file system type `fuse.tarn`, and only dead ones: a live mount
-//! of another daemon answers `stat` and is left alone — and detaches them,
+//! of another daemon answers `statfs` and is left alone — and detaches them,
 //! so each dataset mounts exactly once, at its mountpoint.
 
 use std::os::unix::ffi::OsStrExt;
@@ -15,7 +15,7 @@ use std::time::Duration;
 /// The file system type of every tarn mount (tarn-fuse mounts with it).
 pub const FSTYPE: &str = "fuse.tarn";
 
-/// How long a `stat` of a mount may take before the mount counts as hung.
+/// How long a `statfs` of a mount may take before the mount counts as hung.
 const STAT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// One line of /proc/self/mountinfo.
@@ -83,11 +83,24 @@ pub enum Liveness {
 
 pub fn liveness(path: &Path) -> Liveness {
     let (tx, rx) = std::sync::mpsc::channel();
-    let owned = path.to_path_buf();
-    // A stat of a hung FUSE mount blocks until its daemon answers: ask
-    // from a thread that may be left behind.
-    let spawned = std::thread::Builder::new().name("tarn-stat".into()).spawn(move || {
-        let _ = tx.send(std::fs::metadata(&owned).map_err(|e| e.raw_os_error()));
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return Liveness::Alive;
+    };
+    // statfs, not stat: the kernel answers stat from its attribute cache
+    // for a while even after the connection died, but every statfs of a
+    // FUSE mount is a request. A hung mount blocks it until its daemon
+    // answers: ask from a thread that may be left behind.
+    let spawned = std::thread::Builder::new().name("tarn-statfs".into()).spawn(move || {
+        // SAFETY: `c` is a valid NUL-terminated path; `buf` is a writable statfs.
+        let answer = unsafe {
+            let mut buf: libc::statfs = std::mem::zeroed();
+            if libc::statfs(c.as_ptr(), &mut buf) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error().raw_os_error())
+            }
+        };
+        let _ = tx.send(answer);
     });
     if spawned.is_err() {
         return Liveness::Hung;

@@ -20,8 +20,16 @@ fn mounts_at(path: &Path) -> usize {
         .count()
 }
 
+/// statfs always reaches the FUSE server (stat may be answered from the
+/// kernel's attribute cache): None when it answers, else the errno.
 fn stat_errno(path: &Path) -> Option<i32> {
-    std::fs::metadata(path).err().and_then(|e| e.raw_os_error())
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: valid NUL-terminated path and a writable statfs buffer.
+    let r = unsafe {
+        let mut buf: libc::statfs = std::mem::zeroed();
+        libc::statfs(c.as_ptr(), &mut buf)
+    };
+    if r == 0 { None } else { std::io::Error::last_os_error().raw_os_error() }
 }
 
 #[test]
