@@ -93,6 +93,7 @@ impl Tx {
 
 mod check;
 pub mod diff;
+mod dnode_prefetch;
 pub mod format;
 mod objset;
 mod par;
@@ -102,6 +103,7 @@ mod snap;
 mod tree;
 mod vdevs;
 
+pub use dnode_prefetch::DNODE_PREFETCH_BLOCKS_MAX;
 pub use objset::ObjectSet;
 pub use pool::{deflate_ratio, ObjPool, MOS_OBJSET_TABLE};
 
