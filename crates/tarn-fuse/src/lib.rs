@@ -7,7 +7,12 @@
 //!
 //! Caching: attributes and entries are cached by the kernel for `TTL`
 //! (every change goes through this mount, so the kernel's view stays
-//! right); `keep_cache` is set on open when the file's mtime and size did
+//! right), misses too (a negative entry: a name appears only through this
+//! mount, which replaces it; not in `.zfs/snapshot`, whose names come and
+//! go with `tarn snapshot`/`destroy`); listings are READDIRPLUS, which
+//! fill the same caches for every entry listed (`readdir.rs`); symlink
+//! targets are cached (`FUSE_CACHE_SYMLINKS`: they never change);
+//! `keep_cache` is set on open when the file's mtime and size did
 //! not change since its previous open. The writeback cache is NOT enabled:
 //! writes are write-through, so a write acknowledged to an `O_SYNC` /
 //! `O_DSYNC` file is followed by a pool sync before the reply, and `fsync`
@@ -27,18 +32,20 @@
 
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo, KernelConfig,
-    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
+    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty,
     ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, SessionACL, TimeOrNow,
     WriteFlags,
 };
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::ffi::{CString, OsStr};
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tarn_fs::{Attr, Cred, FileKind, Fs, FsError, SetAttr, TimeSet};
+
+mod readdir;
 
 /// How long the kernel may cache attributes and directory entries. Every
 /// change reaches the file system through this mount, so the kernel's copy
@@ -446,6 +453,10 @@ impl fuser::Filesystem for TarnFuse {
             // The kernel caps readahead; keep its maximum.
         }
         let _ = config.add_capabilities(fuser::InitFlags::FUSE_PARALLEL_DIROPS);
+        // Listings carry attributes (readdir.rs): no LOOKUP per entry.
+        let _ = config.add_capabilities(fuser::InitFlags::FUSE_DO_READDIRPLUS);
+        // A symlink's target never changes: the kernel may keep it.
+        let _ = config.add_capabilities(fuser::InitFlags::FUSE_CACHE_SYMLINKS);
         let _ = config.set_max_background(64);
         Ok(())
     }
@@ -472,6 +483,11 @@ impl fuser::Filesystem for TarnFuse {
                     return reply.entry(&TTL, &self.virtual_attr(CTL_INO), Generation(0));
                 }
                 let r = guarded(|| fs.lookup(ino, name.as_bytes()));
+                if matches!(r, Err(FsError::NotFound)) {
+                    // A negative entry the kernel may cache for TTL: names
+                    // appear only through this mount, which replaces it.
+                    return reply.entry(&TTL, &self.virtual_attr(0), Generation(0));
+                }
                 self.entry(&fs, k, r, reply)
             }
         }
@@ -733,59 +749,20 @@ impl fuser::Filesystem for TarnFuse {
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
-        mut reply: ReplyDirectory,
+        reply: ReplyDirectory,
     ) {
-        let target = match self.target(ino) {
-            Ok(t) => t,
-            Err(e) => return reply.error(errno(&e)),
-        };
-        let (fs, inner, k) = match target {
-            Target::Ctl | Target::SnapDir => {
-                let (me, children): (u64, Vec<(u64, String)>) = if matches!(target, Target::Ctl) {
-                    (CTL_INO, vec![(SNAPDIR_INO, "snapshot".to_string())])
-                } else {
-                    let names = self.snapshots.as_ref().map(|s| s.names()).unwrap_or_default();
-                    let mut list = Vec::new();
-                    for name in names {
-                        if let Some((k, fs)) = self.snapshot_k(&name) {
-                            list.push(((k << SNAP_SHIFT) | fs.root_ino(), name));
-                        }
-                    }
-                    (SNAPDIR_INO, list)
-                };
-                let parent = if me == CTL_INO { 1 } else { CTL_INO };
-                let mut all = vec![(me, ".".to_string()), (parent, "..".to_string())];
-                all.extend(children);
-                for (i, (ino, name)) in all.iter().enumerate().skip(offset as usize) {
-                    if reply.add(INodeNo(*ino), i as u64 + 1, FileType::Directory, OsStr::new(name)) {
-                        break;
-                    }
-                }
-                return reply.ok();
-            }
-            Target::Node { fs, ino, k } => (fs, ino, k),
-        };
-        let at_root = k == 0 && inner == self.fs.root_ino();
-        let visible = at_root && self.snapshots.as_ref().is_some_and(|s| s.visible());
-        let mut full = false;
-        let r = if offset == CTL_OFFSET + 1 {
-            Ok(())
-        } else {
-            guarded(|| {
-                fs.readdir(inner, if offset == CTL_OFFSET { u64::MAX } else { offset }, &mut |e| {
-                    let name = std::ffi::OsString::from_vec(e.name.clone());
-                    full = reply.add(self.ino_out(&fs, k, e.ino), e.next_offset, ftype(e.kind), &name);
-                    !full
-                })
-            })
-        };
-        if r.is_ok() && visible && !full && offset <= CTL_OFFSET {
-            let _ = reply.add(INodeNo(CTL_INO), CTL_OFFSET + 1, FileType::Directory, OsStr::new(".zfs"));
-        }
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        }
+        self.list(ino, offset, reply)
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        reply: ReplyDirectoryPlus,
+    ) {
+        self.list_plus(ino, offset, reply)
     }
 
     fn fsyncdir(
