@@ -39,7 +39,7 @@ impl Fs {
         if ino == MASTER_OBJECT || ino == self.unlinked.0 {
             return Err(missing());
         }
-        let info = match self.os.info(ObjectId(ino)) {
+        let info = match self.os.info_for_walk(ObjectId(ino)) {
             Ok(i) => i,
             Err(ObjError::NotFound(_)) => return Err(missing()),
             Err(e) => return Err(e.into()),
