@@ -41,7 +41,10 @@ use tarn_obj::zap::Zap;
 use tarn_obj::{ObjError, ObjPool, ObjectId, ObjectSet, Tx};
 
 pub mod format;
+mod privileges;
 mod readdir;
+pub use privileges::XATTR_SECURITY_CAPABILITY;
+pub use readdir::READDIR_PLUS_BATCH;
 use format::{decode_dirent, encode_dirent, u64_value, InodePhys, FLAG_UNLINKED};
 
 pub type Result<T> = std::result::Result<T, FsError>;

@@ -19,6 +19,13 @@
 //! returns after a pool sync — the durability contract holds without
 //! having to trust the kernel's flush ordering.
 //!
+//! Privileges (`FUSE_HANDLE_KILLPRIV_V2`): the file system, not the kernel,
+//! drops set-ID bits and `security.capability` on write, truncate and
+//! chown (`Fs::drop_privileges`), so the kernel can mark inodes as having
+//! no security attributes instead of asking for `security.capability`
+//! before every write. Every handler that changes a file's contents or
+//! owner calls it (a new one, e.g. fallocate, must too).
+//!
 //! Inode numbers: FUSE's root (1) is the root directory object; every
 //! other inode number is the object id (object 1 is the master node and
 //! never appears as a file). Snapshots (`.zfs/snapshot/<name>`, as in ZFS:
@@ -457,6 +464,11 @@ impl fuser::Filesystem for TarnFuse {
         let _ = config.add_capabilities(fuser::InitFlags::FUSE_DO_READDIRPLUS);
         // A symlink's target never changes: the kernel may keep it.
         let _ = config.add_capabilities(fuser::InitFlags::FUSE_CACHE_SYMLINKS);
+        // We drop set-ID bits and file capabilities ourselves on write,
+        // truncate and chown (`Fs::drop_privileges`), so the kernel marks
+        // inodes "no security attributes" instead of asking for
+        // security.capability (a GETXATTR round trip) before every write.
+        let _ = config.add_capabilities(fuser::InitFlags::FUSE_HANDLE_KILLPRIV_V2);
         let _ = config.set_max_background(64);
         Ok(())
     }
@@ -518,7 +530,7 @@ impl fuser::Filesystem for TarnFuse {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -543,7 +555,20 @@ impl fuser::Filesystem for TarnFuse {
             atime: ts(atime),
             mtime: ts(mtime),
         };
-        match guarded(|| fs.setattr(ino, &sa)) {
+        // HANDLE_KILLPRIV_V2: a truncate by a caller without CAP_FSETID
+        // (taken as: not root) and any change of owner drop set-ID bits;
+        // both drop file capabilities. An explicit mode wins.
+        let chown = uid.is_some() || gid.is_some();
+        let kill = (sa.mode.is_none() && (chown || (size.is_some() && req.uid() != 0))).then(|| cred(req));
+        let r = guarded(|| {
+            let a = fs.setattr(ino, &sa)?;
+            if chown || size.is_some() {
+                fs.drop_privileges(ino, kill)?;
+                return fs.getattr(ino);
+            }
+            Ok(a)
+        });
+        match r {
             Ok(a) => reply.attr(&TTL, &self.attr(&fs, k, &a)),
             Err(e) => reply.error(errno(&e)),
         }
@@ -686,12 +711,12 @@ impl fuser::Filesystem for TarnFuse {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         flags: OpenFlags,
         _lock_owner: Option<fuser::LockOwner>,
         reply: ReplyWrite,
@@ -699,6 +724,8 @@ impl fuser::Filesystem for TarnFuse {
         let (fs, ino, k) = node_or_reply!(self, ino, reply);
         let r = guarded(|| {
             let n = fs.write(ino, offset, data)?;
+            // HANDLE_KILLPRIV_V2: the kernel flags writers without CAP_FSETID.
+            fs.drop_privileges(ino, write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID).then(|| cred(req)))?;
             if flags.0 & (libc::O_SYNC | libc::O_DSYNC) != 0 {
                 fs.fsync(ino)?;
             }
