@@ -6,9 +6,9 @@
 #                 [--repeat 3] [--tarball FILE] [--workdir DIR]
 #                 [--out docs/benchmarks.md]
 #
-# Systems as in bench/run.sh (bench/systems.sh sets them up). On each:
-# bench/tree.py builds --files small files (10 × 10 directories), then,
-# each cold (export/import or unmount/mount, then drop_caches):
+# Systems as in bench/run.sh (bench/systems.sh sets them up, all at once).
+# On each: bench/tree.py builds --files small files (10 × 10 directories),
+# then, each cold (export/import or unmount/mount, then drop_caches):
 #   ls -lR    `ls -lR` of the tree (a stat of every entry)
 #   du -sh    `du -sh` of the tree
 #   find      `find . -type f | wc -l` (names and types only)
@@ -20,8 +20,9 @@
 # printed. Every count is checked (find must see --files files, the untar
 # as many files as the tarball holds): a wrong result is not a number.
 #
-# Each row runs --repeat times, each cold, and the fastest run counts (the
-# machine may be shared: the fastest is the one least disturbed).
+# Each row runs --repeat times on every system, each run cold, the
+# systems' runs interleaved; the fastest run counts (the machine may be
+# shared: the fastest is the one least disturbed).
 # Units: seconds (and files/s). Appends a markdown table with tarn's ratio
 # to each peer to --out. Needs root. Not a test: never fails on a number.
 set -euo pipefail
@@ -101,39 +102,57 @@ find_count() { n=$(cd "$1" && find . -type f | wc -l); [ "$n" = "$2" ] || { echo
 # untar_rep MNT: extracts into MNT/src-$rep.
 untar_rep() { mkdir "$1/src-$rep" && tar -xf "$tarball" -C "$1/src-$rep"; }
 
-# best SYSTEM ROW FILES CMD...: runs CMD --repeat times, each after
-# system_cold, and records the fastest. CMD may use $rep (1..repeat).
-best() {
-    local system=$1 row=$2 n=$3 s all=()
-    shift 3
-    for rep in $(seq "$repeat"); do
-        system_cold "$system"
-        case "$row" in untar*) cat "$tarball" > /dev/null ;; esac   # the source is warm, the target cold
-        s=$(timed "$@")
-        all+=("$s")
-    done
-    s=$(printf '%s\n' "${all[@]}" | sort -n | head -1)
-    echo "  $system / $row: runs ${all[*]} s"
-    record "$system" "$row" "$s" "$n"
+# run_row SYSTEM ROW: one cold run of ROW on SYSTEM; appends its seconds
+# to runs[SYSTEM|ROW].
+declare -A mnts runs
+run_row() {
+    local system=$1 row=$2 m=${mnts[$1]} s
+    system_cold "$system"
+    case "$row" in
+        "ls -lR")
+            s=$(timed ls_lr "$m/tree")
+            [ "$(grep -c '^-' "$workdir/ls.out")" = "$files" ] || { echo "bench/walk.sh: $system: ls -lR listed $(grep -c '^-' "$workdir/ls.out") files" >&2; exit 1; } ;;
+        "du -sh") s=$(timed du -sh "$m/tree") ;;
+        "find -type f") s=$(timed find_count "$m/tree" "$files") ;;
+        "untar (tar -xf)")
+            cat "$tarball" > /dev/null   # the source warm, the target cold
+            s=$(timed untar_rep "$m")
+            count_files "$m/src-$rep" "$tar_files" ;;
+    esac
+    runs["$system|$row"]="${runs["$system|$row"]:-}$s "
 }
 
-bench_system() {
-    local system=$1
-    echo "== $system"
-    system_start "$system"
-    python3 bench/tree.py "$mnt/tree" "$files"
-    best "$system" "ls -lR" "$files" ls_lr "$mnt/tree"
-    [ "$(grep -c '^-' "$workdir/ls.out")" = "$files" ] || { echo "bench/walk.sh: ls -lR listed $(grep -c '^-' "$workdir/ls.out") files" >&2; exit 1; }
-    best "$system" "du -sh" "$files" du -sh "$mnt/tree"
-    best "$system" "find -type f" "$files" find_count "$mnt/tree" "$files"
-    best "$system" "untar (tar -xf)" "$tar_files" untar_rep "$mnt"
-    for rep in $(seq "$repeat"); do count_files "$mnt/src-$rep" "$tar_files"; done
-    system_stop "$system"
-}
-
+# All systems are up at once and the runs interleave (round r starts with
+# the r-th system), so a burst of load from elsewhere on a shared machine
+# hits every system alike; the fastest run of each counts.
+order=()
 for system in raw zfs-fuse btrfs tarn; do
-    has "$system" && bench_system "$system"
+    has "$system" || continue
+    echo "== $system: setting up"
+    system_start "$system"
+    mnts[$system]=$mnt
+    python3 bench/tree.py "$mnt/tree" "$files"
+    order+=("$system")
 done
+rows=("ls -lR" "du -sh" "find -type f" "untar (tar -xf)")
+for rep in $(seq "$repeat"); do
+    echo "== round $rep of $repeat"
+    for row in "${rows[@]}"; do
+        n=${#order[@]}
+        for i in $(seq 0 $((n - 1))); do
+            run_row "${order[$(( (i + rep - 1) % n ))]}" "$row"
+        done
+    done
+done
+for row in "${rows[@]}"; do
+    for system in "${order[@]}"; do
+        all=${runs["$system|$row"]}
+        best=$(printf '%s\n' $all | sort -n | head -1)
+        echo "  $system / $row: runs ${all}s"
+        case "$row" in untar*) record "$system" "$row" "$best" "$tar_files" ;; *) record "$system" "$row" "$best" "$files" ;; esac
+    done
+done
+for system in "${order[@]}"; do system_stop "$system"; done
 
 # ---- report
 report=$(python3 - "$results" <<'PY'
@@ -167,7 +186,7 @@ PY
     echo
     echo "Command: \`$command_line\`  "
     echo "Machine: $(machine_line)  "
-    echo "Tree: $files files of 1–2048 bytes in 100 directories two levels deep; tarball: $tar_files files ($tar_entries entries, $tar_bytes bytes). Each walk cold (export/import or unmount/mount, drop_caches), fastest of $repeat runs. Seconds (files/s); the ratio columns are tarn's time over the peer's (lower is better)."
+    echo "Tree: $files files of 1–2048 bytes in 100 directories two levels deep; tarball: $tar_files files ($tar_entries entries, $tar_bytes bytes). Each walk cold (export/import or unmount/mount, drop_caches), fastest of $repeat interleaved runs. Seconds (files/s); the ratio columns are tarn's time over the peer's (lower is better)."
     echo
     echo "$report"
 } >> "$out"
