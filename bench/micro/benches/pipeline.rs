@@ -90,7 +90,7 @@ fn pipeline(c: &mut Criterion) {
     let top = Arc::new(TopVdev::new(cfg, devs).expect("vdev"));
     let io = BlockIo::new(vec![top.clone()], Allocator::new(&[top.asize()]), 64 << 20);
     let data = text(BLOCK);
-    let spec = WriteSpec { compression: Compression::Lz4, checksum: ChecksumKind::Fletcher4, copies: 1, level: 0, otype: 0 };
+    let spec = WriteSpec { compression: Compression::Lz4, checksum: ChecksumKind::Fletcher4, copies: 1, level: 0, otype: 0, metadata: false };
     let mut g = c.benchmark_group("blockio raidz1-4");
     g.throughput(Throughput::Bytes(BLOCK as u64));
     let mut written = Vec::new();

@@ -13,7 +13,7 @@
 //! | 73  | 1    | checksum (1 fletcher4, 2 sha256, 3 blake3) |
 //! | 74  | 1    | level in the object's tree (0 = data) |
 //! | 75  | 1    | object type of the owning object |
-//! | 76  | 1    | flags (bit 0: encrypted — reserved) |
+//! | 76  | 1    | flags (bit 0: encrypted — reserved; bit 1: gang — every DVA points at a gang header, see `gang.rs`) |
 //! | 77  | 1    | number of DVAs in use |
 //! | 78  | 2    | reserved, zero |
 //! | 80  | 32   | checksum of the physical block |

@@ -7,6 +7,7 @@ use parking_lot::Mutex;
 use tarn_vdev::{ScanOutcome, TopVdev};
 
 use crate::alloc::{Allocator, Extent};
+use crate::gang::{is_gang, CopyPlace, Placement, GANG_MAX_PIECES};
 use crate::bp::{checksum_code, compression_code, BlockPtr, Dva, COMP_OFF, MAX_COPIES};
 use crate::{checksum, compress, ChecksumKind, Compression};
 
@@ -28,6 +29,9 @@ pub struct WriteSpec {
     pub copies: u8,
     pub level: u8,
     pub otype: u8,
+    /// Metadata (indirect and dnode blocks, maps, object-set roots, the
+    /// MOS, the space map log): placed apart from data (alloc.rs).
+    pub metadata: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -61,6 +65,9 @@ pub struct BlockIo {
     unit: u64,
     /// Blocks no copy of which could be read back correctly.
     pub data_errors: AtomicU64,
+    /// Blocks written as gang blocks since import (free space too
+    /// fragmented to take them whole).
+    pub gang_blocks: AtomicU64,
 }
 
 fn new_cache(bytes: u64) -> Arc<BlockCache> {
@@ -78,6 +85,7 @@ impl BlockIo {
             cache: Mutex::new(new_cache(cache_bytes)),
             unit,
             data_errors: AtomicU64::new(0),
+            gang_blocks: AtomicU64::new(0),
         }
     }
 
@@ -121,20 +129,134 @@ impl BlockIo {
         (len as u64).div_ceil(self.unit).max(1) * self.unit
     }
 
-    /// Allocate `copies` DVAs for a physical block of `psize` bytes, on
-    /// distinct top-level vdevs where there are enough of them.
-    pub fn allocate(&self, psize: u64, copies: u8) -> Result<Vec<Dva>, BlockError> {
+    /// Where the copies of a physical block of `psize` bytes go: whole, on
+    /// distinct top-level vdevs where there are enough of them; when no free
+    /// extent can hold a copy whole, every copy as a gang block (gang.rs).
+    pub fn place(&self, psize: u64, copies: u8, metadata: bool) -> Result<Placement, BlockError> {
         let tops = self.tops();
         let mut a = self.alloc.lock();
-        let mut dvas: Vec<Dva> = Vec::new();
-        for _ in 0..copies.clamp(1, MAX_COPIES as u8) {
-            let avoid: Vec<u32> = dvas.iter().map(|d| d.vdev).collect();
+        let n = copies.clamp(1, MAX_COPIES as u8) as usize;
+        let mut whole: Vec<Extent> = Vec::new();
+        while whole.len() < n {
+            let avoid: Vec<u32> = whole.iter().map(|e| e.vdev).collect();
             let size_of = |v: usize| tops.get(v).map_or(u64::MAX, |t| t.alloc_size(psize));
             let sector_of = |v: usize| tops.get(v).map_or(512, |t| t.sector());
-            let e = a.alloc(&size_of, &sector_of, &avoid).ok_or(BlockError::NoSpace)?;
-            dvas.push(Dva { vdev: e.vdev, asize: e.len as u32, offset: e.offset });
+            match a.alloc(&size_of, &sector_of, &avoid, metadata) {
+                Some(e) => whole.push(e),
+                None => break,
+            }
         }
-        Ok(dvas)
+        if whole.len() == n {
+            let copies = whole.iter().map(|e| CopyPlace::Whole(Dva { vdev: e.vdev, asize: e.len as u32, offset: e.offset })).collect();
+            return Ok(Placement { copies });
+        }
+        for e in whole.into_iter().rev() {
+            a.unalloc(e);
+        }
+        let mut placed: Vec<CopyPlace> = Vec::new();
+        while placed.len() < n {
+            let avoid: Vec<u32> = placed.iter().map(|c| c.dva().vdev).collect();
+            match self.place_gang(&mut a, &tops, psize, metadata, &avoid) {
+                Some(c) => placed.push(c),
+                None => {
+                    for e in placed.iter().flat_map(CopyPlace::extents).collect::<Vec<_>>().into_iter().rev() {
+                        a.unalloc(e);
+                    }
+                    return Err(BlockError::NoSpace);
+                }
+            }
+        }
+        self.gang_blocks.fetch_add(1, Ordering::Relaxed);
+        Ok(Placement { copies: placed })
+    }
+
+    /// Takes back placements that were never written (in the txg being
+    /// synced): their space is free at once.
+    pub fn unplace<'a>(&self, placements: impl Iterator<Item = &'a Placement>) {
+        let mut a = self.alloc.lock();
+        let extents: Vec<Extent> = placements.flat_map(Placement::extents).collect();
+        for e in extents.into_iter().rev() {
+            a.unalloc(e);
+        }
+    }
+
+    /// One gang copy of `psize` bytes: pieces, halving their size until
+    /// free extents take them, and the headers listing them, all on one
+    /// vdev (not in `avoid` if possible).
+    fn place_gang(&self, a: &mut Allocator, tops: &[Arc<TopVdev>], psize: u64, metadata: bool, avoid: &[u32]) -> Option<CopyPlace> {
+        let unit = self.unit;
+        let header_psize = self.gang_header_psize();
+        for pass in 0..2 {
+            for (v, top) in tops.iter().enumerate() {
+                if pass == 0 && avoid.contains(&(v as u32)) {
+                    continue;
+                }
+                let sector = top.sector();
+                let header_len = top.alloc_size(header_psize);
+                let Some(root) = a.alloc_on(v, header_len, sector, true) else { continue };
+                let mut headers = vec![root];
+                let mut pieces: Vec<(Extent, u64)> = Vec::new();
+                let mut left = psize;
+                let mut target = (psize / 2 / unit * unit).max(unit);
+                let complete = loop {
+                    if left == 0 {
+                        break true;
+                    }
+                    if pieces.len() == GANG_MAX_PIECES {
+                        break false;
+                    }
+                    let want = target.min(left);
+                    match a.alloc_on(v, top.alloc_size(want), sector, metadata) {
+                        Some(e) => {
+                            pieces.push((e, want));
+                            left -= want;
+                        }
+                        None if target <= unit => break false,
+                        None => target = (target / 2 / unit * unit).max(unit),
+                    }
+                };
+                let complete = complete
+                    && (1..crate::gang::headers_for(pieces.len())).all(|_| match a.alloc_on(v, header_len, sector, true) {
+                        Some(h) => {
+                            headers.push(h);
+                            true
+                        }
+                        None => false,
+                    });
+                if complete {
+                    if let Some(node) = crate::gang::build_tree(&headers, pieces.clone()) {
+                        return Some(CopyPlace::Gang(node));
+                    }
+                }
+                for e in headers.iter().skip(1).rev().chain(pieces.iter().map(|(e, _)| e).rev()).chain(std::iter::once(&root)) {
+                    a.unalloc(*e);
+                }
+            }
+        }
+        None
+    }
+
+    /// Writes a fresh physical block to every copy `placement` gives it
+    /// (`bp` carries the placement: see `Placement::apply`).
+    pub fn write_placed(&self, bp: &BlockPtr, placement: &Placement, phys: &[u8]) -> Result<(), BlockError> {
+        let tops = self.tops();
+        let mut failures = Vec::new();
+        for copy in &placement.copies {
+            let r = match copy {
+                CopyPlace::Whole(d) => match tops.get(d.vdev as usize) {
+                    Some(top) => top.write(d.offset, phys, bp.birth).map_err(|e| BlockError::Write(e.to_string())),
+                    None => Err(BlockError::Write(format!("no vdev {}", d.vdev))),
+                },
+                CopyPlace::Gang(node) => self.write_gang_copy(node, phys, bp.birth),
+            };
+            if let Err(e) = r {
+                failures.push(e.to_string());
+            }
+        }
+        if failures.len() == placement.copies.len() {
+            return Err(BlockError::Write(failures.join("; ")));
+        }
+        Ok(())
     }
 
     /// Write one block; returns its pointer. All-zero data with compression
@@ -149,12 +271,9 @@ impl BlockIo {
         };
         let psize = self.psize_for(phys.len());
         phys.resize(psize as usize, 0);
-        let dvas = self.allocate(psize, spec.copies)?;
+        let placement = self.place(psize, spec.copies, spec.metadata)?;
         let mut bp = BlockPtr::HOLE;
-        bp.ndva = dvas.len() as u8;
-        for (i, d) in dvas.iter().enumerate() {
-            bp.dva[i] = *d;
-        }
+        placement.apply(&mut bp);
         bp.lsize = data.len() as u32;
         bp.psize = psize as u32;
         bp.birth = birth;
@@ -164,24 +283,19 @@ impl BlockIo {
         bp.level = spec.level;
         bp.otype = spec.otype;
         bp.checksum = checksum::compute(spec.checksum, &phys);
-        self.write_phys(&bp, &phys)?;
+        self.write_placed(&bp, &placement, &phys)?;
         Ok(bp)
     }
 
-    /// Write an already-formed physical block to every DVA of `bp`.
-    pub fn write_phys(&self, bp: &BlockPtr, phys: &[u8]) -> Result<(), BlockError> {
-        let mut failures = Vec::new();
-        let tops = self.tops();
-        for d in bp.dvas() {
-            let top = tops.get(d.vdev as usize).ok_or_else(|| BlockError::Write(format!("no vdev {}", d.vdev)))?;
-            if let Err(e) = top.write(d.offset, phys, bp.birth) {
-                failures.push(e.to_string());
-            }
+    /// Rewrites copy `d` of `bp` from good physical bytes (self-healing);
+    /// returns the bytes written.
+    fn rewrite_copy(&self, d: &Dva, bp: &BlockPtr, phys: &[u8]) -> Result<u64, BlockError> {
+        if is_gang(bp) {
+            return self.rewrite_gang_copy(d, bp, phys);
         }
-        if failures.len() == bp.dvas().len() {
-            return Err(BlockError::Write(failures.join("; ")));
-        }
-        Ok(())
+        let top = self.tops().get(d.vdev as usize).cloned().ok_or_else(|| BlockError::Write(format!("no vdev {}", d.vdev)))?;
+        top.write(d.offset, phys, bp.birth).map_err(|e| BlockError::Write(e.to_string()))?;
+        Ok(u64::from(bp.psize))
     }
 
     fn key(bp: &BlockPtr) -> CacheKey {
@@ -223,14 +337,23 @@ impl BlockIo {
                 errors.push(format!("no vdev {}", d.vdev));
                 continue;
             };
-            match top.read(d.offset, bp.psize as u64, bp.birth, &verify) {
-                Ok(out) => {
-                    for b in &bad {
-                        if let Some(t) = tops.get(b.vdev as usize) {
-                            let _ = t.write(b.offset, &out.data, bp.birth);
-                        }
+            let read = if is_gang(bp) {
+                self.read_gang_copy(d, bp).and_then(|data| {
+                    if verify(&data) {
+                        Ok(data)
+                    } else {
+                        Err(BlockError::Corrupt { where_: format!("gang copy {d:?}"), what: "checksum mismatch".into() })
                     }
-                    return Ok(out.data);
+                })
+            } else {
+                top.read(d.offset, bp.psize as u64, bp.birth, &verify).map(|out| out.data).map_err(|e| BlockError::Write(e.to_string()))
+            };
+            match read {
+                Ok(data) => {
+                    for b in &bad {
+                        let _ = self.rewrite_copy(b, bp, &data);
+                    }
+                    return Ok(data);
                 }
                 Err(e) => {
                     errors.push(format!("vdev {} offset {}: {e}", d.vdev, d.offset));
@@ -267,7 +390,12 @@ impl BlockIo {
             if !scrub && !top.needs_resilver(bp.birth) {
                 continue;
             }
-            match top.scan(d.offset, bp.psize as u64, bp.birth, &verify, scrub) {
+            let scanned = if is_gang(bp) {
+                self.scan_gang_copy(d, bp, scrub).map_err(|e| e.to_string())
+            } else {
+                top.scan(d.offset, bp.psize as u64, bp.birth, &verify, scrub).map_err(|e| e.to_string())
+            };
+            match scanned {
                 Ok(o) => {
                     total.read_bytes += o.read_bytes;
                     total.repaired_bytes += o.repaired_bytes;
@@ -290,10 +418,8 @@ impl BlockIo {
             };
             {
                 for d in &failed {
-                    if let Some(t) = tops.get(d.vdev as usize) {
-                        if t.write(d.offset, &phys, bp.birth).is_ok() {
-                            total.repaired_bytes += bp.psize as u64;
-                        }
+                    if let Ok(n) = self.rewrite_copy(d, bp, &phys) {
+                        total.repaired_bytes += n;
                     }
                 }
                 return Ok(total);
@@ -303,7 +429,9 @@ impl BlockIo {
         Err(BlockError::Corrupt { where_: format!("{:?}", bp.dva[0]), what: errors.join("; ") })
     }
 
-    /// Free every copy of a block in txg `txg` (reusable after the defer window).
+    /// Free every copy of a block in txg `txg` (reusable after the defer
+    /// window; held instead while a checkpoint older than the block's
+    /// birth exists, see `Allocator::free`).
     pub fn free(&self, bp: &BlockPtr, txg: u64) {
         if bp.is_hole() {
             return;
@@ -312,9 +440,19 @@ impl BlockIo {
             hook(bp, txg);
         }
         self.evict(bp);
+        // A gang block's pieces are found in its headers (read first, not
+        // under the allocator's lock); a header that no longer reads back
+        // leaks its pieces, which `debug check` then reports.
+        let extents = match self.extents_of(bp) {
+            Ok(extents) => extents,
+            Err(e) => {
+                eprintln!("tarn: cannot free gang block {:?}: {e}", bp.dva[0]);
+                Vec::new()
+            }
+        };
         let mut a = self.alloc.lock();
-        for d in bp.dvas() {
-            a.free(Extent { vdev: d.vdev, offset: d.offset, len: d.asize as u64 }, txg);
+        for e in extents {
+            a.free(e, txg, bp.birth);
         }
     }
 

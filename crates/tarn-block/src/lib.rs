@@ -9,11 +9,13 @@ pub mod alloc;
 pub mod bp;
 pub mod checksum;
 pub mod compress;
+pub mod gang;
 pub mod io;
 pub mod props;
 pub mod spacemap;
 
 pub use alloc::{Allocator, Extent, DEFER_TXGS};
 pub use bp::{BlockPtr, Dva, BP_SIZE};
+pub use gang::{CopyPlace, Placement};
 pub use io::{BlockError, BlockIo, WriteSpec};
 pub use props::{ChecksumKind, Compression};

@@ -8,8 +8,9 @@
 //! Block layout (little-endian), uncompressed:
 //! header 160 bytes: magic `b"TARNSMAP"` u64, txg u64, record count u32,
 //! flags u32 (bit 0 BASE), prev block pointer (128 bytes), 8 reserved bytes;
-//! then records of 32 bytes: kind u8 (1 alloc, 2 free), 3 reserved,
-//! vdev u32, offset u64, length u64, free txg u64 (0 for alloc).
+//! then records of 32 bytes: kind u8 (1 alloc, 2 free, 3 free held by the
+//! checkpoint), 3 reserved, vdev u32, offset u64, length u64, free txg u64
+//! (0 for alloc).
 //!
 //! A log block's own allocation is one of its records: its DVAs are
 //! allocated before the records are final, so a crash can never leave a
@@ -49,6 +50,7 @@ pub fn encode(b: &LogBlock) -> Vec<u8> {
         let (kind, txg) = match r.kind {
             RecordKind::Alloc => (1u8, 0u64),
             RecordKind::Free(t) => (2u8, t),
+            RecordKind::CheckpointFree(t) => (3u8, t),
         };
         out[o] = kind;
         out[o + 4..o + 8].copy_from_slice(&r.extent.vdev.to_le_bytes());
@@ -91,6 +93,7 @@ pub fn decode(b: &[u8]) -> Result<LogBlock, String> {
         let kind = match b.get(o) {
             Some(1) => RecordKind::Alloc,
             Some(2) => RecordKind::Free(u64_at(b, o + 24)?),
+            Some(3) => RecordKind::CheckpointFree(u64_at(b, o + 24)?),
             other => return Err(format!("space map record kind {other:?}")),
         };
         if extent.len == 0 {
@@ -102,7 +105,7 @@ pub fn decode(b: &[u8]) -> Result<LogBlock, String> {
 }
 
 fn spec() -> WriteSpec {
-    WriteSpec { compression: Compression::Off, checksum: ChecksumKind::Fletcher4, copies: LOG_COPIES, level: 0, otype: OTYPE_SPACEMAP }
+    WriteSpec { compression: Compression::Off, checksum: ChecksumKind::Fletcher4, copies: LOG_COPIES, level: 0, otype: OTYPE_SPACEMAP, metadata: true }
 }
 
 /// Write the records of `txg` as log blocks after `prev` (or a BASE chain
@@ -110,38 +113,59 @@ fn spec() -> WriteSpec {
 /// Returns the new head and every block written, oldest first.
 pub fn write_log(io: &BlockIo, txg: u64, prev: BlockPtr, mut records: Vec<Record>, base: bool) -> Result<(BlockPtr, Vec<BlockPtr>), BlockError> {
     let copies = LOG_COPIES;
-    // Number of blocks k must hold records + k*copies self records.
-    let mut k = 1usize;
-    while records.len() + k * copies as usize > k * RECORDS_PER_BLOCK {
-        k += 1;
-    }
-    let total = records.len() + k * copies as usize;
-    // Sizes of each block, then allocate them all first.
-    let mut counts = Vec::with_capacity(k);
-    let mut left = total;
-    for _ in 0..k {
-        let c = left.min(RECORDS_PER_BLOCK);
-        counts.push(c);
-        left -= c;
-    }
-    let mut dvas_per_block = Vec::with_capacity(k);
-    for &c in &counts {
-        let psize = io.psize_for(HEADER + c * RECORD);
-        let dvas = io.allocate(psize, copies)?;
-        for d in &dvas {
-            records.push(Record { kind: RecordKind::Alloc, extent: Extent { vdev: d.vdev, offset: d.offset, len: d.asize as u64 } });
+    // Each block also records its own allocation: `copies` extents, more
+    // if it had to be written as a gang block (gang.rs). Plan for that many
+    // per block; if a gang needs more, take every placement back and plan
+    // again for the most one block took.
+    let mut self_per_block = copies as usize;
+    let (counts, placements) = loop {
+        // Number of blocks k must hold records + k * self_per_block.
+        let mut k = 1usize;
+        while records.len() + k * self_per_block > k * RECORDS_PER_BLOCK {
+            k += 1;
         }
-        dvas_per_block.push((psize, dvas));
+        let mut counts = Vec::with_capacity(k);
+        let mut left = records.len() + k * self_per_block;
+        for _ in 0..k {
+            let c = left.min(RECORDS_PER_BLOCK);
+            counts.push(c);
+            left -= c;
+        }
+        let mut placements: Vec<(u64, crate::gang::Placement)> = Vec::with_capacity(k);
+        for &c in &counts {
+            let psize = io.psize_for(HEADER + c * RECORD);
+            match io.place(psize, copies, true) {
+                Ok(p) => placements.push((psize, p)),
+                Err(e) => {
+                    io.unplace(placements.iter().map(|(_, p)| p));
+                    return Err(e);
+                }
+            }
+        }
+        let most = placements.iter().map(|(_, p)| p.extents().len()).max().unwrap_or(0);
+        if most <= self_per_block {
+            break (counts, placements);
+        }
+        io.unplace(placements.iter().map(|(_, p)| p));
+        self_per_block = most;
+    };
+    let mut dvas_per_block = Vec::with_capacity(placements.len());
+    for (psize, placement) in placements {
+        for extent in placement.extents() {
+            records.push(Record { kind: RecordKind::Alloc, extent });
+        }
+        dvas_per_block.push((psize, placement));
     }
     // Anything allocated while we were at it was recorded by the allocator;
     // those records are ours now (they are the DVAs just pushed).
     io.alloc.lock().take_records();
-    debug_assert_eq!(records.len(), total);
-    let mut written = Vec::with_capacity(k);
+    let mut written = Vec::with_capacity(counts.len());
     let mut prev = prev;
     let mut rest = records.as_slice();
-    for (i, (&c, (psize, dvas))) in counts.iter().zip(dvas_per_block).enumerate() {
-        let (mine, tail) = rest.split_at(c);
+    for (i, (&c, (psize, placement))) in counts.iter().zip(dvas_per_block).enumerate() {
+        // A block planned for more self records than its placement took
+        // holds fewer records than it has room for.
+        let (mine, tail) = rest.split_at(c.min(rest.len()));
         rest = tail;
         let block = LogBlock { txg, flags: if base && i == 0 { FLAG_BASE } else { 0 }, prev, records: mine.to_vec() };
         let mut phys = encode(&block);
@@ -149,10 +173,7 @@ pub fn write_log(io: &BlockIo, txg: u64, prev: BlockPtr, mut records: Vec<Record
         phys.resize(psize as usize, 0);
         let s = spec();
         let mut bp = BlockPtr::HOLE;
-        bp.ndva = dvas.len() as u8;
-        for (j, d) in dvas.iter().enumerate() {
-            bp.dva[j] = *d;
-        }
+        placement.apply(&mut bp);
         bp.lsize = lsize as u32;
         bp.psize = psize as u32;
         bp.birth = txg;
@@ -161,7 +182,7 @@ pub fn write_log(io: &BlockIo, txg: u64, prev: BlockPtr, mut records: Vec<Record
         bp.checksum_kind = crate::bp::checksum_code(s.checksum);
         bp.otype = s.otype;
         bp.checksum = crate::checksum::compute(s.checksum, &phys);
-        io.write_phys(&bp, &phys)?;
+        io.write_placed(&bp, &placement, &phys)?;
         written.push(bp);
         prev = bp;
     }

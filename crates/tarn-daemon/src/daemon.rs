@@ -175,20 +175,21 @@ impl Daemon {
             Request::PoolStatus { pools, verbose } => self.pool_status(&pools, verbose),
             Request::PoolSet { prop, value, pool } => self.pool_set(&prop, &value, &pool),
             Request::Create { dataset, parents, props } => self.create(&dataset, parents, &props),
-            Request::Destroy { dataset, recursive, force, dry_run } => {
+            Request::Destroy { dataset, recursive, force, dry_run, dependents } => {
                 if dataset.contains('@') {
-                    self.destroy_snapshots(&dataset, recursive, dry_run)
+                    self.destroy_snapshots(&dataset, recursive, dry_run, dependents, force)
                 } else if dataset.contains('#') {
                     self.destroy_bookmark(&dataset, dry_run)
                 } else {
-                    self.destroy(&dataset, recursive, force, dry_run)
+                    self.destroy(&dataset, recursive, force, dry_run, dependents)
                 }
             }
             Request::Props { datasets, recursive, props, parsable } => {
-                self.dataset_props(&datasets, recursive, &props, parsable, &["filesystem".to_string()])
+                let query = crate::listing::Query { datasets, recursive, props, parsable, types: vec!["filesystem".into()], depth: None, sort: vec![] };
+                self.dataset_props(&query)
             }
-            Request::TypedProps { datasets, recursive, props, parsable, types } => {
-                self.dataset_props(&datasets, recursive, &props, parsable, &types)
+            Request::TypedProps { datasets, recursive, props, parsable, types, depth, sort } => {
+                self.dataset_props(&crate::listing::Query { datasets, recursive, props, parsable, types, depth, sort })
             }
             Request::Snapshot { names, recursive } => self.snapshot(&names, recursive),
             Request::Bookmark { source, target } => self.bookmark(&source, &target),
@@ -198,9 +199,21 @@ impl Daemon {
             Request::Hold { tag, snapshots, release, recursive } => self.hold(&tag, &snapshots, release, recursive),
             Request::Holds { snapshots, recursive } => self.holds(&snapshots, recursive),
             Request::Set { assignments, dataset } => self.set(&assignments, &dataset),
+            Request::Inherit { prop, datasets, recursive } => self.inherit(&prop, &datasets, recursive),
+            Request::Rename { source, target, parents, recursive, force, no_mount } => {
+                self.rename(&source, &target, parents, recursive, force, no_mount)
+            }
+            Request::MountAll => self.mount_all(),
+            Request::UnmountAll { force } => self.unmount_all(force),
             Request::Mount { dataset } => self.mount(dataset.as_deref()),
             Request::Unmount { target, force } => self.unmount(&target, force),
             Request::DebugCheck { pool } => self.debug_check(&pool),
+            Request::PoolIostat { pools } => self.pool_iostat(&pools),
+            Request::PoolHistory { pools } => self.pool_history(&pools),
+            Request::Diff { from, to } => self.diff(&from, to.as_deref()),
+            request @ (Request::PoolTrim { .. } | Request::PoolCheckpoint { .. } | Request::PoolImportCheckpoint { .. }) => {
+                self.handle_trim(request)
+            }
             other => self.handle_health(other),
         };
         result.unwrap_or_else(Response::error)
@@ -264,24 +277,7 @@ impl Daemon {
         for group in &vdevs {
             let mut opened = Vec::new();
             for path in &group.devices {
-                let meta = std::fs::metadata(path).map_err(|e| fail(format!("cannot open '{path}': {e}")))?;
-                use std::os::unix::fs::FileTypeExt;
-                if !(meta.is_file() || meta.file_type().is_block_device()) {
-                    return Err(fail(format!("'{path}' is not a regular file or block device")));
-                }
-                let device = scan::open_device(path).map_err(|e| fail(format!("cannot use '{path}': {e}")))?;
-                if let Ok(label) = tarn_vdev::read_label(&*device) {
-                    if label.config.state != tarn_vdev::PoolState::Destroyed && !force {
-                        let state = match label.config.state {
-                            tarn_vdev::PoolState::Exported => "exported",
-                            _ => "potentially active",
-                        };
-                        return Err(fail(format!(
-                            "'{path}' is part of {state} pool '{}' (use -f to override)",
-                            label.config.name
-                        )));
-                    }
-                }
+                let device = scan::open_new_device(path, force).map_err(fail)?;
                 opened.push((path.clone(), device));
             }
             if !force && opened.len() > 1 {
@@ -368,8 +364,8 @@ impl Daemon {
         Ok(Response { stderr: warnings, exit, ..Response::text("") })
     }
 
-    fn pool_import(&self, request: Request) -> HandlerResult {
-        let Request::PoolImport { dirs, .. } = &request else { unreachable!() };
+    pub(crate) fn pool_import(&self, request: Request) -> HandlerResult {
+        let (Request::PoolImport { dirs, .. } | Request::PoolImportCheckpoint { dirs, .. }) = &request else { unreachable!() };
         let mut extra = Vec::new();
         let dirs = if dirs.is_empty() {
             extra = self.cache.lock().known_devices.clone();
@@ -382,7 +378,11 @@ impl Daemon {
     }
 
     pub(crate) fn import_from(&self, paths: &[String], request: Request) -> HandlerResult {
-        let Request::PoolImport { force, rewind, altroot, pool: target, .. } = request else { unreachable!() };
+        let (force, rewind, altroot, target, to_checkpoint) = match request {
+            Request::PoolImport { force, rewind, altroot, pool, .. } => (force, rewind, altroot, pool, false),
+            Request::PoolImportCheckpoint { force, altroot, pool, .. } => (force, false, altroot, Some(pool), true),
+            _ => unreachable!(),
+        };
         // Hold the pool table while scanning so no create/import races us.
         let mut pools = self.pools.lock();
         let mut candidates = scan::scan(paths);
@@ -418,7 +418,15 @@ impl Daemon {
         let device_paths: Vec<String> = candidate.devices.iter().map(|d| d.path.clone()).collect();
         let devices = candidate.devices.into_iter().map(|d| d.device).collect();
         let options = ImportOptions { rewind, force, hostname: hostname(), readonly: false };
-        let obj = ObjPool::import(devices, options).map_err(|e| fail(e.to_string()))?;
+        let obj = if to_checkpoint {
+            ObjPool::import_rewind_to_checkpoint(devices, options)
+        } else {
+            ObjPool::import(devices, options)
+        }
+        .map_err(|e| match e {
+            tarn_obj::ObjError::Invalid(m) if to_checkpoint => fail(m),
+            e => fail(e.to_string()),
+        })?;
         obj.set_tunables(self.tunables);
         let ds = tarn_ds::Pool::open(obj).map_err(|e| fail(e.to_string()))?;
         let mut imported = Imported { ds, devices: device_paths.clone(), altroot, mounts: BTreeMap::new(), busy: BTreeSet::new() };
@@ -527,6 +535,7 @@ impl Daemon {
                 fixed("size", n(space.size)),
                 fixed("allocated", n(space.alloc)),
                 fixed("free", n(space.free)),
+                crate::trim::checkpoint_cell(obj, parsable),
                 fixed("capacity", if parsable { capacity.to_string() } else { format!("{capacity}%") }),
                 fixed("health", health.clone()),
                 fixed("guid", obj.guid().to_string()),
@@ -535,6 +544,7 @@ impl Daemon {
                 stored("comment"),
                 stored("failmode"),
                 stored("autoreplace"),
+                stored("autotrim"),
             ];
             rows.push(PoolRow { name: name.clone(), guid: obj.guid(), state: health, txg: status.txg, props });
         }
@@ -585,42 +595,52 @@ impl Daemon {
         Ok(Response { stderr: warnings, exit, ..Response::text("") })
     }
 
-    fn destroy(&self, dataset: &str, recursive: bool, force: bool, dry_run: bool) -> HandlerResult {
+    /// `destroy [-r|-R] [-f] [-n] DATASET`; with `dependents` (-R) the
+    /// clones of its snapshots (and theirs, in turn) go first.
+    fn destroy(&self, dataset: &str, recursive: bool, force: bool, dry_run: bool, dependents: bool) -> HandlerResult {
         let fail = |why: String| format!("cannot destroy '{dataset}': {why}");
-        let pool_name = dataset.split('/').next().unwrap_or_default();
+        let recursive = recursive || dependents;
         let mut pools = self.pools.lock();
-        let imported = pools.get_mut(pool_name).ok_or_else(|| fail("dataset does not exist".into()))?;
-        let plan = imported.ds.destroy_plan(dataset, recursive).map_err(|e| match e {
+        let imported = pools.get_mut(pool_of(dataset)).ok_or_else(|| fail("dataset does not exist".into()))?;
+        let plan_error = |e: tarn_ds::DsError| match e {
             tarn_ds::DsError::NotFound(_) => fail("dataset does not exist".into()),
             tarn_ds::DsError::HasChildren(_) => fail("filesystem has children (use -r to destroy them too)".into()),
             tarn_ds::DsError::HasSnapshots(_) => fail("filesystem has snapshots (use -r to destroy them too)".into()),
             tarn_ds::DsError::IsPoolRoot(_) => fail("it is the pool's root dataset (use 'tarn pool destroy')".into()),
             other => fail(other.to_string()),
-        })?;
-        // What goes: each dataset's snapshots, then the dataset, deepest first.
+        };
+        imported.ds.destroy_plan_with(dataset, recursive, dependents).map_err(plan_error)?;
+        // What goes, in order: each top (dependent clones first, then the
+        // dataset) with its subtree, deepest first, snapshots before their
+        // dataset.
+        let mut tops = if dependents { crate::dataset_ops::dependents(&imported.ds, &[dataset.to_string()]) } else { vec![] };
+        tops.push(dataset.to_string());
+        let mut plan: Vec<String> = Vec::new();
         let mut doomed = Vec::new();
-        for name in &plan {
-            if imported.busy.contains(name) {
-                return Err(fail(format!("'{name}' is busy (a rollback is in progress)")));
-            }
-            for snap in imported.ds.snapshots(Some(name)).into_iter().rev() {
-                // As in zfs, a held snapshot stops a recursive destroy too.
-                let holds = imported.ds.snapshot_record(&snap).map(|r| r.holds).unwrap_or_default();
-                if !holds.is_empty() {
-                    return Err(fail(format!(
-                        "snapshot '{snap}' is held ({}); release it with 'tarn release'",
-                        holds.join(", ")
-                    )));
+        for top in &tops {
+            for name in imported.ds.destroy_plan_with(top, recursive, dependents).map_err(plan_error)? {
+                if imported.busy.contains(&name) {
+                    return Err(fail(format!("'{name}' is busy (a rollback is in progress)")));
                 }
-                doomed.push(snap);
+                for snap in imported.ds.snapshots(Some(&name)).into_iter().rev() {
+                    // As in zfs, a held snapshot stops a recursive destroy too.
+                    let holds = imported.ds.snapshot_record(&snap).map(|r| r.holds).unwrap_or_default();
+                    if !holds.is_empty() {
+                        return Err(fail(format!(
+                            "snapshot '{snap}' is held ({}); release it with 'tarn release'",
+                            holds.join(", ")
+                        )));
+                    }
+                    doomed.push(snap);
+                }
+                doomed.push(name.clone());
+                plan.push(name);
             }
-            doomed.push(name.clone());
         }
         if dry_run {
             return Ok(Response::data(json!(doomed)));
         }
-        // Children first (plan is deepest first); a busy mount stops the
-        // destroy unless forced.
+        // Deepest mounts first; a busy mount stops the destroy unless forced.
         for name in plan.iter() {
             if let Some(mut mounted) = imported.mounts.remove(name) {
                 if force {
@@ -631,151 +651,10 @@ impl Daemon {
                 }
             }
         }
-        imported.ds.destroy_dataset(dataset, recursive).map_err(|e| fail(e.to_string()))?;
+        for top in &tops {
+            imported.ds.destroy_dataset(top, recursive).map_err(|e| fail(e.to_string()))?;
+        }
         Ok(Response::data(json!(doomed)))
-    }
-
-    fn dataset_props(
-        &self,
-        datasets: &[String],
-        recursive: bool,
-        wanted: &[String],
-        parsable: bool,
-        types: &[String],
-    ) -> HandlerResult {
-        let want_fs = types.iter().any(|t| t == "filesystem");
-        let want_snap = types.iter().any(|t| t == "snapshot");
-        let want_bookmark = types.iter().any(|t| t == "bookmark");
-        // `list -t snapshot fs`: the snapshots of fs (zfs: depth 1).
-        let snaps_of_named = (want_snap || want_bookmark) && !want_fs && !recursive;
-        let mut names: Vec<String> = Vec::new();
-        for prop in wanted.iter().filter(|p| p.as_str() != "all") {
-            props::lookup(prop).map_err(|e| e.to_string())?;
-        }
-        let all = wanted.is_empty() || wanted.iter().any(|p| p == "all");
-        let wanted: Vec<String> = if all {
-            props::PROPERTIES.iter().map(|p| p.name.to_string()).collect()
-        } else {
-            wanted.to_vec()
-        };
-        let pools = self.pools.lock();
-        // A dataset, then its snapshots (oldest first), as the types ask.
-        let add = |imported: &Imported, dataset: &str, names: &mut Vec<String>| {
-            if want_fs {
-                names.push(dataset.to_string());
-            }
-            if want_snap {
-                names.extend(imported.ds.snapshots(Some(dataset)));
-            }
-            if want_bookmark {
-                names.extend(imported.ds.bookmarks(Some(dataset)));
-            }
-        };
-        if datasets.is_empty() {
-            for imported in pools.values() {
-                for dataset in imported.ds.list() {
-                    add(imported, &dataset, &mut names);
-                }
-            }
-        } else {
-            for dataset in datasets {
-                let missing = || format!("cannot open '{dataset}': dataset does not exist");
-                let imported = pools.get(pool_of(dataset)).ok_or_else(missing)?;
-                if dataset.contains('@') {
-                    imported.ds.snapshot_record(dataset).map_err(|_| missing())?;
-                    names.push(dataset.clone());
-                    continue;
-                }
-                if dataset.contains('#') {
-                    imported.ds.bookmark_record(dataset).map_err(|_| format!("cannot open '{dataset}': bookmark does not exist"))?;
-                    names.push(dataset.clone());
-                    continue;
-                }
-                if !imported.ds.exists(dataset) {
-                    return Err(missing());
-                }
-                if recursive {
-                    for name in imported.ds.subtree(dataset) {
-                        add(imported, &name, &mut names);
-                    }
-                } else if snaps_of_named {
-                    if want_snap {
-                        names.extend(imported.ds.snapshots(Some(dataset)));
-                    }
-                    if want_bookmark {
-                        names.extend(imported.ds.bookmarks(Some(dataset)));
-                    }
-                } else {
-                    names.push(dataset.clone());
-                }
-            }
-        }
-        let mut rows = Vec::new();
-        for name in names {
-            let pool_name = pool_of(&name).to_string();
-            let Some(imported) = pools.get(&pool_name) else { continue };
-            let createtxg = if name.contains('#') {
-                imported.ds.bookmark_record(&name).map(|r| r.createtxg)
-            } else if name.contains('@') {
-                imported.ds.snapshot_record(&name).map(|r| r.createtxg)
-            } else {
-                imported.ds.record(&name).map(|r| r.createtxg)
-            }
-            .map_err(|e| e.to_string())?;
-            let mut cells = Vec::new();
-            for prop in &wanted {
-                let value = imported
-                    .ds
-                    .get_property(&name, prop, parsable, imported.altroot.as_deref())
-                    .map_err(|e| format!("cannot get '{prop}' of '{name}': {e}"))?;
-                // `get all` of a snapshot or bookmark: the properties it has.
-                if all && (name.contains('@') || name.contains('#')) && value.value == "-" {
-                    continue;
-                }
-                cells.push(value.into());
-            }
-            rows.push(DatasetRow { name, pool: pool_name, createtxg, props: cells });
-        }
-        Ok(Response::data(serde_json::to_value(rows).map_err(|e| e.to_string())?))
-    }
-
-    fn set(&self, assignments: &[(String, String)], dataset: &str) -> HandlerResult {
-        let fail = |why: String| format!("cannot set property for '{dataset}': {why}");
-        for (prop, value) in assignments {
-            props::validate(prop, value).map_err(|e| fail(e.to_string()))?;
-        }
-        let pool_name = dataset.split('/').next().unwrap_or_default();
-        let mut pools = self.pools.lock();
-        let imported = pools
-            .get_mut(pool_name)
-            .filter(|p| p.ds.exists(dataset))
-            .ok_or_else(|| fail("dataset does not exist".into()))?;
-        let mut warnings = String::new();
-        for (prop, value) in assignments {
-            let (prop, affected) = imported.ds.set_property(dataset, prop, value).map_err(|e| fail(e.to_string()))?;
-            if prop == "mountpoint" {
-                for name in affected.iter().rev() {
-                    if let Some(mut mounted) = imported.mounts.remove(name) {
-                        if let Err(e) = mounted.try_unmount() {
-                            imported.mounts.insert(name.clone(), mounted);
-                            return Err(fail(e));
-                        }
-                    }
-                }
-                for name in &affected {
-                    if let Err(e) = mount_dataset(imported, name) {
-                        warnings.push_str(&format!("warning: cannot mount '{name}': {e}\n"));
-                    }
-                }
-            } else {
-                for name in &affected {
-                    if let (Some(mounted), Ok(settings)) = (imported.mounts.get(name), imported.ds.settings(name)) {
-                        mounted.set_options(&settings);
-                    }
-                }
-            }
-        }
-        Ok(Response { stderr: warnings, ..Response::text("") })
     }
 
     fn mount(&self, dataset: Option<&str>) -> HandlerResult {
@@ -916,7 +795,8 @@ pub(crate) fn mount_dataset(imported: &mut Imported, name: &str) -> Result<(), S
     let settings = imported.ds.settings(name).map_err(|e| e.to_string())?;
     let os = imported.ds.objset(name).map_err(|e| e.to_string())?;
     let snapshots = mount::snapshot_source(&imported.ds, name, &settings);
-    let mounted = Mounted::mount(imported.ds.obj().clone(), os, &settings, name, &path, Some(snapshots))?;
+    let limit = mount::space_limit(&imported.ds, &os);
+    let mounted = Mounted::mount(imported.ds.obj().clone(), os, &settings, name, &path, Some(snapshots), Some(limit))?;
     imported.mounts.insert(name.to_string(), mounted);
     Ok(())
 }
@@ -1124,7 +1004,7 @@ impl Daemon {
 
     /// `destroy [-r] [-n] fs@spec` where spec is `name`, `a%c` or a comma
     /// list of those.
-    fn destroy_snapshots(&self, spec: &str, recursive: bool, dry_run: bool) -> HandlerResult {
+    fn destroy_snapshots(&self, spec: &str, recursive: bool, dry_run: bool, dependents: bool, force: bool) -> HandlerResult {
         let fail = |why: String| format!("cannot destroy '{spec}': {why}");
         let (dataset, list) = spec.split_once('@').ok_or_else(|| fail("not a snapshot".into()))?;
         tarn_ds::validate_dataset_name(dataset).map_err(|e| fail(bad_snapshot_name(e)))?;
@@ -1188,11 +1068,39 @@ impl Daemon {
                     record.holds.join(", ")
                 ));
             }
-            ds.check_no_clones(name).map_err(|e| snapshot_error(e, fail))?;
+            if !dependents {
+                ds.check_no_clones(name).map_err(|e| snapshot_error(e, fail))?;
+            }
             records.push((name.clone(), record.createtxg));
+        }
+        // -R: the clones of these snapshots (and theirs) go first, each
+        // with its descendants and snapshots.
+        let clones = if dependents { crate::dataset_ops::dependents(&ds, &doomed) } else { vec![] };
+        if !clones.is_empty() {
+            let mut listed = Vec::new();
+            for clone in &clones {
+                for name in ds.destroy_plan_with(clone, true, true).map_err(|e| fail(e.to_string()))? {
+                    listed.extend(ds.snapshots(Some(&name)).into_iter().rev());
+                    listed.push(name);
+                }
+            }
+            listed.extend(doomed);
+            doomed = listed;
         }
         if dry_run {
             return Ok(Response::data(json!(doomed)));
+        }
+        if !clones.is_empty() {
+            let mut pools = self.pools.lock();
+            let imported = pools
+                .get_mut(pool_of(dataset))
+                .filter(|p| Arc::ptr_eq(&p.ds, &ds))
+                .ok_or_else(|| fail("the pool went away".into()))?;
+            for clone in &clones {
+                let subtree = imported.ds.subtree(clone);
+                crate::dataset_ops::unmount_names(imported, &subtree, force).map_err(fail)?;
+                imported.ds.destroy_dataset(clone, true).map_err(|e| fail(e.to_string()))?;
+            }
         }
         // Newest first.
         records.sort_by_key(|(_, txg)| std::cmp::Reverse(*txg));

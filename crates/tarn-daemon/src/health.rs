@@ -157,6 +157,7 @@ pub(crate) fn status_data(name: &str, imported: &Imported, verbose: bool) -> Poo
         spares.push(VdevStatus { state: "INUSE".into(), ..sum_row(path, "file", 0, "INUSE", vec![]) });
     }
     let error_files = if verbose { status.scan.as_ref().map(|s| describe_damage(imported, s)).unwrap_or_default() } else { vec![] };
+    let (trims, checkpoint) = crate::trim::status_extras(obj);
     PoolStatusData {
         name: name.to_string(),
         guid: status.guid,
@@ -168,6 +169,8 @@ pub(crate) fn status_data(name: &str, imported: &Imported, verbose: bool) -> Poo
         spares,
         error_files,
         suspended: status.suspended,
+        trims,
+        checkpoint,
     }
 }
 
@@ -203,23 +206,6 @@ fn describe_damage(imported: &Imported, st: &ScanStats) -> Vec<String> {
 fn fail(verb: &str, pool: &str) -> impl Fn(String) -> String {
     let prefix = format!("cannot {verb} '{pool}'");
     move |why| format!("{prefix}: {why}")
-}
-
-/// Opens a device that is to join a pool: it must exist and, unless
-/// `force`, must not belong to another pool that is not destroyed.
-fn open_new_device(path: &str, force: bool) -> Result<Arc<dyn tarn_dev::Device>, String> {
-    use std::os::unix::fs::FileTypeExt;
-    let meta = std::fs::metadata(path).map_err(|e| format!("cannot open '{path}': {e}"))?;
-    if !(meta.is_file() || meta.file_type().is_block_device()) {
-        return Err(format!("'{path}' is not a regular file or block device"));
-    }
-    let device = scan::open_device(path).map_err(|e| format!("cannot use '{path}': {e}"))?;
-    if let Ok(label) = tarn_vdev::read_label(&*device) {
-        if label.config.state != tarn_vdev::PoolState::Destroyed && !force {
-            return Err(format!("'{path}' is part of pool '{}' (use -f to override)", label.config.name));
-        }
-    }
-    Ok(device)
 }
 
 /// Reopens a leaf's device by path, checking that it still carries that
@@ -308,11 +294,11 @@ impl Daemon {
                         }
                     }
                 }
-                let device = open_new_device(&new_path, force)?;
+                let device = scan::open_new_device(&new_path, force)?;
                 obj.replace(&old, new_path, device).map_err(|e| e.to_string())
             }),
             Request::PoolAttach { pool, existing, new, force } => self.device_op(&pool, "attach", |obj| {
-                let device = open_new_device(&new, force)?;
+                let device = scan::open_new_device(&new, force)?;
                 obj.attach(&existing, new.clone(), device).map_err(|e| e.to_string())
             }),
             Request::PoolDetach { pool, device } => {
@@ -385,14 +371,16 @@ impl Daemon {
     fn wait(&self, pool: &str, activities: &[String], timeout: Option<u64>) -> HandlerResult {
         let obj = self.obj_of(pool, "wait for")?;
         let mut funcs = Vec::new();
+        let mut trim = activities.is_empty();
         for a in activities {
             match a.as_str() {
                 "scrub" => funcs.push(Some(ScanFunc::Scrub)),
                 "resilver" | "replace" => funcs.push(Some(ScanFunc::Resilver)),
-                other => return Err(format!("cannot wait for '{pool}': unknown activity '{other}' (scrub, resilver, replace)")),
+                "trim" => trim = true,
+                other => return Err(format!("cannot wait for '{pool}': unknown activity '{other}' (replace, resilver, scrub, trim)")),
             }
         }
-        if funcs.is_empty() {
+        if activities.is_empty() {
             funcs.push(None);
         }
         let limit = timeout.map_or(Duration::from_secs(u64::MAX / 4), Duration::from_secs);
@@ -402,6 +390,9 @@ impl Daemon {
             if !obj.wait_scan(f, left) {
                 return Ok(Response { exit: 1, ..Response::error(format!("timed out waiting for '{pool}'")) });
             }
+        }
+        if trim && !obj.wait_trim(limit.saturating_sub(start.elapsed())) {
+            return Ok(Response { exit: 1, ..Response::error(format!("timed out waiting for '{pool}'")) });
         }
         Ok(Response::text(""))
     }
@@ -420,7 +411,7 @@ impl Daemon {
                 if known.contains(path) {
                     return Err(f(format!("'{path}' is already in the pool")));
                 }
-                devices.push((path.clone(), open_new_device(path, force).map_err(&f)?));
+                devices.push((path.clone(), scan::open_new_device(path, force).map_err(&f)?));
             }
             let kind = match group.kind {
                 VdevKind::Disk => TopKind::Disk,
@@ -449,7 +440,7 @@ impl Daemon {
             if known.contains(path) {
                 return Err(f(format!("'{path}' is already in the pool")));
             }
-            spare_devs.push((path.clone(), open_new_device(path, force).map_err(&f)?));
+            spare_devs.push((path.clone(), scan::open_new_device(path, force).map_err(&f)?));
         }
         if dry_run {
             let mut out = format!("would update '{pool}' to the following layout:\n");

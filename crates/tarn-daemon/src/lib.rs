@@ -26,7 +26,9 @@
 //! code that touches the POSIX layer and FUSE), `health` (device commands,
 //! scrubs, the monitor that turns device failures into events, spares and
 //! alerts), [`events`] (the event log), [`alerts`] (e-mail, webhook and
-//! command delivery).
+//! command delivery), [`history`] (recording each changing command in the
+//! pool's history; `pool history`), `iostat` (`pool iostat`, `pool list
+//! -v`), `diff` (`tarn diff`), `trim` (pool trim, checkpoints).
 
 pub mod alerts;
 mod bookmarks;
@@ -35,13 +37,19 @@ mod clones;
 pub mod config;
 pub mod daemon;
 mod health;
+mod dataset_ops;
+mod listing;
 pub mod events;
+pub mod history;
+mod iostat;
+mod diff;
 pub mod fdpass;
 mod mount;
 mod replication;
 pub mod proto;
 pub mod scan;
 pub mod server;
+mod trim;
 
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;

@@ -17,7 +17,6 @@ fn fs_options(settings: &Settings) -> tarn_fs::FsOptions {
         recordsize: settings.recordsize,
         atime: settings.atime,
         readonly: settings.readonly,
-        quota: settings.quota,
     }
 }
 
@@ -46,6 +45,24 @@ impl tarn_fuse::SnapshotSource for DatasetSnapshots {
     }
 }
 
+/// A mounted dataset's quotas (its own and its ancestors'), asked by the
+/// file system before each change that adds data. Follows the dataset by
+/// object set, so a rename does not lose it.
+struct DatasetLimit {
+    ds: std::sync::Weak<tarn_ds::Pool>,
+    objset: tarn_obj::ObjsetId,
+}
+
+impl tarn_fs::SpaceLimit for DatasetLimit {
+    fn remaining(&self) -> Option<(u64, bool)> {
+        self.ds.upgrade()?.quota_remaining(self.objset)
+    }
+}
+
+pub fn space_limit(ds: &Arc<tarn_ds::Pool>, os: &ObjectSet) -> Arc<dyn tarn_fs::SpaceLimit> {
+    Arc::new(DatasetLimit { ds: Arc::downgrade(ds), objset: os.id() })
+}
+
 pub fn snapshot_source(ds: &Arc<tarn_ds::Pool>, dataset: &str, settings: &Settings) -> Arc<dyn tarn_fuse::SnapshotSource> {
     Arc::new(DatasetSnapshots { ds: ds.clone(), dataset: dataset.to_string(), visible: settings.snapdir_visible })
 }
@@ -65,9 +82,11 @@ impl Mounted {
         dataset: &str,
         path: &Path,
         snapshots: Option<Arc<dyn tarn_fuse::SnapshotSource>>,
+        limit: Option<Arc<dyn tarn_fs::SpaceLimit>>,
     ) -> Result<Mounted, String> {
         std::fs::create_dir_all(path).map_err(|e| format!("cannot create mountpoint {}: {e}", path.display()))?;
         let fs = tarn_fs::Fs::open(pool, os, fs_options(settings)).map_err(|e| e.to_string())?;
+        fs.set_space_limit(limit);
         let options = tarn_fuse::MountOptions {
             fsname: dataset.to_string(),
             readonly: settings.readonly,

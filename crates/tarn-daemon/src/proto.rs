@@ -76,6 +76,9 @@ pub enum Request {
         force: bool,
         #[serde(default)]
         dry_run: bool,
+        /// `-R`: the clones of the snapshots destroyed (and theirs) too.
+        #[serde(default)]
+        dependents: bool,
     },
     /// `list` and `get` of file systems: properties of datasets (and of
     /// the snapshots named in `datasets`). `props` empty = all.
@@ -84,7 +87,21 @@ pub enum Request {
     /// (`filesystem`, `snapshot`). A dataset's snapshots follow it, oldest
     /// first. Without `recursive`, `types == ["snapshot"]` lists the
     /// snapshots of the datasets named (as `zfs list -t snapshot fs` does).
-    TypedProps { datasets: Vec<String>, recursive: bool, props: Vec<String>, parsable: bool, types: Vec<String> },
+    /// `depth` (`-d N`): with `recursive`, only datasets at most N levels
+    /// below the named ones (a snapshot is one level below its dataset).
+    /// `sort` (`-s`/`-S`): (property, descending) keys, in order; rows are
+    /// sorted as a whole by their exact (`-p`) values, numbers as numbers.
+    TypedProps {
+        datasets: Vec<String>,
+        recursive: bool,
+        props: Vec<String>,
+        parsable: bool,
+        types: Vec<String>,
+        #[serde(default)]
+        depth: Option<u32>,
+        #[serde(default)]
+        sort: Vec<(String, bool)>,
+    },
     /// `snapshot [-r] fs@name...`: all in one txg, consistent with every
     /// write acknowledged before the request; `recursive`: the same name in
     /// every descendant too. All names must be in one pool.
@@ -155,6 +172,18 @@ pub enum Request {
     /// `recv -A dataset`: gives up a partially received stream.
     ReceiveAbort { dataset: String },
     Set { assignments: Vec<(String, String)>, dataset: String },
+    /// `inherit [-r] PROP DATASET...`: drops the local setting (from every
+    /// descendant too with `recursive`).
+    Inherit { prop: String, datasets: Vec<String>, recursive: bool },
+    /// `rename [-p] [-f] [-u] OLD NEW` (a dataset with its descendants,
+    /// snapshots and bookmarks; remounted at the new mountpoints unless
+    /// `no_mount`), `rename [-r] FS@A @B` (snapshots). Data: the (old, new)
+    /// name pairs renamed.
+    Rename { source: String, target: String, parents: bool, recursive: bool, force: bool, no_mount: bool },
+    /// `mount -a`: every dataset that has a mountpoint and is not mounted.
+    MountAll,
+    /// `unmount -a [-f]`: every mounted dataset.
+    UnmountAll { force: bool },
     Mount { dataset: Option<String> },
     Unmount { target: String, force: bool },
     DebugCheck { pool: String },
@@ -180,6 +209,48 @@ pub enum Request {
     PoolEvents { pool: Option<String>, after: u64, wait_secs: u64, clear: bool },
     /// `alert test`: a test message through every configured channel.
     AlertTest { pool: Option<String> },
+    /// `pool iostat` and `pool list -v`: the vdev tree of each pool with
+    /// space and I/O counters. Data: `Vec<PoolIostatData>`.
+    PoolIostat { pools: Vec<String> },
+    /// `pool history`: data `Vec<PoolHistoryData>`.
+    PoolHistory { pools: Vec<String> },
+    /// `diff SNAPSHOT [SNAPSHOT|DATASET]`: `to` None = the live dataset of
+    /// `from`. Data: `DiffData`.
+    Diff { from: String, to: Option<String> },
+    /// `pool trim [-r RATE] [-c|-s] POOL [DEVICE...]`: starts (or resumes a
+    /// suspended), cancels or suspends the trim of the devices named (all
+    /// devices if none); `rate` in bytes per second, 0 = unlimited. `-w`
+    /// is a following `PoolWait` for "trim".
+    PoolTrim { pool: String, devices: Vec<String>, rate: u64, cancel: bool, suspend: bool },
+    /// `pool checkpoint [-d] POOL`. Data: `CheckpointData` (taken) or
+    /// `{"freed": bytes}` (discarded).
+    PoolCheckpoint { pool: String, discard: bool },
+    /// `pool import --rewind-to-checkpoint`: as `PoolImport` of one named
+    /// pool, opened as it was at its checkpoint (every later change and
+    /// the checkpoint itself are discarded).
+    PoolImportCheckpoint { dirs: Vec<String>, force: bool, altroot: Option<String>, pool: String },
+}
+
+/// Splits a request line into the request and its optional `argv` (the
+/// command line the user typed, recorded in the pool's history). `argv`
+/// rides beside the request's own fields, so every request may carry it
+/// and a daemon that does not know it ignores it.
+pub fn parse_request_line(line: &str) -> Result<(Request, Option<Vec<String>>), serde_json::Error> {
+    let mut value: serde_json::Value = serde_json::from_str(line)?;
+    let argv = match value.as_object_mut().and_then(|m| m.remove("argv")) {
+        Some(v) => Some(serde_json::from_value(v)?),
+        None => None,
+    };
+    Ok((serde_json::from_value(value)?, argv))
+}
+
+/// The line [`parse_request_line`] reads: the request, with `argv` when given.
+pub fn request_line(request: &Request, argv: Option<&[String]>) -> Result<String, serde_json::Error> {
+    let mut value = serde_json::to_value(request)?;
+    if let (Some(argv), Some(map)) = (argv, value.as_object_mut()) {
+        map.insert("argv".into(), serde_json::to_value(argv)?);
+    }
+    serde_json::to_string(&value)
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -326,6 +397,40 @@ pub struct PoolStatusData {
     /// Set when the pool is suspended: why.
     #[serde(default)]
     pub suspended: Option<String>,
+    /// Each device's manual trim, as last started (`pool trim`).
+    #[serde(default)]
+    pub trims: Vec<TrimStatusData>,
+    /// The pool's checkpoint, if it has one.
+    #[serde(default)]
+    pub checkpoint: Option<CheckpointData>,
+}
+
+/// One device's manual trim (`pool status`).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct TrimStatusData {
+    pub guid: u64,
+    pub path: String,
+    /// "active", "suspended", "canceled" or "complete".
+    pub state: String,
+    pub percent: u64,
+    /// Unix seconds: when it started, was suspended, or completed.
+    pub action_time: u64,
+    /// Bytes trimmed on the device in this pass.
+    pub bytes_done: u64,
+    /// Bytes of the top-level vdev's address space not yet walked.
+    pub bytes_left: u64,
+    /// Bytes per second (0: unlimited).
+    pub rate: u64,
+}
+
+/// A pool checkpoint (`pool status`, `pool list`'s CKPOINT).
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct CheckpointData {
+    pub txg: u64,
+    /// Unix seconds.
+    pub created: u64,
+    /// Bytes only the checkpoint still holds.
+    pub held_bytes: u64,
 }
 
 /// One event of `pool events` (data: `Vec<EventRow>`).
@@ -342,4 +447,68 @@ pub struct AlertTestRow {
     pub channel: String,
     pub ok: bool,
     pub error: Option<String>,
+}
+
+/// One vdev in `pool iostat` / `pool list -v`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct VdevIostat {
+    pub name: String,
+    /// root, mirror, raidz, file, replacing, spare.
+    pub vdev_type: String,
+    pub guid: u64,
+    pub state: String,
+    /// Bytes: the pool's and a top-level vdev's usable size; a device's
+    /// size (0 when missing); 0 for replacing/spare groups.
+    pub size: u64,
+    /// The pool and top-level vdevs only: allocated and free bytes.
+    pub alloc: Option<u64>,
+    pub free: Option<u64>,
+    /// Totals since import (a group's: the sum of its devices').
+    pub io: tarn_vdev::IoCounters,
+    pub children: Vec<VdevIostat>,
+}
+
+/// Data of `pool_iostat`: `Vec<PoolIostatData>`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PoolIostatData {
+    pub name: String,
+    pub guid: u64,
+    pub state: String,
+    pub root: VdevIostat,
+    /// Hot spares (AVAIL or INUSE).
+    pub spares: Vec<VdevIostat>,
+}
+
+/// Data of `pool_history`: `Vec<PoolHistoryData>`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PoolHistoryData {
+    pub name: String,
+    pub records: Vec<tarn_ds::history::HistoryRecord>,
+    /// Records dropped to keep the history within its size.
+    pub dropped: u64,
+}
+
+/// One line of `diff`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct DiffRow {
+    /// `+`, `-`, `M` or `R`.
+    pub change: char,
+    /// zfs's file type letter: `F` file, `/` directory, `@` symlink, `|`
+    /// fifo, `=` socket, `B` block device, `C` character device.
+    pub file_type: char,
+    /// Absolute path (mountpoint + path in the dataset), raw bytes.
+    pub path: Vec<u8>,
+    /// `R`: the path after the rename.
+    pub new_path: Option<Vec<u8>>,
+    /// A change of link count (printed as `(+1)`), for files still linked
+    /// on both sides.
+    pub link_delta: Option<i64>,
+    /// Inode change time (ctime), nanoseconds since the Unix epoch.
+    pub ctime_ns: i64,
+}
+
+/// Data of `diff`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct DiffData {
+    pub rows: Vec<DiffRow>,
 }

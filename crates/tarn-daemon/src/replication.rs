@@ -180,7 +180,7 @@ impl Daemon {
             tarn_ds::props::validate(k, v).map_err(|e| fail(e.to_string()))?;
         }
         for x in &spec.exclude {
-            tarn_ds::props::lookup(x).map_err(|e| fail(e.to_string()))?;
+            tarn_ds::props::check_name(x).map_err(|e| fail(e.to_string()))?;
         }
         let pool = pool_of(&target).to_string();
         let fd = fd.ok_or_else(|| fail("no input descriptor came with the request".into()))?;

@@ -50,6 +50,42 @@ pub fn open_device(path: &str) -> Result<Arc<dyn Device>, tarn_dev::DevError> {
     Ok(device)
 }
 
+/// Smallest device a pool takes, as zpool's: below it the labels, the
+/// uberblock rings and the slop leave no room worth having.
+pub const MIN_DEVICE_BYTES: u64 = 64 << 20;
+
+/// Opens a device that is to join a pool (create, add, attach, replace):
+/// a full path to a regular file or block device of at least
+/// [`MIN_DEVICE_BYTES`] that, unless `force`, belongs to no pool that is
+/// not destroyed.
+pub fn open_new_device(path: &str, force: bool) -> Result<Arc<dyn Device>, String> {
+    use std::os::unix::fs::FileTypeExt;
+    if !path.starts_with('/') {
+        return Err(format!("cannot open '{path}': must be a full path"));
+    }
+    let meta = std::fs::metadata(path).map_err(|e| format!("cannot open '{path}': {e}"))?;
+    if !(meta.is_file() || meta.file_type().is_block_device()) {
+        return Err(format!("'{path}' is not a regular file or block device"));
+    }
+    let device = open_device(path).map_err(|e| format!("cannot use '{path}': {e}"))?;
+    if device.size() < MIN_DEVICE_BYTES {
+        return Err(format!(
+            "'{path}' is smaller than the minimum device size ({} < 64M)",
+            tarn_ds::size::format_bytes(device.size())
+        ));
+    }
+    if let Ok(label) = tarn_vdev::read_label(&*device) {
+        if label.config.state != PoolState::Destroyed && !force {
+            let state = match label.config.state {
+                PoolState::Exported => "exported",
+                _ => "potentially active",
+            };
+            return Err(format!("'{path}' is part of {state} pool '{}' (use -f to override)", label.config.name));
+        }
+    }
+    Ok(device)
+}
+
 pub fn scan(paths: &[String]) -> BTreeMap<u64, Candidate> {
     let mut pools: BTreeMap<u64, Candidate> = BTreeMap::new();
     for path in paths {

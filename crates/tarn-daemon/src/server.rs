@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use crate::daemon::Daemon;
 use crate::fdpass::recv_with_fds;
+use crate::history::{peer_uid, Caller};
 
 /// A request line longer than this ends the connection.
 const MAX_REQUEST: usize = 16 << 20;
@@ -64,11 +65,12 @@ fn serve_client(daemon: &Daemon, stream: UnixStream) {
             continue;
         }
         let passed = std::mem::take(&mut fds);
-        let (response, shutdown) = match serde_json::from_str::<Request>(&line) {
+        let (response, shutdown) = match crate::proto::parse_request_line(&line) {
             Err(e) => (Response { exit: 2, ..Response::error(format!("bad request: {e}")) }, false),
-            Ok(request) => {
+            Ok((request, argv)) => {
                 let shutdown = matches!(request, Request::Shutdown);
-                let answer = catch_unwind(AssertUnwindSafe(|| daemon.handle_with_fds(request, passed, stream.as_raw_fd())));
+                let caller = Caller { argv, uid: peer_uid(stream.as_raw_fd()) };
+                let answer = catch_unwind(AssertUnwindSafe(|| daemon.handle_logged(request, caller, passed, stream.as_raw_fd())));
                 let response = answer.unwrap_or_else(|panic| {
                     let what = panic
                         .downcast_ref::<String>()

@@ -11,6 +11,12 @@
 //! before `cut`. Writes that were not yet flushed sat in the disk's volatile
 //! cache; [`CutMode`] says what of them reaches the media.
 //!
+//! Trims are recorded too and are harsher than writes: a trim reaches the
+//! media at once, flush or not (a device may discard the range before it
+//! acknowledges), so every image cut after a trim has the range zeroed (in
+//! whole 4 KiB pages, like [`MemDevice::trim`]). A pool that trims space a
+//! crash or a rewind still needs fails its crash tests.
+//!
 //! Speed: each device keeps a copy-on-write [`MemDevice`] of its durable
 //! state, updated at each flush with the writes made durable by it, and a
 //! snapshot of it per flush. `image_at` finds the last flush before `cut`
@@ -45,6 +51,7 @@ pub enum CutMode {
 
 enum Event {
     Write { device: usize, offset: u64, data: Arc<[u8]> },
+    Trim { device: usize, offset: u64, len: u64 },
     Flush,
 }
 
@@ -53,7 +60,7 @@ struct DeviceLog {
     durable: Arc<MemDevice>,
     /// (sequence number of the flush, durable state right after it).
     flushed: Vec<(u64, Arc<MemDevice>)>,
-    /// Sequence numbers of this device's writes, ascending.
+    /// Sequence numbers of this device's writes and trims, ascending.
     writes: Vec<u64>,
     /// Index into `writes` of the first write not yet covered by a flush.
     first_unflushed: usize,
@@ -105,6 +112,19 @@ impl CrashRecorder {
         self.log.lock().flushes.clone()
     }
 
+    /// Every trim so far: (device index, offset, length), in order.
+    pub fn trims(&self) -> Vec<(usize, u64, u64)> {
+        self.log
+            .lock()
+            .events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Trim { device, offset, len } => Some((*device, *offset, *len)),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// The durable images if power were cut just before event `cut`, one
     /// per device in creation order. Each is an independent device.
     pub fn image_at(&self, cut: u64, mode: CutMode) -> Vec<Arc<MemDevice>> {
@@ -130,29 +150,34 @@ impl CrashRecorder {
 }
 
 /// Applies the part of the unflushed writes (sequence numbers, ascending)
-/// that `mode` lets through to `image`.
+/// that `mode` lets through to `image`; trims among them always apply.
 fn apply_unflushed(events: &[Event], image: &MemDevice, unflushed: &[u64], cut: u64, device: usize, mode: CutMode) {
-    let write = |seq: u64| match events.get(seq as usize) {
-        Some(Event::Write { offset, data, .. }) => Some((*offset, data.clone())),
-        _ => None,
+    let last_write = unflushed.iter().rev().copied().find(|&s| matches!(events.get(s as usize), Some(Event::Write { .. })));
+    let mut rng = match mode {
+        CutMode::RandomSubset(seed) => ChaCha8Rng::seed_from_u64(seed ^ cut.rotate_left(17) ^ ((device as u64) << 48)),
+        _ => ChaCha8Rng::seed_from_u64(cut ^ ((device as u64) << 48)),
     };
-    match mode {
-        CutMode::DropUnflushed => {}
-        CutMode::TearLastWrite => {
-            if let Some((offset, data)) = unflushed.last().and_then(|&s| write(s)) {
-                let mut rng = ChaCha8Rng::seed_from_u64(cut ^ ((device as u64) << 48));
-                let keep = torn_len(&mut rng, data.len());
-                image.apply(&data[..keep], offset);
+    for &seq in unflushed {
+        match events.get(seq as usize) {
+            Some(Event::Trim { offset, len, .. }) => {
+                let _ = image.trim(*offset, *len);
             }
-        }
-        CutMode::RandomSubset(seed) => {
-            let mut rng = ChaCha8Rng::seed_from_u64(seed ^ cut.rotate_left(17) ^ ((device as u64) << 48));
-            for (offset, data) in unflushed.iter().filter_map(|&s| write(s)) {
-                if rng.gen_bool(0.5) {
-                    let keep = if rng.gen_ratio(1, 4) { torn_len(&mut rng, data.len()) } else { data.len() };
-                    image.apply(&data[..keep], offset);
+            Some(Event::Write { offset, data, .. }) => match mode {
+                CutMode::DropUnflushed => {}
+                CutMode::TearLastWrite => {
+                    if Some(seq) == last_write {
+                        let keep = torn_len(&mut rng, data.len());
+                        image.apply(&data[..keep], *offset);
+                    }
                 }
-            }
+                CutMode::RandomSubset(_) => {
+                    if rng.gen_bool(0.5) {
+                        let keep = if rng.gen_ratio(1, 4) { torn_len(&mut rng, data.len()) } else { data.len() };
+                        image.apply(&data[..keep], *offset);
+                    }
+                }
+            },
+            _ => {}
         }
     }
 }
@@ -200,9 +225,15 @@ impl Device for CrashDevice {
         log.flushes.push(seq);
         let Some(dev) = log.devices.get_mut(self.index) else { return Ok(()) };
         for &w in dev.writes.get(dev.first_unflushed..).unwrap_or(&[]) {
-            if let Some(Event::Write { offset, data, device }) = log.events.get(w as usize) {
-                debug_assert_eq!(*device, self.index);
-                dev.durable.apply(data, *offset);
+            match log.events.get(w as usize) {
+                Some(Event::Write { offset, data, device }) => {
+                    debug_assert_eq!(*device, self.index);
+                    dev.durable.apply(data, *offset);
+                }
+                Some(Event::Trim { offset, len, .. }) => {
+                    let _ = dev.durable.trim(*offset, *len);
+                }
+                _ => {}
             }
         }
         dev.first_unflushed = dev.writes.len();
@@ -214,10 +245,18 @@ impl Device for CrashDevice {
         self.live.size()
     }
 
-    /// Trim is a hint and not recorded: images keep the old bytes, which is
-    /// what a disk that ignores the hint would do.
+    /// Recorded, and applied to the live contents at once (whole 4 KiB
+    /// pages read as zeros afterwards); see the module documentation for
+    /// what images make of it.
     fn trim(&self, offset: u64, len: u64) -> Result<()> {
-        check_range(self.live.path(), offset, len, self.live.size())
+        check_range(self.live.path(), offset, len, self.live.size())?;
+        let mut log = self.recorder.log.lock();
+        let seq = log.events.len() as u64;
+        log.events.push(Event::Trim { device: self.index, offset, len });
+        if let Some(dev) = log.devices.get_mut(self.index) {
+            dev.writes.push(seq);
+        }
+        self.live.trim(offset, len)
     }
 
     fn path(&self) -> &str {
@@ -286,6 +325,28 @@ mod tests {
         // Cut 3: write 2 is the last; drop-unflushed keeps only flushed data.
         let img = rec.image_at(3, CutMode::DropUnflushed);
         assert_eq!(read(&*img[0], 0, 8192), vec![1; 8192]);
+    }
+
+    #[test]
+    fn trims_are_recorded_and_reach_every_later_image() {
+        let rec = CrashRecorder::new();
+        let a = rec.device("a", 1 << 20);
+        a.write_at(&[3; 16384], 0).unwrap(); // 0
+        a.flush().unwrap(); // 1
+        a.trim(4096, 8192).unwrap(); // 2: not flushed, applies anyway
+        a.write_at(&[4; 4096], 8192).unwrap(); // 3: after the trim
+        assert_eq!(rec.trims(), vec![(0, 4096, 8192)]);
+        assert_eq!(read(&*a, 0, 16384), [vec![3; 4096], vec![0; 4096], vec![4; 4096], vec![3; 4096]].concat());
+        let img = rec.image_at(2, CutMode::DropUnflushed);
+        assert_eq!(read(&*img[0], 0, 16384), vec![3; 16384], "cut before the trim");
+        for mode in [CutMode::DropUnflushed, CutMode::TearLastWrite, CutMode::RandomSubset(9)] {
+            let img = rec.image_at(3, mode);
+            assert_eq!(read(&*img[0], 4096, 8192), vec![0; 8192], "{mode:?}: trim without a flush");
+        }
+        a.flush().unwrap(); // 4
+        let img = rec.image_at(5, CutMode::DropUnflushed);
+        assert_eq!(read(&*img[0], 0, 16384), [vec![3; 4096], vec![0; 4096], vec![4; 4096], vec![3; 4096]].concat(), "write after the trim wins");
+        assert!(a.trim(1 << 20, 1).is_err());
     }
 
     #[test]

@@ -18,6 +18,11 @@ use crate::{check_range, DevError, Device, Result};
 
 /// `_IOR(0x12, 114, size_t)`: size of a block device in bytes.
 const BLKGETSIZE64: libc::c_ulong = 0x8008_1272;
+/// `_IO(0x12, 119)`: discard a byte range `[start, start + len)` (two u64).
+const BLKDISCARD: libc::c_ulong = 0x1277;
+/// Discards are issued in whole 512-byte sectors (the smallest logical
+/// block size a block device has).
+const DISCARD_SECTOR: u64 = 512;
 
 pub struct FileDevice {
     file: File,
@@ -110,17 +115,32 @@ impl Device for FileDevice {
         self.size
     }
 
+    /// Regular file: punches a hole (`FALLOC_FL_PUNCH_HOLE | KEEP_SIZE`),
+    /// so the file's allocated blocks shrink and the range reads as zeros.
+    /// Block device: `BLKDISCARD` of the whole 512-byte sectors inside the
+    /// range. A file system or device that cannot do either (EOPNOTSUPP)
+    /// is not an error: trim is a hint.
     fn trim(&self, offset: u64, len: u64) -> Result<()> {
         check_range(&self.path, offset, len, self.size)?;
-        if self.is_block || len == 0 {
-            return Ok(()); // discard on block devices is left to a later change
-        }
-        let (Ok(off), Ok(l)) = (i64::try_from(offset), i64::try_from(len)) else {
+        if len == 0 {
             return Ok(());
-        };
-        // SAFETY: fallocate on a descriptor we own; no memory is passed.
-        let rc = unsafe {
-            libc::fallocate(self.file.as_raw_fd(), libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, off, l)
+        }
+        let rc = if self.is_block {
+            let start = offset.div_ceil(DISCARD_SECTOR) * DISCARD_SECTOR;
+            let end = (offset + len) / DISCARD_SECTOR * DISCARD_SECTOR;
+            if end <= start {
+                return Ok(());
+            }
+            let range: [u64; 2] = [start, end - start];
+            // SAFETY: BLKDISCARD reads two u64 through the pointer, which
+            // points to a live local array.
+            unsafe { libc::ioctl(self.file.as_raw_fd(), BLKDISCARD as _, range.as_ptr()) }
+        } else {
+            let (Ok(off), Ok(l)) = (i64::try_from(offset), i64::try_from(len)) else {
+                return Ok(());
+            };
+            // SAFETY: fallocate on a descriptor we own; no memory is passed.
+            unsafe { libc::fallocate(self.file.as_raw_fd(), libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, off, l) }
         };
         if rc != 0 {
             let err = std::io::Error::last_os_error();
@@ -158,6 +178,27 @@ mod tests {
         dev.trim(0, 8192).unwrap();
         dev.read_at(&mut buf, 4090).unwrap();
         assert_eq!(buf, [0; 5]);
+    }
+
+    #[test]
+    fn trim_punches_a_hole_and_the_file_shrinks() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("d0");
+        let dev = FileDevice::open(&p, Some(16 << 20)).unwrap();
+        dev.write_at(&vec![7u8; 8 << 20], 1 << 20).unwrap();
+        dev.flush().unwrap();
+        let before = std::fs::metadata(&p).unwrap().blocks();
+        assert!(before >= (8 << 20) / 512, "data is allocated: {before} blocks");
+        dev.trim(2 << 20, 4 << 20).unwrap();
+        let after = std::fs::metadata(&p).unwrap().blocks();
+        assert!(before - after >= (4 << 20) / 512 - 8, "4 MiB freed: {before} -> {after} blocks");
+        assert_eq!(std::fs::metadata(&p).unwrap().len(), 16 << 20, "size kept");
+        let mut buf = vec![1u8; 4096];
+        dev.read_at(&mut buf, 3 << 20).unwrap();
+        assert!(buf.iter().all(|&b| b == 0));
+        dev.read_at(&mut buf, (6 << 20) + 4096).unwrap();
+        assert!(buf.iter().all(|&b| b == 7), "outside the range untouched");
     }
 
     #[test]

@@ -310,7 +310,7 @@ impl Pool {
             return None;
         }
         Some(format!(
-            "snapshot has dependent clones ({}); destroy the clones or promote them first (-R is not supported)",
+            "snapshot has dependent clones ({}); destroy the clones (-R) or promote them first",
             clones.join(", ")
         ))
     }

@@ -20,9 +20,13 @@
 //! daemon passes the POSIX layer's formatter in as a callback.
 
 pub mod bookmarks;
+pub mod claim;
 pub mod clones;
+pub mod history;
 pub mod pool;
 pub mod props;
+pub mod quota;
+pub mod rename;
 pub mod replication;
 pub mod size;
 pub mod snapshots;

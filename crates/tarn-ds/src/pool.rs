@@ -107,6 +107,7 @@ pub struct Pool {
     /// meanwhile, as if held.
     pub(crate) sending: Mutex<BTreeMap<String, usize>>,
     pub(crate) state: RwLock<State>,
+    pub(crate) quota_cache: crate::quota::SharedQuotaCache,
 }
 
 pub(crate) fn now_unix() -> u64 {
@@ -192,6 +193,7 @@ impl Pool {
             props_zap,
             change: Mutex::new(()),
             sending: Mutex::new(BTreeMap::new()),
+            quota_cache: Default::default(),
             state: RwLock::new(State {
                 datasets: BTreeMap::from([(name.clone(), record)]),
                 snapshots: BTreeMap::new(),
@@ -202,6 +204,7 @@ impl Pool {
         };
         pool.apply_write_props(&name)?;
         pool.apply_failmode();
+        pool.apply_autotrim();
         Ok(Arc::new(pool))
     }
 
@@ -264,12 +267,14 @@ impl Pool {
             change: Mutex::new(()),
             sending: Mutex::new(BTreeMap::new()),
             state: RwLock::new(State { datasets, snapshots, bookmarks, objsets, pool_props }),
+            quota_cache: Default::default(),
         };
         let names: Vec<String> = pool.state.read().datasets.keys().cloned().collect();
         for name in names {
             pool.apply_write_props(&name)?;
         }
         pool.apply_failmode();
+        pool.apply_autotrim();
         Ok(Arc::new(pool))
     }
 
@@ -412,6 +417,12 @@ impl Pool {
     /// What `destroy` would remove, deepest first; errors if the dataset is
     /// the pool's root or has children and `recursive` is false.
     pub fn destroy_plan(&self, name: &str, recursive: bool) -> Result<Vec<String>> {
+        self.destroy_plan_with(name, recursive, false)
+    }
+
+    /// [`Pool::destroy_plan`]; `clones_go_first`: snapshots with clones do
+    /// not stop the plan (`destroy -R` destroys those clones before).
+    pub fn destroy_plan_with(&self, name: &str, recursive: bool, clones_go_first: bool) -> Result<Vec<String>> {
         if !self.exists(name) {
             return Err(DsError::NotFound(name.to_string()));
         }
@@ -425,8 +436,8 @@ impl Pool {
         if subtree.len() > 1 && !recursive {
             return Err(DsError::HasChildren(name.to_string()));
         }
-        // Snapshots with clones stay (zfs's -R is not supported).
-        for dataset in &subtree {
+        // Snapshots with clones stay, unless their clones go first (-R).
+        for dataset in subtree.iter().filter(|_| !clones_go_first) {
             for snap in self.snapshots(Some(dataset)) {
                 if let Some(why) = self.clones_reason(&snap) {
                     return Err(DsError::Snapshot(format!("snapshot '{snap}' {}", why.trim_start_matches("snapshot "))));
@@ -469,7 +480,7 @@ impl Pool {
     /// Set a property; returns the canonical property name and the datasets
     /// whose effective value may have changed (the dataset and, for
     /// inheritable properties, its descendants).
-    pub fn set_property(&self, name: &str, prop: &str, value: &str) -> Result<(&'static str, Vec<String>)> {
+    pub fn set_property(&self, name: &str, prop: &str, value: &str) -> Result<(String, Vec<String>)> {
         let (prop, stored) = props::validate(prop, value)?;
         let _change = self.change.lock();
         let mut record = self.record(name)?;
@@ -485,17 +496,104 @@ impl Pool {
                 }
             }
         }
-        record.props.insert(prop.to_string(), stored);
+        record.props.insert(prop.clone(), stored);
         let tx = self.obj.begin();
         self.store_record(&tx, name, &record)?;
         drop(tx);
         self.state.write().datasets.insert(name.to_string(), record);
-        let affected = if props::lookup(prop)?.inheritable { self.subtree(name) } else { vec![name.to_string()] };
+        let affected = self.affected_by(name, &prop);
         for dataset in &affected {
             self.apply_write_props(dataset)?;
         }
         self.obj.sync()?;
         Ok((prop, affected))
+    }
+
+    /// The datasets whose effective value of `prop` follows `name`'s.
+    fn affected_by(&self, name: &str, prop: &str) -> Vec<String> {
+        let inheritable = props::is_user_property(prop) || props::lookup(prop).is_ok_and(|d| d.inheritable);
+        if inheritable {
+            self.subtree(name)
+        } else {
+            vec![name.to_string()]
+        }
+    }
+
+    /// `zfs inherit`: drop the local setting of `prop` from `name` (and with
+    /// `recursive` from every descendant), so the value comes from the
+    /// nearest ancestor that sets it, else the default. Returns the
+    /// canonical name and the datasets whose effective value may change.
+    pub fn inherit_property(&self, name: &str, prop: &str, recursive: bool) -> Result<(String, Vec<String>)> {
+        props::check_name(prop)?;
+        let prop = props::canonical_name(prop);
+        if !props::is_user_property(&prop) {
+            let def = props::lookup(&prop)?;
+            if !def.settable {
+                return Err(DsError::BadValue(format!("'{prop}' property is read-only")));
+            }
+            if !def.inheritable {
+                return Err(DsError::BadValue(format!("'{prop}' property cannot be inherited (set it to its default instead)")));
+            }
+        }
+        let _change = self.change.lock();
+        if !self.exists(name) {
+            return Err(DsError::NotFound(name.to_string()));
+        }
+        let targets = if recursive { self.subtree(name) } else { vec![name.to_string()] };
+        let mut changed = Vec::new();
+        for dataset in &targets {
+            let mut record = self.record(dataset)?;
+            if record.props.remove(&prop).is_some() {
+                changed.push((dataset.clone(), record));
+            }
+        }
+        if !changed.is_empty() {
+            let tx = self.obj.begin();
+            for (dataset, record) in &changed {
+                self.store_record(&tx, dataset, record)?;
+            }
+            drop(tx);
+            let mut state = self.state.write();
+            for (dataset, record) in changed {
+                state.datasets.insert(dataset, record);
+            }
+        }
+        let affected = self.affected_by(name, &prop);
+        for dataset in &affected {
+            self.apply_write_props(dataset)?;
+        }
+        self.obj.sync()?;
+        Ok((prop, affected))
+    }
+
+    /// The user properties in effect on `name` (set on it or inherited),
+    /// sorted by name.
+    pub fn user_properties(&self, name: &str) -> Vec<String> {
+        let state = self.state.read();
+        let mut names = std::collections::BTreeSet::new();
+        let mut current = Some(name);
+        while let Some(dataset) = current {
+            if let Some(record) = state.datasets.get(dataset) {
+                names.extend(record.props.keys().filter(|k| props::is_user_property(k)).cloned());
+            }
+            current = props::parent_name(dataset);
+        }
+        names.into_iter().collect()
+    }
+
+    /// A user property's effective value and source; `-` and no source
+    /// when no dataset up the tree sets it.
+    fn user_property(&self, name: &str, prop: &str) -> PropValue {
+        let state = self.state.read();
+        let mut current = Some(name);
+        while let Some(dataset) = current {
+            if let Some(value) = state.datasets.get(dataset).and_then(|r| r.props.get(prop)) {
+                let source = if dataset == name { Source::Local } else { Source::Inherited(dataset.to_string()) };
+                return PropValue::new(prop, value.clone(), &source);
+            }
+            current = props::parent_name(dataset);
+        }
+        PropValue::new(prop, "-".to_string(), &Source::None)
     }
 
     /// Space used by the dataset and its descendants (bytes, parity excluded).
@@ -506,24 +604,25 @@ impl Pool {
     }
 
     fn logical_bytes(&self, name: &str) -> u64 {
+        self.subtree_sum(name, ObjectSet::logical_bytes)
+    }
+
+    /// Sum of `f` over the object sets of `name` and its descendants.
+    fn subtree_sum(&self, name: &str, f: fn(&ObjectSet) -> u64) -> u64 {
         let state = self.state.read();
         let prefix = format!("{name}/");
-        state
-            .objsets
-            .iter()
-            .filter(|(n, _)| n.as_str() == name || n.starts_with(&prefix))
-            .map(|(_, os)| os.logical_bytes())
-            .sum()
+        state.objsets.iter().filter(|(n, _)| n.as_str() == name || n.starts_with(&prefix)).map(|(_, os)| f(os)).sum()
     }
 
     pub(crate) fn referenced_bytes(&self, name: &str) -> u64 {
         self.objset(name).map(|os| self.obj.deflate(os.used_bytes())).unwrap_or(0)
     }
 
-    /// Space the dataset can still use: the pool's free space, capped by
-    /// the quota of the dataset and of every ancestor.
+    /// Space the dataset can still use: what the pool has available (its
+    /// free space less the slop), capped by the quota of the dataset and of
+    /// every ancestor.
     pub fn available_bytes(&self, name: &str) -> u64 {
-        let mut available = self.obj.deflate(self.obj.space().free);
+        let mut available = self.obj.deflate(self.obj.space().available);
         let mut current = Some(name);
         while let Some(dataset) = current {
             let quota = self.state.read().datasets.get(dataset).and_then(|r| r.props.get("quota").cloned());
@@ -538,6 +637,14 @@ impl Pool {
     /// One property of a dataset as `zfs get` shows it. `altroot` prefixes
     /// mountpoints.
     pub fn get_property(&self, name: &str, prop: &str, parsable: bool, altroot: Option<&str>) -> Result<PropValue> {
+        if prop.contains(':') {
+            props::check_name(prop)?;
+            if name.contains('@') || name.contains('#') {
+                return Ok(PropValue::new(prop, "-".to_string(), &Source::None));
+            }
+            self.record(name)?;
+            return Ok(self.user_property(name, prop));
+        }
         let def: &PropDef = props::lookup(prop)?;
         if name.contains('@') {
             return self.snapshot_property(def, name, parsable);
@@ -582,7 +689,13 @@ impl Pool {
                 "userrefs" => "-".to_string(),
                 "receive_resume_token" => record.recv.as_ref().map_or_else(|| "-".to_string(), |p| p.token.clone()),
                 "compressratio" => {
-                    let ratio = ratio_hundredths(self.logical_bytes(name), self.used_bytes(name));
+                    // User data only, as written and as stored: metadata
+                    // (mostly-empty dnode and directory blocks, which
+                    // compress well) would show a new empty dataset as 2.00x.
+                    let ratio = ratio_hundredths(
+                        self.subtree_sum(name, ObjectSet::data_logical),
+                        self.obj.deflate(self.subtree_sum(name, ObjectSet::data_bytes)),
+                    );
                     if parsable {
                         format!("{}.{:02}", ratio / 100, ratio % 100)
                     } else {
@@ -596,7 +709,8 @@ impl Pool {
         Ok(PropValue::new(def.name, value, &source))
     }
 
-    /// A stored pool property (`comment`, `failmode`), or its default.
+    /// A stored pool property (`comment`, `failmode`, `autoreplace`,
+    /// `autotrim`), or its default.
     pub fn pool_property(&self, prop: &str) -> (String, Source) {
         match self.state.read().pool_props.get(prop) {
             Some(value) => (value.clone(), Source::Local),
@@ -608,6 +722,10 @@ impl Pool {
         self.obj.set_failmode_wait(self.pool_property("failmode").0 == "wait");
     }
 
+    fn apply_autotrim(&self) {
+        self.obj.set_autotrim(self.pool_property("autotrim").0 == "on");
+    }
+
     pub fn set_pool_property(&self, prop: &str, value: &str) -> Result<()> {
         let prop = props::validate_pool_prop(prop, value)?;
         let _change = self.change.lock();
@@ -616,6 +734,7 @@ impl Pool {
         drop(tx);
         self.state.write().pool_props.insert(prop.to_string(), value.to_string());
         self.apply_failmode();
+        self.apply_autotrim();
         self.obj.sync()?;
         Ok(())
     }

@@ -89,12 +89,115 @@ pub fn column_header(prop: &str) -> String {
 pub enum PropError {
     #[error("bad property '{0}'")]
     Unknown(String),
+    /// A property ZFS has that tarn does not implement yet.
+    #[error("property '{0}' is not yet supported")]
+    NotYetSupported(String),
     #[error("bad value '{value}' for property '{prop}': {why}")]
     BadValue { prop: String, value: String, why: String },
     #[error("cannot set property '{0}': read-only property")]
     ReadOnly(String),
     #[error("bad property assignment '{0}': expected PROPERTY=VALUE")]
     Syntax(String),
+}
+
+/// ZFS dataset properties tarn does not implement yet: asked for, they are
+/// "not yet supported" rather than unknown, so a ZFS user's script fails
+/// with the right reason.
+pub const NOT_YET_SUPPORTED: &[&str] = &[
+    "sync",
+    "encryption",
+    "keyformat",
+    "keylocation",
+    "keystatus",
+    "encryptionroot",
+    "pbkdf2iters",
+    "sharenfs",
+    "sharesmb",
+    "primarycache",
+    "secondarycache",
+    "logbias",
+    "volsize",
+    "volblocksize",
+    "volmode",
+    "refquota",
+    "reservation",
+    "refreservation",
+    "usedbyrefreservation",
+    "dedup",
+    "canmount",
+    "exec",
+    "setuid",
+    "devices",
+    "xattr",
+    "acltype",
+    "aclinherit",
+    "aclmode",
+    "casesensitivity",
+    "normalization",
+    "utf8only",
+    "dnodesize",
+    "redundant_metadata",
+    "special_small_blocks",
+    "relatime",
+    "overlay",
+    "nbmand",
+    "vscan",
+    "zoned",
+    "snapdev",
+    "filesystem_limit",
+    "snapshot_limit",
+    "filesystem_count",
+    "snapshot_count",
+    "mlslabel",
+    "context",
+    "fscontext",
+    "defcontext",
+    "rootcontext",
+    "logicalreferenced",
+    "refcompressratio",
+    "objsetid",
+    "mounted",
+    "version",
+    "prefetch",
+    "direct",
+    "longname",
+];
+
+/// Longest user property name and value, as in ZFS.
+pub const USER_PROP_NAME_MAX: usize = 256;
+pub const USER_PROP_VALUE_MAX: usize = 8192;
+
+/// A user property (`module:property`, e.g. `com.example:backup`): a name
+/// with a colon, of lowercase letters, digits and `: + - . _`, not
+/// starting with `:`. Kept as the user wrote it, always inherited.
+pub fn is_user_property(name: &str) -> bool {
+    name.contains(':')
+        && !name.starts_with(':')
+        && name.len() <= USER_PROP_NAME_MAX
+        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || ":+-._".contains(c))
+}
+
+/// A property name a command may name: a native one (or its abbreviation)
+/// or a user property. Errors say whether the name is unknown, a ZFS
+/// property not yet supported, or a malformed user property.
+pub fn check_name(name: &str) -> Result<(), PropError> {
+    if name.contains(':') {
+        if is_user_property(name) {
+            return Ok(());
+        }
+        return Err(PropError::BadValue {
+            prop: name.into(),
+            value: String::new(),
+            why: "a user property name is lowercase letters, digits and ': + - . _', with a colon, at most 256 characters".into(),
+        });
+    }
+    lookup(name).map(|_| ())
+}
+
+/// The canonical spelling of a property name (`avail` → `available`; a
+/// user property as it is).
+pub fn canonical_name(name: &str) -> String {
+    lookup(name).map(|d| d.name.to_string()).unwrap_or_else(|_| name.to_string())
 }
 
 /// Resolve a property name or its zfs abbreviation to the definition.
@@ -112,10 +215,13 @@ pub fn lookup(name: &str) -> Result<&'static PropDef, PropError> {
     if canonical == "name" {
         return Ok(&NAME);
     }
-    PROPERTIES
-        .iter()
-        .find(|p| p.name == canonical)
-        .ok_or_else(|| PropError::Unknown(name.to_string()))
+    if let Some(def) = PROPERTIES.iter().find(|p| p.name == canonical) {
+        return Ok(def);
+    }
+    if NOT_YET_SUPPORTED.contains(&canonical) {
+        return Err(PropError::NotYetSupported(canonical.to_string()));
+    }
+    Err(PropError::Unknown(name.to_string()))
 }
 
 /// Split `prop=value` (for `-o` and `set`).
@@ -130,9 +236,21 @@ fn bad(prop: &str, value: &str, why: &str) -> PropError {
     PropError::BadValue { prop: prop.into(), value: value.into(), why: why.into() }
 }
 
-/// Validate a value for a settable property; returns the canonical
-/// property name and the normalized stored value.
-pub fn validate(prop: &str, value: &str) -> Result<(&'static str, String), PropError> {
+/// Validate a value for a settable property (native or user); returns the
+/// canonical property name and the normalized stored value.
+pub fn validate(prop: &str, value: &str) -> Result<(String, String), PropError> {
+    if prop.contains(':') {
+        check_name(prop)?;
+        if value.len() > USER_PROP_VALUE_MAX || value.contains('\0') {
+            return Err(bad(prop, value, "a user property value is at most 8192 bytes, without NUL"));
+        }
+        return Ok((prop.to_string(), value.to_string()));
+    }
+    let (name, stored) = validate_native(prop, value)?;
+    Ok((name.to_string(), stored))
+}
+
+fn validate_native(prop: &str, value: &str) -> Result<(&'static str, String), PropError> {
     let def = lookup(prop)?;
     if !def.settable {
         return Err(PropError::ReadOnly(def.name.to_string()));
@@ -351,7 +469,7 @@ pub fn settings(name: &str, local: &dyn Fn(&str, &str) -> Option<String>) -> Set
 
 /// Pool properties (`tarn pool get/set`), in `all` order.
 pub const POOL_PROPERTIES: &[&str] =
-    &["name", "size", "allocated", "free", "capacity", "health", "guid", "ashift", "altroot", "comment", "failmode", "autoreplace"];
+    &["name", "size", "allocated", "free", "checkpoint", "capacity", "health", "guid", "ashift", "altroot", "comment", "failmode", "autoreplace", "autotrim"];
 
 /// Validate a settable pool property; returns the canonical name.
 pub fn validate_pool_prop(prop: &str, value: &str) -> Result<&'static str, PropError> {
@@ -368,6 +486,10 @@ pub fn validate_pool_prop(prop: &str, value: &str) -> Result<&'static str, PropE
         },
         "autoreplace" => match value {
             "on" | "off" => Ok("autoreplace"),
+            _ => Err(bad(prop, value, "must be on or off")),
+        },
+        "autotrim" => match value {
+            "on" | "off" => Ok("autotrim"),
             _ => Err(bad(prop, value, "must be on or off")),
         },
         "altroot" => Err(PropError::ReadOnly("altroot (set it with -R at create or import)".into())),
@@ -394,6 +516,7 @@ pub fn pool_prop_default(prop: &str) -> &'static str {
     match prop {
         "failmode" => "wait",
         "autoreplace" => "off",
+        "autotrim" => "off",
         _ => "-",
     }
 }
@@ -409,10 +532,10 @@ mod tests {
 
     #[test]
     fn validates_recordsize() {
-        assert_eq!(validate("recordsize", "128K").unwrap(), ("recordsize", "131072".into()));
+        assert_eq!(validate("recordsize", "128K").unwrap(), ("recordsize".into(), "131072".into()));
         assert_eq!(validate("recordsize", "1M").unwrap().1, "1048576");
         assert_eq!(validate("recordsize", "131072").unwrap().1, "131072");
-        assert_eq!(validate("recsize", "512").unwrap(), ("recordsize", "512".into()));
+        assert_eq!(validate("recsize", "512").unwrap(), ("recordsize".into(), "512".into()));
         for bad_value in ["256", "2M", "100K", "abc", "", "0"] {
             let err = validate("recordsize", bad_value).unwrap_err();
             assert!(matches!(err, PropError::BadValue { .. }), "{bad_value}: {err}");
@@ -462,6 +585,24 @@ mod tests {
         assert!(split_assignment("novalue").is_err());
         assert!(split_assignment("=x").is_err());
         assert_eq!(split_assignment("a=b=c").unwrap(), ("a", "b=c"));
+    }
+
+    #[test]
+    fn user_properties_and_not_yet_supported_ones() {
+        assert!(is_user_property("com.example:note"));
+        assert!(is_user_property("a:b"));
+        for bad_name in ["nocolon", ":leading", "Upper:case", "sp ace:x", &format!("a:{}", "x".repeat(300))] {
+            assert!(!is_user_property(bad_name), "{bad_name}");
+        }
+        assert_eq!(validate("com.example:note", "any value").unwrap(), ("com.example:note".into(), "any value".into()));
+        assert!(validate("com.example:note", &"x".repeat(USER_PROP_VALUE_MAX + 1)).is_err());
+        assert!(matches!(check_name("Bad:Name"), Err(PropError::BadValue { .. })));
+        assert!(check_name("com.example:note").is_ok());
+        assert_eq!(lookup("sync").unwrap_err(), PropError::NotYetSupported("sync".into()));
+        assert_eq!(validate("sharenfs", "on").unwrap_err().to_string(), "property 'sharenfs' is not yet supported");
+        assert_eq!(lookup("bogus").unwrap_err(), PropError::Unknown("bogus".into()));
+        assert_eq!(canonical_name("avail"), "available");
+        assert_eq!(canonical_name("com.example:x"), "com.example:x");
     }
 
     #[test]
@@ -522,5 +663,9 @@ mod tests {
         assert!(matches!(validate_pool_prop("size", "1"), Err(PropError::ReadOnly(_))));
         assert!(matches!(validate_pool_prop("bogus", "1"), Err(PropError::Unknown(_))));
         assert_eq!(lookup_pool_prop("cap").unwrap(), "capacity");
+        assert_eq!(validate_pool_prop("autotrim", "on").unwrap(), "autotrim");
+        assert!(validate_pool_prop("autotrim", "yes").is_err());
+        assert!(matches!(validate_pool_prop("checkpoint", "1"), Err(PropError::ReadOnly(_))));
+        assert_eq!(pool_prop_default("autotrim"), "off");
     }
 }

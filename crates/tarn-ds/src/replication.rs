@@ -321,7 +321,7 @@ fn check_header(h: &PackageHeader) -> Result<()> {
             return Err(bad(format!("dataset '{}' lists a snapshot name twice", d.name)));
         }
         for k in d.props.keys() {
-            props::lookup(k).map_err(|e| bad(e.to_string()))?;
+            props::check_name(k).map_err(|e| bad(e.to_string()))?;
         }
     }
     if let Some(r) = &h.resume {
@@ -685,7 +685,7 @@ impl Pool {
         let mut out = BTreeMap::new();
         if header.props {
             for (k, v) in &entry.props {
-                if spec.exclude.iter().any(|x| props::lookup(x).is_ok_and(|d| d.name == k)) {
+                if spec.exclude.iter().any(|x| props::canonical_name(x) == *k) {
                     continue;
                 }
                 match props::validate(k, v) {
@@ -714,7 +714,7 @@ impl Pool {
             props::validate(k, v)?;
         }
         for x in &spec.exclude {
-            props::lookup(x)?;
+            props::check_name(x)?;
         }
         let targets = self.receive_targets(header, &spec.target)?;
         let start = header.resume.as_ref().map_or(0, |r| r.index);

@@ -220,7 +220,8 @@ fn promote_model(model: &mut Model, clone: &str, moving: &[String]) {
 
 #[test]
 fn random_clone_promote_sequences_keep_space_exact() {
-    let (seed, count) = common::seed_and_count(400);
+    let run = tarn_testkit::seeded!(400);
+    let (seed, count) = (run.seed, run.count);
     let mut rng = StdRng::seed_from_u64(seed);
     let devs = common::devices("mem", 256 << 20);
     let mut pool = common::create(&devs, "none");

@@ -145,7 +145,6 @@ pub struct FsOptions {
     pub recordsize: u32,
     pub atime: bool,
     pub readonly: bool,
-    pub quota: Option<u64>,
 }
 
 impl Default for FsOptions {
@@ -154,10 +153,23 @@ impl Default for FsOptions {
             recordsize: 128 * 1024,
             atime: true,
             readonly: false,
-            quota: None,
         }
     }
 }
+
+/// How much more a file system may take (its dataset's `quota` and its
+/// ancestors'), asked before every change that adds data. The dataset
+/// layer knows; tests may give a fixed one.
+pub trait SpaceLimit: Send + Sync {
+    /// Bytes (as `used` counts them) it may still grow by, counting
+    /// changes not yet written out, and whether any such changes were
+    /// counted (writing them out may leave more room). None: no limit.
+    fn remaining(&self) -> Option<(u64, bool)>;
+}
+
+/// Waits for unwritten changes before answering "over quota" or "no
+/// space": their estimates are larger than what they take once written.
+const SPACE_RETRIES: u32 = 2;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum FileKind {
@@ -327,6 +339,7 @@ pub struct Fs {
     pool: Arc<ObjPool>,
     os: ObjectSet,
     opts: RwLock<FsOptions>,
+    limit: RwLock<Option<Arc<dyn SpaceLimit>>>,
     root: u64,
     unlinked: ObjectId,
     shards: Vec<RwLock<()>>,
@@ -385,6 +398,7 @@ impl Fs {
             pool,
             os,
             opts: RwLock::new(opts),
+            limit: RwLock::new(None),
             root,
             unlinked,
             shards: (0..SHARDS).map(|_| RwLock::new(())).collect(),
@@ -425,6 +439,10 @@ impl Fs {
     pub fn options(&self) -> FsOptions {
         *self.opts.read()
     }
+    /// The quota this file system answers to (None: none).
+    pub fn set_space_limit(&self, limit: Option<Arc<dyn SpaceLimit>>) {
+        *self.limit.write() = limit;
+    }
     pub fn objset(&self) -> &ObjectSet {
         &self.os
     }
@@ -460,13 +478,26 @@ impl Fs {
         Ok(())
     }
 
-    fn check_quota(&self, extra: u64) -> Result<()> {
-        if let Some(q) = self.opts.read().quota {
-            // `used` as `tarn get used` shows it: deflated by raidz parity.
-            if self.pool.deflate(self.os.used_bytes()).saturating_add(extra) > q {
-                return Err(FsError::Quota);
+    /// Before a change that adds `extra` bytes, outside any transaction:
+    /// the quota must leave room for them (counting unwritten changes, so
+    /// one write can overshoot by at most itself), then the pool must
+    /// (`ObjectSet::reserve` syncs txgs while pending work may make room).
+    fn make_room(&self, extra: u64) -> Result<()> {
+        let limit = self.limit.read().clone();
+        if let Some(limit) = limit {
+            let mut tries = 0;
+            while let Some((remaining, pending)) = limit.remaining() {
+                if extra <= remaining {
+                    break;
+                }
+                if !pending || tries == SPACE_RETRIES {
+                    return Err(FsError::Quota);
+                }
+                self.pool.sync()?;
+                tries += 1;
             }
         }
+        self.os.reserve(extra)?;
         Ok(())
     }
 
@@ -764,7 +795,7 @@ impl Fs {
     ) -> Result<(Attr, bool)> {
         self.writable()?;
         check_name(name)?;
-        self.check_quota(4096)?;
+        self.make_room(4096 + symlink_target.map_or(0, |t| t.len() as u64))?;
         let tx = self.pool.begin();
         let _g = self.lock_set(&[dir]);
         let mut dp = self.dir(dir)?;
@@ -1260,7 +1291,7 @@ impl Fs {
         if end > MAX_FILE_SIZE {
             return Err(FsError::FileTooBig);
         }
-        self.check_quota(data.len() as u64)?;
+        self.make_room(data.len() as u64)?;
         let recordsize = self
             .opts
             .read()
@@ -1353,13 +1384,12 @@ impl Fs {
         // Deflated like `tarn list`: raidz parity is not space users can fill.
         let space = self.pool.space();
         let used = self.pool.deflate(self.os.used_bytes());
-        let free = self.pool.deflate(space.free);
-        let mut total = used.saturating_add(free);
-        let mut avail = free;
-        if let Some(q) = self.opts.read().quota {
-            total = total.min(q);
-            avail = avail.min(q.saturating_sub(used));
+        let mut avail = self.pool.deflate(space.available);
+        let limit = self.limit.read().clone();
+        if let Some((remaining, _)) = limit.and_then(|l| l.remaining()) {
+            avail = avail.min(remaining);
         }
+        let total = used.saturating_add(avail);
         let files_free = avail / 512;
         Ok(StatFs {
             block_size: bs as u32,
@@ -1415,6 +1445,7 @@ impl Fs {
         if value.len() > XATTR_SIZE_MAX {
             return Err(FsError::TooBig);
         }
+        self.make_room(value.len() as u64)?;
         let tx = self.pool.begin();
         let _g = self.lock_set(&[ino]);
         let mut p = self.inode(ino)?;

@@ -15,13 +15,6 @@ struct Env {
     fs: Arc<Fs>,
 }
 
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(default)
-}
-
 fn setup(name: &str) -> Env {
     setup_opts(name, FsOptions::default())
 }
@@ -482,7 +475,8 @@ fn xattrs() {
 
 #[test]
 fn big_directory_and_stable_offsets() {
-    let n = env_u64("TARN_COUNT", 100_000);
+    let run = tarn_testkit::seeded!(100_000);
+    let n = run.count;
     let e = setup("fsbigdir");
     let fs = &e.fs;
     let d = fs.mkdir(fs.root_ino(), b"big", 0o755, C).unwrap();
@@ -560,25 +554,48 @@ fn readonly_and_quota_and_statfs() {
         libc::EROFS
     );
     fs.read(f.ino, 0, 10).unwrap();
-    fs.set_options(FsOptions {
-        quota: Some(1 << 20),
-        ..FsOptions::default()
-    });
-    assert_eq!(fs.statfs().unwrap().blocks, (1 << 20) / 4096);
-    let mut hit = false;
-    for i in 0..64u64 {
-        match fs.write(f.ino, i << 20, &vec![1u8; 1 << 20]) {
-            Ok(_) => {
-                e.pool.sync().unwrap();
-            }
-            Err(err) => {
-                assert_eq!(err.errno(), libc::EDQUOT);
-                hit = true;
-                break;
-            }
+    fs.set_options(FsOptions::default());
+    // A 1 MiB limit counted like the dataset layer counts a quota: what
+    // the object set uses on disk plus what it has dirtied since.
+    struct Quota {
+        os: tarn_obj::ObjectSet,
+        pool: Arc<ObjPool>,
+        quota: u64,
+    }
+    impl SpaceLimit for Quota {
+        fn remaining(&self) -> Option<(u64, bool)> {
+            let dirty = self.os.dirty_bytes();
+            let used = self.pool.deflate(self.os.used_bytes()) + dirty;
+            Some((self.quota.saturating_sub(used), dirty > 0))
         }
     }
-    assert!(hit, "quota enforced");
+    fs.set_space_limit(Some(Arc::new(Quota { os: fs.objset().clone(), pool: e.pool.clone(), quota: 1 << 20 })));
+    let st = fs.statfs().unwrap();
+    assert!(st.blocks <= (1 << 20) / 4096 && st.blocks_avail < (1 << 20) / 4096, "{st:?}");
+    // Unsynced writes count: 64 KiB at a time, no sync in between, stops
+    // within one write of the limit.
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let noise: Vec<u8> = (0..64 << 10)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    let mut written = 0u64;
+    let err = loop {
+        match fs.write(f.ino, written, &noise) {
+            Ok(_) => written += 64 << 10,
+            Err(err) => break err,
+        }
+        assert!(written <= 2 << 20, "quota not enforced: {written} bytes written");
+    };
+    assert_eq!(err.errno(), libc::EDQUOT);
+    e.pool.sync().unwrap();
+    let used = e.pool.deflate(fs.objset().used_bytes());
+    assert!(used <= (1 << 20) + (64 << 10), "overshoot past one write: used {used}");
+    assert!(written >= (1 << 20) - (128 << 10), "quota refused early: {written} bytes written");
 }
 
 #[test]

@@ -28,8 +28,16 @@ struct Walker<'a> {
 impl Walker<'_> {
     fn note(&mut self, bp: &BlockPtr) {
         self.report.blocks += 1;
-        for d in bp.dvas() {
-            let e = (Extent { vdev: d.vdev, offset: d.offset, len: d.asize as u64 }, bp.birth);
+        // A gang block's extents are its copies' headers and pieces.
+        let extents = match self.s.io.extents_of(bp) {
+            Ok(extents) => extents,
+            Err(e) => {
+                self.report.damaged.push(format!("gang block {:?}: {e}", bp.dva[0]));
+                return;
+            }
+        };
+        for extent in extents {
+            let e = (extent, bp.birth);
             self.refs.push(e);
             if self.in_dataset {
                 self.dataset_refs.push(e);
@@ -125,10 +133,11 @@ impl Walker<'_> {
     }
 }
 
-pub(crate) fn check(s: &Shared) -> CheckReport {
+/// Every block reachable from `mos_root` (the MOS, the object-set table,
+/// every object set), verified; `refs` holds each copy with its birth.
+fn walk_from<'a>(s: &'a Shared, mos_root: &BlockPtr) -> Walker<'a> {
     let mut w = Walker { s, refs: Vec::new(), dataset_refs: Vec::new(), in_dataset: false, report: CheckReport::default() };
-    let mos_root = *s.mos.root_bp.lock();
-    match w.objset("MOS", &mos_root, true) {
+    match w.objset("MOS", mos_root, true) {
         Ok(table) => {
             for (i, chunk) in table.chunks_exact(tarn_block::BP_SIZE).enumerate() {
                 match BlockPtr::decode(chunk) {
@@ -144,6 +153,31 @@ pub(crate) fn check(s: &Shared) -> CheckReport {
         }
         Err(e) => w.report.damaged.push(format!("MOS: {e}")),
     }
+    w
+}
+
+/// The extents (every copy) of every block reachable from `mos_root` and
+/// of the space map chain ending at `spacemap_head`, and what could not be
+/// read (used to verify what a checkpoint still needs).
+pub(crate) fn tree_extents(s: &Shared, mos_root: &BlockPtr, spacemap_head: &BlockPtr) -> (Vec<Extent>, Vec<String>) {
+    let mut w = walk_from(s, mos_root);
+    match tarn_block::spacemap::read_chain(&s.io, spacemap_head) {
+        Ok(chain) => {
+            for (bp, _) in &chain {
+                w.note(bp);
+            }
+        }
+        Err(e) => w.report.damaged.push(format!("space map chain: {e}")),
+    }
+    let mut out: Vec<Extent> = w.refs.into_iter().map(|(e, _)| e).collect();
+    out.sort();
+    out.dedup();
+    (out, w.report.damaged)
+}
+
+pub(crate) fn check(s: &Shared) -> CheckReport {
+    let mos_root = *s.mos.root_bp.lock();
+    let mut w = walk_from(s, &mos_root);
     let sm_blocks = s.root.lock().spacemap_blocks.clone();
     for bp in &sm_blocks {
         w.note(bp);
@@ -167,10 +201,15 @@ pub(crate) fn check(s: &Shared) -> CheckReport {
     w.report.dataset_bytes = dataset_unique.iter().map(|(e, _)| e.len).sum();
     w.report.metadata_bytes = w.report.allocated_bytes.saturating_sub(w.report.dataset_bytes);
     let mut referenced: Vec<Extent> = unique.into_iter().map(|(e, _)| e).collect();
+    let live = referenced.clone();
     for es in a.deferred.values() {
         referenced.extend(es.iter().copied());
     }
+    // Space only the checkpoint still needs (freed since it was taken).
+    let held = a.held_extents();
+    referenced.extend(held.iter().copied());
     drop(a);
+    crate::checkpoint::check(s, &live, &held, &mut w.report);
     referenced.sort();
     // Double references: overlaps among referenced extents.
     for pair in referenced.windows(2) {

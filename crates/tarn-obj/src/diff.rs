@@ -61,6 +61,8 @@ pub struct ObjectAttrs {
     /// Bytes allocated to the object's blocks.
     pub used_bytes: u64,
     pub bonus: [u8; BONUS_LEN],
+    /// `DN_METADATA`: a map, not user data.
+    pub metadata: bool,
     dnode: DnodePhys,
 }
 
@@ -73,6 +75,7 @@ impl ObjectAttrs {
             nblocks: d.nblocks,
             used_bytes: d.used_bytes,
             bonus: d.bonus,
+            metadata: d.flags & crate::format::DN_METADATA != 0,
             dnode: d,
         }
     }

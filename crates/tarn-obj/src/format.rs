@@ -6,7 +6,7 @@
 //! | 0   | 1  | object type (0 = free slot) |
 //! | 1   | 1  | levels of the block tree (1 = the dnode's pointers address data blocks) |
 //! | 2   | 1  | number of block pointers (3) |
-//! | 3   | 1  | flags (bit 0: in use) |
+//! | 3   | 1  | flags (bit 0: in use; bit 1: metadata — a ZAP map, not user data) |
 //! | 4   | 4  | data block size in bytes |
 //! | 8   | 8  | number of data blocks (highest block id + 1, an upper bound) |
 //! | 16  | 8  | bytes allocated to this object's blocks (all copies, all levels) |
@@ -21,7 +21,7 @@
 //! version u32, kind u32 (0 MOS, 1 dataset), the meta-dnode (512 bytes)
 //! whose data blocks (16 KiB) are arrays of 32 DnodePhys, then next_object,
 //! used_bytes, logical_bytes, object_count, next_objset, prev_snap_txg,
-//! deadlist (u64 each), zero pad.
+//! deadlist, data_logical, data_bytes (u64 each), zero pad.
 //!
 //! Uberblock payload: version u32, 4 reserved, MOS root block pointer (128),
 //! space map log head block pointer (128), space map chain records u64.
@@ -62,6 +62,10 @@ pub struct DnodePhys {
 }
 
 pub const DN_IN_USE: u8 = 1;
+/// The object is metadata (a ZAP map: directories, attribute maps, the
+/// dataset tables), not user data: its blocks are left out of
+/// `data_logical`/`data_bytes` (what `compressratio` divides).
+pub const DN_METADATA: u8 = 2;
 
 impl DnodePhys {
     pub fn empty() -> DnodePhys {
@@ -158,6 +162,13 @@ pub struct ObjsetPhys {
     pub prev_snap_txg: u64,
     /// MOS object of the dead list (0: none yet).
     pub deadlist: u64,
+    /// Logical bytes of the level-0 blocks of user-data objects (not
+    /// `DN_METADATA`) referenced.
+    pub data_logical: u64,
+    /// Allocated bytes of those same blocks: `compressratio` is
+    /// `data_logical / data_bytes`. (Object sets written before these two
+    /// fields existed read them as 0 and count from their next writes.)
+    pub data_bytes: u64,
 }
 
 impl ObjsetPhys {
@@ -176,6 +187,8 @@ impl ObjsetPhys {
             next_objset: 1,
             prev_snap_txg: 0,
             deadlist: 0,
+            data_logical: 0,
+            data_bytes: 0,
         }
     }
 
@@ -194,6 +207,8 @@ impl ObjsetPhys {
             self.next_objset,
             self.prev_snap_txg,
             self.deadlist,
+            self.data_logical,
+            self.data_bytes,
         ];
         for (i, v) in words.iter().enumerate() {
             b[o + i * 8..o + i * 8 + 8].copy_from_slice(&v.to_le_bytes());
@@ -222,6 +237,8 @@ impl ObjsetPhys {
             next_objset: u(4),
             prev_snap_txg: u(5),
             deadlist: u(6),
+            data_logical: u(7),
+            data_bytes: u(8),
         })
     }
 }

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-pub use tarn_block::{ChecksumKind, Compression};
+pub use tarn_block::{ChecksumKind, Compression, DEFER_TXGS};
 pub use tarn_dev::Device;
 
 pub mod zap;
@@ -92,6 +92,7 @@ impl Tx {
 }
 
 mod check;
+pub mod checkpoint;
 pub mod diff;
 mod dnode_prefetch;
 pub mod format;
@@ -100,12 +101,16 @@ mod par;
 mod pool;
 pub mod scan;
 mod snap;
+pub mod space;
 mod tree;
+mod vdev_space;
+pub mod trim;
 mod vdevs;
 
 pub use dnode_prefetch::DNODE_PREFETCH_BLOCKS_MAX;
 pub use objset::ObjectSet;
-pub use pool::{deflate_ratio, ObjPool, MOS_OBJSET_TABLE};
+pub use pool::{ObjPool, MOS_OBJSET_TABLE};
+pub use space::{deflate_ratio, slop_bytes};
 
 pub use tarn_vdev::{DevState, TopKind};
 
@@ -130,11 +135,16 @@ pub struct ImportOptions {
     pub readonly: bool,
 }
 
+/// Raw bytes (all copies, raidz parity included); `ObjPool::deflate`
+/// turns them into bytes of user data.
 #[derive(Clone, Copy, Debug, Default, serde::Serialize)]
 pub struct PoolSpace {
     pub size: u64,
     pub alloc: u64,
+    /// Free, frees still in the defer window included.
     pub free: u64,
+    /// What users may still fill: `free` less the slop (see `space.rs`).
+    pub available: u64,
 }
 
 #[derive(Clone, Debug, serde::Serialize)]

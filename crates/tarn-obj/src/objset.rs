@@ -22,8 +22,9 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use tarn_block::{BlockIo, BlockPtr};
 
-use crate::format::{DnodePhys, ObjsetPhys, DNODES_PER_BLOCK, DNODE_SIZE, DN_IN_USE};
+use crate::format::{DnodePhys, ObjsetPhys, DNODES_PER_BLOCK, DNODE_SIZE, DN_IN_USE, DN_METADATA};
 use crate::pool::Shared;
+use crate::space::Charge;
 use crate::tree::{self, block_err};
 use crate::{ObjError, ObjInfo, ObjType, ObjectId, ObjsetId, Result, Tx, Txg, WriteProps, BONUS_LEN, MAX_BLOCK_SIZE};
 
@@ -33,6 +34,14 @@ pub(crate) struct Attrs {
     pub otype: u8,
     pub block_size: u32,
     pub bonus: [u8; BONUS_LEN],
+    /// `DN_METADATA`: a map, not user data.
+    pub metadata: bool,
+}
+
+impl Attrs {
+    fn of(c: &DnodePhys) -> Attrs {
+        Attrs { exists: c.in_use(), otype: c.otype, block_size: c.block_size, bonus: c.bonus, metadata: c.flags & DN_METADATA != 0 }
+    }
 }
 
 #[derive(Clone)]
@@ -42,7 +51,8 @@ pub(crate) struct TxgDirty {
     pub attrs: Attrs,
     /// The object was freed (and its old tree must be released) in this txg.
     pub freed: bool,
-    pub dirty_bytes: u64,
+    /// What this record's dirty blocks are charged (space.rs).
+    pub charge: Charge,
 }
 
 pub(crate) struct DnodeState {
@@ -55,8 +65,7 @@ impl DnodeState {
         if let Some((_, d)) = self.dirty.iter().next_back() {
             return d.attrs.clone();
         }
-        let c = &self.committed;
-        Attrs { exists: c.in_use(), otype: c.otype, block_size: c.block_size, bonus: c.bonus }
+        Attrs::of(&self.committed)
     }
 
     /// Upper bound of data blocks in the newest view.
@@ -112,6 +121,9 @@ pub(crate) struct ObjsetInner {
     pub readonly: std::sync::atomic::AtomicBool,
     /// Block pointer of the committed ObjsetPhys block.
     pub root_bp: Mutex<BlockPtr>,
+    /// Bytes of this object set's dirty blocks not yet written (quotas
+    /// count them: ZFS's temporary reservations).
+    pub dirty_bytes: AtomicU64,
 }
 
 pub(crate) const HANDLE_CACHE_MAX: usize = 65536;
@@ -130,7 +142,14 @@ impl ObjsetInner {
             destroyed: std::sync::atomic::AtomicBool::new(false),
             readonly: std::sync::atomic::AtomicBool::new(false),
             root_bp: Mutex::new(root_bp),
+            dirty_bytes: AtomicU64::new(0),
         })
+    }
+
+    /// Give back a dirty record's charge (written, or thrown away).
+    pub(crate) fn discharge(&self, s: &Shared, c: Charge) {
+        let _ = self.dirty_bytes.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| Some(v.saturating_sub(c.bytes)));
+        s.undirty(c);
     }
 
     /// Read the on-disk DnodePhys of `id` from the committed meta tree.
@@ -197,6 +216,45 @@ impl ObjectSet {
         &self.shared.io
     }
 
+    /// Copies this object set's blocks are written with (the MOS: metadata's).
+    fn copies(&self) -> u8 {
+        let copies = self.inner.props.lock().copies;
+        if self.inner.id == crate::pool::MOS_OBJSET_ID {
+            self.shared.meta_spec(copies).copies
+        } else {
+            copies
+        }
+    }
+
+    fn charge_of(&self, len: u64) -> Charge {
+        self.shared.block_charge(len, self.copies())
+    }
+
+    fn add_charge(&self, d: &mut TxgDirty, c: Charge) {
+        d.charge.add(c);
+        self.inner.dirty_bytes.fetch_add(c.bytes, Ordering::Relaxed);
+        self.shared.add_dirty(c);
+    }
+
+    fn drop_charge(&self, d: &mut TxgDirty, c: Charge) {
+        d.charge.sub(c);
+        self.inner.discharge(&self.shared, c);
+    }
+
+    /// Bytes of this object set's changes not yet written out.
+    pub fn dirty_bytes(&self) -> u64 {
+        self.inner.dirty_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Before a change that adds `bytes` of new data, outside any
+    /// transaction: waits (syncing txgs) until the pool can take them, or
+    /// answers `NoSpace` when nothing pending can make room (space.rs).
+    pub fn reserve(&self, bytes: u64) -> Result<()> {
+        self.check_writable()?;
+        let charge = self.charge_of(bytes);
+        self.shared.reserve_space(charge.asize)
+    }
+
     fn check_writable(&self) -> Result<()> {
         if let Some(m) = self.shared.suspended.lock().clone() {
             return Err(ObjError::Io(m));
@@ -220,21 +278,20 @@ impl ObjectSet {
             let attrs = match st.dirty.range(..txg).next_back() {
                 Some((_, d)) => d.attrs.clone(),
                 None if st.dirty.is_empty() => st.attrs(),
-                None => {
-                    let c = &st.committed;
-                    Attrs { exists: c.in_use(), otype: c.otype, block_size: c.block_size, bonus: c.bonus }
-                }
+                None => Attrs::of(&st.committed),
             };
-            st.dirty.insert(txg, TxgDirty { blocks: BTreeMap::new(), frees: Vec::new(), attrs, freed: false, dirty_bytes: 0 });
+            st.dirty.insert(txg, TxgDirty { blocks: BTreeMap::new(), frees: Vec::new(), attrs, freed: false, charge: Charge::default() });
             self.inner.dirty.lock().entry(txg).or_default().insert(dn.id, dn.clone());
             self.shared.note_dirty_objset(txg, self.inner.id);
+            let meta_copies = self.shared.meta_spec(self.copies()).copies;
+            self.shared.note_dirty_dnode(txg, self.inner.id, dn.id.0, meta_copies);
         }
         st.dirty.get_mut(&txg).expect("just inserted")
     }
 
     pub fn create(&self, tx: &Tx, t: ObjType, block_size: u32, bonus: &[u8; BONUS_LEN]) -> Result<ObjectId> {
         self.check_writable()?;
-        self.shared.check_space()?;
+        self.shared.check_space(self.charge_of(u64::from(crate::format::META_BLOCK_SIZE)).asize)?;
         let id = ObjectId(self.inner.next_object.fetch_add(1, Ordering::Relaxed));
         self.create_with_id(tx, id, t, block_size, bonus)?;
         Ok(id)
@@ -260,7 +317,7 @@ impl ObjectSet {
             d.blocks.clear();
             d.frees.clear();
         }
-        d.attrs = Attrs { exists: true, otype: t.0, block_size, bonus: *bonus };
+        d.attrs = Attrs { exists: true, otype: t.0, block_size, bonus: *bonus, metadata: false };
         drop(st);
         *self.inner.object_delta.lock().entry(tx.txg()).or_default() += 1;
         let next = id.0 + 1;
@@ -275,9 +332,11 @@ impl ObjectSet {
         if !st.attrs().exists {
             return Err(ObjError::NotFound(id.0));
         }
+        let on_disk = if st.dirty.values().any(|d| d.freed) { 0 } else { st.committed.used_bytes };
+        self.shared.note_pending_free(tx.txg(), on_disk);
         let d = self.dirty_for(&dn, &mut st, tx.txg());
-        self.shared.undirty(d.dirty_bytes);
-        d.dirty_bytes = 0;
+        let all = d.charge;
+        self.drop_charge(d, all);
         d.blocks.clear();
         d.frees.clear();
         d.freed = true;
@@ -295,7 +354,7 @@ impl ObjectSet {
             return Err(ObjError::NotFound(id.0));
         }
         let used = if st.dirty.values().any(|d| d.freed) { 0 } else { st.committed.used_bytes };
-        let dirty: u64 = st.dirty.values().map(|d| d.dirty_bytes).sum();
+        let dirty: u64 = st.dirty.values().map(|d| d.charge.bytes).sum();
         Ok(ObjInfo { otype: ObjType(a.otype), block_size: a.block_size, length: st.nblocks() * a.block_size as u64, used_bytes: used + dirty, bonus: a.bonus })
     }
 
@@ -311,6 +370,19 @@ impl ObjectSet {
             return Err(ObjError::NotFound(id.0));
         }
         self.dirty_for(&dn, &mut st, tx.txg()).attrs.bonus = *b;
+        Ok(())
+    }
+
+    /// Marks an object as metadata (`DN_METADATA`): the ZAP layer does for
+    /// every map it formats.
+    pub fn mark_metadata(&self, tx: &Tx, id: ObjectId) -> Result<()> {
+        self.check_writable()?;
+        let dn = self.dnode(id)?;
+        let mut st = dn.st.lock();
+        if !st.attrs().exists {
+            return Err(ObjError::NotFound(id.0));
+        }
+        self.dirty_for(&dn, &mut st, tx.txg()).attrs.metadata = true;
         Ok(())
     }
 
@@ -347,11 +419,9 @@ impl ObjectSet {
             data.resize(block_size as usize, 0);
             let nb = data.len() as u64;
             if let Some(prev) = d.blocks.insert(0, Arc::new(data)) {
-                self.shared.undirty(prev.len() as u64);
-                d.dirty_bytes -= prev.len() as u64;
+                self.drop_charge(d, self.charge_of(prev.len() as u64));
             }
-            d.dirty_bytes += nb;
-            self.shared.add_dirty(nb);
+            self.add_charge(d, self.charge_of(nb));
         }
         Ok(())
     }
@@ -558,11 +628,9 @@ impl ObjectSet {
                     }
                 };
                 if let Some(prev) = d.blocks.insert(blkid, Arc::new(data)) {
-                    d.dirty_bytes -= prev.len() as u64;
-                    self.shared.undirty(prev.len() as u64);
+                    self.drop_charge(d, self.charge_of(prev.len() as u64));
                 }
-                d.dirty_bytes += bs as u64;
-                self.shared.add_dirty(bs as u64);
+                self.add_charge(d, self.charge_of(bs as u64));
             }
         }
         for (_, newer) in st.dirty.range_mut(txg + 1..) {
@@ -580,7 +648,7 @@ impl ObjectSet {
     /// a txg never fails for space.
     pub fn write_data(&self, tx: &Tx, id: ObjectId, offset: u64, data: &[u8]) -> Result<()> {
         self.check_writable()?;
-        self.shared.check_space()?;
+        self.shared.check_space(self.charge_of(data.len() as u64).asize)?;
         self.write(tx, id, offset, data)
     }
 
@@ -652,8 +720,7 @@ impl ObjectSet {
             let doomed: Vec<u64> = d.blocks.range(first_full..last_full).map(|(&k, _)| k).collect();
             for k in doomed {
                 if let Some(b) = d.blocks.remove(&k) {
-                    d.dirty_bytes -= b.len() as u64;
-                    self.shared.undirty(b.len() as u64);
+                    self.drop_charge(d, self.charge_of(b.len() as u64));
                 }
             }
             d.frees.push((first_full, last_full));
@@ -667,6 +734,17 @@ impl ObjectSet {
 
     pub fn logical_bytes(&self) -> u64 {
         self.inner.committed.lock().logical_bytes
+    }
+
+    /// Logical bytes of user data (level-0 blocks of objects that are not
+    /// metadata).
+    pub fn data_logical(&self) -> u64 {
+        self.inner.committed.lock().data_logical
+    }
+
+    /// Allocated bytes of the blocks `data_logical` counts.
+    pub fn data_bytes(&self) -> u64 {
+        self.inner.committed.lock().data_bytes
     }
 
     pub fn object_count(&self) -> u64 {
@@ -773,6 +851,7 @@ mod tests {
         }
         pool.sync().unwrap();
         assert_eq!(pool.dirty_bytes(), 0);
+        assert_eq!(pool.dirty_asize(), 0, "every charge is given back once its txg is written");
         assert!(pool.check().ok());
     }
 }

@@ -24,7 +24,7 @@ use tarn_block::{spacemap, Allocator, BlockIo, BlockPtr, WriteSpec};
 use tarn_dev::Device;
 use tarn_vdev::{PoolConfig, PoolState, TopConfig, TopVdev, Uberblock};
 
-use crate::format::{DnodePhys, ObjsetPhys, UberPayload, DNODES_PER_BLOCK, DNODE_SIZE, DN_IN_USE, META_BLOCK_SIZE, OT_OBJSET, OT_OBJSET_TABLE};
+use crate::format::{DnodePhys, ObjsetPhys, UberPayload, DNODES_PER_BLOCK, DNODE_SIZE, DN_IN_USE, DN_METADATA, META_BLOCK_SIZE, OT_OBJSET, OT_OBJSET_TABLE};
 use crate::objset::{ObjectSet, ObjsetInner, SyncItem};
 use crate::tree::{self, block_err, Changes, TreeCtx};
 use crate::*;
@@ -55,6 +55,9 @@ pub(crate) struct Shared {
     pub open_txg: AtomicU64,
     pub synced_txg: AtomicU64,
     pub dirty_bytes: AtomicU64,
+    /// Raw space the dirty data may take when written (see space.rs).
+    pub dirty_asize: AtomicU64,
+    pub meta_charges: Mutex<crate::space::MetaCharges>,
     pub dirty_objsets: Mutex<BTreeMap<Txg, HashSet<ObjsetId>>>,
     pub objsets: Mutex<HashMap<ObjsetId, Arc<ObjsetInner>>>,
     pub mos: Arc<ObjsetInner>,
@@ -82,6 +85,10 @@ pub(crate) struct Shared {
     /// frees (which makes their space reusable) takes it exclusively, so no
     /// reader can follow a stale pointer into reallocated space.
     pub reader_gate: RwLock<()>,
+    /// The pool checkpoint (see checkpoint.rs).
+    pub ckpt: crate::checkpoint::State,
+    /// Manual trim and autotrim (see trim.rs).
+    pub trim: crate::trim::Trimmer,
 }
 
 pub(crate) type PrefetchJob = Box<dyn FnOnce() + Send>;
@@ -93,22 +100,6 @@ pub(crate) struct SyncSignal {
 }
 
 impl Shared {
-    /// Refuse new data when free space (less dirty data not yet allocated
-    /// and a slop of 1/32 of the pool) runs out, so a txg never fails for space.
-    pub fn check_space(&self) -> Result<()> {
-        self.check_suspended()?;
-        let (size, free) = {
-            let a = self.io.alloc.lock();
-            (a.total_bytes(), a.free_bytes())
-        };
-        let slop = (size / 32).max(1 << 20);
-        let dirty = self.dirty_bytes.load(Ordering::Relaxed).saturating_mul(2);
-        if free < slop.saturating_add(dirty) {
-            return Err(ObjError::NoSpace);
-        }
-        Ok(())
-    }
-
     /// While the pool is suspended, new changes wait (`failmode=wait`, the
     /// default, until the pool is cleared or exported) or fail at once
     /// (`failmode=continue`).
@@ -146,24 +137,12 @@ impl Shared {
         }
     }
 
-    pub fn add_dirty(&self, n: u64) {
-        let now = self.dirty_bytes.fetch_add(n, Ordering::Relaxed) + n;
-        let max = self.tunables.lock().dirty_data_max;
-        if now > max / 4 {
-            self.kick(0);
-        }
-    }
-
-    pub fn undirty(&self, n: u64) {
-        let _ = self.dirty_bytes.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| Some(v.saturating_sub(n)));
-    }
-
     pub fn note_dirty_objset(&self, txg: Txg, id: ObjsetId) {
         self.dirty_objsets.lock().entry(txg).or_default().insert(id);
     }
 
     /// Ask the sync thread to sync up to `txg` (0: whatever is open).
-    fn kick(&self, txg: Txg) {
+    pub(crate) fn kick(&self, txg: Txg) {
         let mut s = self.cv_lock.lock();
         let want = if txg == 0 { self.open_txg.load(Ordering::Relaxed) } else { txg };
         if want > s.wanted {
@@ -173,7 +152,7 @@ impl Shared {
     }
 
     pub(crate) fn meta_spec(&self, copies: u8) -> WriteSpec {
-        WriteSpec { compression: Compression::Lz4, checksum: ChecksumKind::Fletcher4, copies: (copies + 1).min(3), level: 0, otype: 0 }
+        WriteSpec { compression: Compression::Lz4, checksum: ChecksumKind::Fletcher4, copies: (copies + 1).min(3), level: 0, otype: 0, metadata: true }
     }
 }
 
@@ -194,30 +173,6 @@ fn random_guid() -> u64 {
     }
     let g = u64::from_le_bytes(b) ^ now_ns();
     g.max(1)
-}
-
-/// Data share of the raw space, as numerator/denominator: raidz parity is
-/// not space users can fill, so user-facing sizes are "deflated" by it, as
-/// in ZFS.
-pub fn deflate_ratio(config: &tarn_vdev::PoolConfig) -> (u64, u64) {
-    let mut data = 0u128;
-    let mut total = 0u128;
-    for top in &config.top {
-        let children = top.children.len().max(1) as u128;
-        let parity = match top.kind {
-            tarn_vdev::TopKind::Raidz { parity } => parity as u128,
-            _ => 0,
-        };
-        let asize = top.asize.max(1) as u128;
-        total += asize * children;
-        data += asize * children.saturating_sub(parity).max(1);
-    }
-    if total == 0 {
-        return (1, 1);
-    }
-    // Keep the numbers small enough to multiply u64 byte counts by.
-    let scale = 1u128 << 20;
-    (((data * scale) / total).max(1) as u64, scale as u64)
 }
 
 pub(crate) fn default_props() -> WriteProps {
@@ -295,6 +250,8 @@ impl ObjPool {
             open_txg: AtomicU64::new(open_txg),
             synced_txg: AtomicU64::new(open_txg - 1),
             dirty_bytes: AtomicU64::new(0),
+            dirty_asize: AtomicU64::new(0),
+            meta_charges: Mutex::new(Default::default()),
             dirty_objsets: Mutex::new(BTreeMap::new()),
             objsets: Mutex::new(HashMap::new()),
             mos,
@@ -314,6 +271,8 @@ impl ObjPool {
             prefetch_queue: Mutex::new(None),
             prefetched_blocks: AtomicU64::new(0),
             reader_gate: RwLock::new(()),
+            ckpt: crate::checkpoint::State::default(),
+            trim: crate::trim::Trimmer::default(),
         })
     }
 
@@ -327,6 +286,12 @@ impl ObjPool {
     }
 
     pub fn import(devices: Vec<Arc<dyn Device>>, opts: ImportOptions) -> Result<Arc<ObjPool>> {
+        Self::import_at(devices, opts, None)
+    }
+
+    /// Import; with `target`, open the checkpointed state instead of the
+    /// newest txg (`import --rewind-to-checkpoint`, see checkpoint.rs).
+    pub(crate) fn import_at(devices: Vec<Arc<dyn Device>>, opts: ImportOptions, target: Option<&crate::checkpoint::RewindTarget>) -> Result<Arc<ObjPool>> {
         if devices.is_empty() {
             return Err(ObjError::Invalid("no devices given".into()));
         }
@@ -350,6 +315,9 @@ impl ObjPool {
                 "pool '{}' was last in use on host '{}' and not exported (use -f to import anyway)",
                 config.name, config.hostname
             )));
+        }
+        if let Some(t) = target {
+            t.restrict(&mut config)?;
         }
         // Uberblocks, newest first.
         let mut ubs: Vec<Uberblock> = Vec::new();
@@ -382,8 +350,12 @@ impl ObjPool {
         let io = BlockIo::new(tops, Allocator::new(&asizes), Tunables::default().arc_max);
         // Slots poisoned by an earlier rewind are not candidates (but their
         // txg numbers still count in `newest_seen`).
-        let candidates: Vec<&Uberblock> = ubs.iter().filter(|u| UberPayload::decode(&u.payload).is_ok()).collect();
-        let tries = if opts.rewind { (tarn_block::DEFER_TXGS as usize + 1).min(candidates.len()) } else { 1 };
+        let rewound: Vec<Uberblock> = target.map(|t| t.uberblock(newest_seen, guid)).into_iter().collect();
+        let candidates: Vec<&Uberblock> = match target {
+            Some(_) => rewound.iter().collect(),
+            None => ubs.iter().filter(|u| UberPayload::decode(&u.payload).is_ok()).collect(),
+        };
+        let tries = if opts.rewind && target.is_none() { (tarn_block::DEFER_TXGS as usize + 1).min(candidates.len()) } else { 1 };
         let mut last_err = None;
         for ub in candidates.into_iter().take(tries) {
             match Self::load_root(&io, ub, &asizes) {
@@ -391,19 +363,27 @@ impl ObjPool {
                     *io.alloc.lock() = alloc;
                     config.state = PoolState::Active;
                     config.hostname = opts.hostname.clone();
-                    let open = newest_seen + 1;
+                    let open = newest_seen.max(ub.txg) + 1;
                     let mos = ObjsetInner::new(MOS_OBJSET_ID, mos_phys, default_props(), mos_root);
                     let shared = Self::shared(io, config, spares, mos, open, root, opts.readonly);
                     shared.synced_txg.store(ub.txg, Ordering::Relaxed);
+                    crate::checkpoint::load(&shared)?;
                     let devices = crate::vdevs::uberblock_devices(&shared);
+                    // A rewind to the checkpoint lands on a fresh txg above
+                    // every txg seen, durable before the labels change and
+                    // before any slot is poisoned.
+                    let rewound_to = target.map_or(ub.txg, |t| t.txg);
+                    if !opts.readonly && target.is_some() {
+                        tarn_vdev::write_uberblock(&devices, ub)?;
+                    }
                     if !opts.readonly {
                         crate::vdevs::write_labels(&shared, Some(PoolState::Active))?;
                     }
-                    if !opts.readonly && ub.txg < newest_seen {
+                    if !opts.readonly && rewound_to < newest_seen {
                         // Rewound: poison the abandoned txgs' slots so a later
                         // rewind can never land on history whose freed blocks
                         // this pool is about to reuse.
-                        for stale in ubs.iter().filter(|u| u.txg > ub.txg) {
+                        for stale in ubs.iter().filter(|u| u.txg > rewound_to) {
                             let poison = Uberblock { txg: stale.txg, timestamp_ns: now_ns(), pool_guid: guid, payload: vec![0u8; 8] };
                             tarn_vdev::write_uberblock(&devices, &poison)?;
                         }
@@ -411,6 +391,7 @@ impl ObjPool {
                     let pool = Self::start(shared);
                     if !opts.readonly {
                         pool.resume_scan();
+                        crate::trim::resume(&pool.shared);
                     }
                     return Ok(pool);
                 }
@@ -547,25 +528,7 @@ impl ObjPool {
 
     /// Sync the open txg now and wait until it is on disk.
     pub fn sync(&self) -> Result<Txg> {
-        let s = &self.shared;
-        if s.readonly {
-            return Ok(s.synced_txg.load(Ordering::Acquire));
-        }
-        let target = s.open_txg.load(Ordering::Acquire);
-        s.kick(target);
-        let mut g = s.cv_lock.lock();
-        loop {
-            if s.synced_txg.load(Ordering::Acquire) >= target {
-                return Ok(target);
-            }
-            if let Some(e) = s.last_error.lock().clone() {
-                return Err(ObjError::Io(e));
-            }
-            if s.shutdown.load(Ordering::Relaxed) {
-                return Err(ObjError::Io("pool is shutting down".into()));
-            }
-            s.cv_done.wait_for(&mut g, Duration::from_millis(100));
-        }
+        sync_and_wait(&self.shared)
     }
 
     /// `failmode`: wait (true) or continue (false, the library default;
@@ -581,6 +544,7 @@ impl ObjPool {
 
     pub fn export(&self) -> Result<()> {
         crate::scan::stop(&self.shared);
+        crate::trim::stop(&self.shared);
         if self.suspended().is_none() {
             self.sync()?;
         }
@@ -603,6 +567,7 @@ impl ObjPool {
 
     fn stop_thread(&self) {
         crate::scan::stop(&self.shared);
+        crate::trim::stop(&self.shared);
         self.shared.prefetch_queue.lock().take();
         self.shared.shutdown.store(true, Ordering::Relaxed);
         self.shared.cv_sync.notify_all();
@@ -612,9 +577,10 @@ impl ObjPool {
     }
 
     /// Space as users see it: frees waiting out the defer window count as
-    /// free (they are reusable within a few txgs).
+    /// free (they are reusable within a few txgs); `available` leaves out
+    /// the slop.
     pub fn space(&self) -> PoolSpace {
-        space(&self.shared)
+        self.shared.space()
     }
 
     pub fn status(&self) -> PoolStatus {
@@ -663,13 +629,23 @@ impl ObjPool {
 
     /// `raw` bytes of pool space expressed as space users can fill.
     pub fn deflate(&self, raw: u64) -> u64 {
-        let (n, d) = deflate_ratio(&self.shared.config.lock());
+        let (n, d) = crate::space::deflate_ratio(&self.shared.config.lock());
         ((raw as u128 * n as u128) / d.max(1) as u128) as u64
     }
 
     /// Bytes of changes not yet written out (what the write throttle counts).
     pub fn dirty_bytes(&self) -> u64 {
         self.shared.dirty_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Blocks written as gang blocks since import.
+    pub fn gang_blocks(&self) -> u64 {
+        self.shared.io.gang_blocks.load(Ordering::Relaxed)
+    }
+
+    /// Raw space the changes not yet written out may take (worst case).
+    pub fn dirty_asize(&self) -> u64 {
+        self.shared.dirty_asize.load(Ordering::Relaxed)
     }
 
     /// Blocks read ahead of a sequential reader since import.
@@ -700,6 +676,17 @@ pub(crate) fn begin_tx(s: &Arc<Shared>) -> Tx {
     s.client_ops.fetch_add(1, Ordering::Relaxed);
     let max = s.tunables.lock().dirty_data_max.max(1 << 20);
     let mut waited = 0;
+    // A txg never grows past the space it can be written to.
+    let mut waited_for_space = 0;
+    while s.space_full() && waited_for_space < 100 && !s.shutdown.load(Ordering::Relaxed) && s.suspended.lock().is_none() {
+        let target = s.open_txg.load(Ordering::Acquire);
+        s.kick(target);
+        let mut g = s.cv_lock.lock();
+        if s.synced_txg.load(Ordering::Acquire) < target {
+            s.cv_done.wait_for(&mut g, Duration::from_millis(100));
+        }
+        waited_for_space += 1;
+    }
     loop {
         let dirty = s.dirty_bytes.load(Ordering::Relaxed);
         if dirty < max * 6 / 10 || s.shutdown.load(Ordering::Relaxed) || s.suspended.lock().is_some() {
@@ -724,12 +711,29 @@ pub(crate) fn begin_tx(s: &Arc<Shared>) -> Tx {
     Tx { txg: s.open_txg.load(Ordering::Acquire), _hold: Some(guard) }
 }
 
-/// Space as users see it (see [`ObjPool::space`]).
-pub(crate) fn space(s: &Shared) -> PoolSpace {
-    let a = s.io.alloc.lock();
-    let size = a.total_bytes();
-    let free = (a.free_bytes() + a.deferred_bytes()).min(size);
-    PoolSpace { size, alloc: size - free, free }
+pub(crate) use tarn_block::DEFER_TXGS;
+
+/// Syncs the open txg and waits until it is on disk (a no-op on a
+/// read-only pool). Never call it while holding a `Tx`.
+pub(crate) fn sync_and_wait(s: &Arc<Shared>) -> Result<Txg> {
+    if s.readonly {
+        return Ok(s.synced_txg.load(Ordering::Acquire));
+    }
+    let target = s.open_txg.load(Ordering::Acquire);
+    s.kick(target);
+    let mut g = s.cv_lock.lock();
+    loop {
+        if s.synced_txg.load(Ordering::Acquire) >= target {
+            return Ok(target);
+        }
+        if let Some(e) = s.last_error.lock().clone() {
+            return Err(ObjError::Io(e));
+        }
+        if s.shutdown.load(Ordering::Relaxed) {
+            return Err(ObjError::Io("pool is shutting down".into()));
+        }
+        s.cv_done.wait_for(&mut g, Duration::from_millis(100));
+    }
 }
 
 fn sync_thread(weak: Weak<Shared>) {
@@ -795,6 +799,8 @@ pub(crate) struct ObjsetSync {
 }
 
 fn sync_txg(s: &Arc<Shared>, txg: Txg) -> Result<Txg> {
+    // Checkpoint taken or discarded in this txg: before any free of it.
+    crate::checkpoint::sync_begin(s, txg)?;
     // Earlier failed txgs leave dirty records behind; sync them with this one.
     let ids: HashSet<ObjsetId> = {
         let mut d = s.dirty_objsets.lock();
@@ -853,7 +859,7 @@ fn sync_txg(s: &Arc<Shared>, txg: Txg) -> Result<Txg> {
         for dn in dnodes {
             let mut st = dn.st.lock();
             for (_, d) in std::mem::take(&mut st.dirty) {
-                s.undirty(d.dirty_bytes);
+                inner.discharge(s, d.charge);
             }
         }
     }
@@ -936,6 +942,7 @@ fn sync_txg(s: &Arc<Shared>, txg: Txg) -> Result<Txg> {
             d.remove(&t);
         }
     }
+    s.settle_meta_charges(txg);
     s.synced_txg.store(txg, Ordering::Release);
     Ok(txg)
 }
@@ -1004,7 +1011,7 @@ fn sync_objset(s: &Arc<Shared>, inner: &Arc<ObjsetInner>, txg: Txg) -> Result<Ob
                     }
                     m.blocks.extend(d.blocks.iter().map(|(k, v)| (*k, v.clone())));
                     m.attrs = d.attrs.clone();
-                    m.dirty_bytes += d.dirty_bytes;
+                    m.charge.add(d.charge);
                     m
                 }
             });
@@ -1016,29 +1023,37 @@ fn sync_objset(s: &Arc<Shared>, inner: &Arc<ObjsetInner>, txg: Txg) -> Result<Ob
         }
     }
     // Level-0 data blocks, in parallel.
-    let data_spec = WriteSpec { compression: props.compression, checksum: props.checksum, copies: props.copies, level: 0, otype: 0 };
-    let jobs: Vec<(usize, u64, Arc<Vec<u8>>, u8)> = items
+    let data_spec = WriteSpec { compression: props.compression, checksum: props.checksum, copies: props.copies, level: 0, otype: 0, metadata: false };
+    let jobs: Vec<(usize, u64, Arc<Vec<u8>>, u8, bool)> = items
         .iter()
         .enumerate()
-        .flat_map(|(i, it)| it.dirty.blocks.iter().map(move |(&b, d)| (i, b, d.clone(), it.dirty.attrs.otype)))
+        .flat_map(|(i, it)| it.dirty.blocks.iter().map(move |(&b, d)| (i, b, d.clone(), it.dirty.attrs.otype, it.dirty.attrs.metadata)))
         .collect();
     let is_mos = inner.id == MOS_OBJSET_ID;
-    let spec_for = |otype: u8| {
+    let spec_for = |otype: u8, metadata: bool| {
         if is_mos {
             WriteSpec { otype, ..s.meta_spec(props.copies) }
         } else {
-            WriteSpec { otype, ..data_spec }
+            // A dataset's maps (directories, attributes) keep its copies and
+            // compression but are placed with metadata.
+            WriteSpec { otype, metadata, ..data_spec }
         }
     };
     let results: Vec<(usize, u64, std::result::Result<BlockPtr, tarn_block::BlockError>, u64)> =
-        crate::par::par_map(&jobs, |(i, b, d, ot)| (*i, *b, s.io.write(d, spec_for(*ot), txg), d.len() as u64));
+        crate::par::par_map(&jobs, |(i, b, d, ot, meta)| (*i, *b, s.io.write(d, spec_for(*ot, *meta), txg), d.len() as u64));
     let mut used_delta: i64 = 0;
     let mut logical_delta: i64 = 0;
+    let mut data_logical_delta: i64 = 0;
+    let mut data_delta: i64 = 0;
     for (i, b, r, lsize) in results {
         let bp = r.map_err(block_err)?;
         if !bp.is_hole() {
             used_delta += bp.asize() as i64;
             logical_delta += lsize as i64;
+            if !items[i].dirty.attrs.metadata {
+                data_logical_delta += lsize as i64;
+                data_delta += bp.asize() as i64;
+            }
         }
         items[i].written.insert(b, bp);
     }
@@ -1052,6 +1067,7 @@ fn sync_objset(s: &Arc<Shared>, inner: &Arc<ObjsetInner>, txg: Txg) -> Result<Ob
         let mut phys = it.base.clone();
         let mut used = phys.used_bytes as i64;
         let was_in_use = phys.in_use();
+        ctx.counting_data = phys.flags & DN_METADATA == 0;
         if it.dirty.freed || !it.dirty.attrs.exists {
             for bp in phys.bps {
                 ctx.free_subtree(&bp, phys.nlevels - 1)?;
@@ -1070,6 +1086,8 @@ fn sync_objset(s: &Arc<Shared>, inner: &Arc<ObjsetInner>, txg: Txg) -> Result<Ob
             phys.otype = a.otype;
             phys.block_size = a.block_size;
             phys.bonus = a.bonus;
+            phys.flags = if a.metadata { phys.flags | DN_METADATA } else { phys.flags & !DN_METADATA };
+            ctx.counting_data = !a.metadata;
             let written_used: i64 = it.written.values().map(|b| b.asize() as i64).sum();
             let ch = Changes { frees: std::mem::take(&mut it.dirty.frees), writes: std::mem::take(&mut it.written) };
             ctx.apply(&mut phys, &ch)?;
@@ -1134,6 +1152,8 @@ fn sync_objset(s: &Arc<Shared>, inner: &Arc<ObjsetInner>, txg: Txg) -> Result<Ob
     }
     committed.used_bytes = (committed.used_bytes as i64 + used_delta + ctx.used_delta).max(0) as u64;
     committed.logical_bytes = (committed.logical_bytes as i64 + logical_delta + ctx.logical_delta).max(0) as u64;
+    committed.data_logical = (committed.data_logical as i64 + data_logical_delta + ctx.data_logical_delta).max(0) as u64;
+    committed.data_bytes = (committed.data_bytes as i64 + data_delta + ctx.data_delta).max(0) as u64;
     committed.object_count = (committed.object_count as i64 + object_delta).max(0) as u64;
     let spec = WriteSpec { otype: OT_OBJSET, ..s.meta_spec(props.copies) };
     // The root's own size is known only after writing it: account a fixed
@@ -1153,7 +1173,7 @@ fn publish(s: &Shared, r: ObjsetSync, txg: Txg) {
         let done: Vec<Txg> = st.dirty.range(..=txg).map(|(&t, _)| t).collect();
         for t in done {
             if let Some(d) = st.dirty.remove(&t) {
-                s.undirty(d.dirty_bytes);
+                r.inner.discharge(s, d.charge);
             }
         }
     }
@@ -1171,23 +1191,10 @@ fn condense_spacemap(s: &Shared, txg: Txg, records: Vec<tarn_block::alloc::Recor
         s.io.free(bp, txg);
     }
     let _ = s.io.alloc.lock().take_records();
-    // Snapshot: allocated extents (deferred count as allocated) + deferred frees.
-    // Allocate the snapshot's own blocks first by writing with a provisional
-    // record list; write_log adds its own allocations to the records.
-    let snapshot = |a: &Allocator| {
-        let mut recs: Vec<tarn_block::alloc::Record> = a
-            .allocated_extents()
-            .into_iter()
-            .map(|e| tarn_block::alloc::Record { kind: tarn_block::alloc::RecordKind::Alloc, extent: e })
-            .collect();
-        for (&t, es) in &a.deferred {
-            for e in es {
-                recs.push(tarn_block::alloc::Record { kind: tarn_block::alloc::RecordKind::Free(t), extent: *e });
-            }
-        }
-        recs
-    };
-    let recs = snapshot(&s.io.alloc.lock());
+    // Snapshot: allocated extents (deferred and checkpoint-held count as
+    // allocated), deferred frees, held extents. write_log adds the
+    // snapshot's own allocations to the records.
+    let recs = s.io.alloc.lock().snapshot_records();
     let (head, written) = spacemap::write_log(&s.io, txg, BlockPtr::HOLE, recs.clone(), true).map_err(block_err)?;
     let n = recs.len() as u64 + written.len() as u64 * spacemap::LOG_COPIES as u64;
     Ok((head, written, n))

@@ -315,7 +315,7 @@ pub(crate) fn start(s: &Arc<Shared>, func: ScanFunc) -> Result<()> {
     }
     let max_txg = s.synced_txg.load(Ordering::Acquire);
     drop(sync_guard);
-    let space = crate::pool::space(s);
+    let space = s.space();
     let stats = ScanStats {
         func,
         phase: ScanPhase::Scanning,

@@ -72,6 +72,13 @@ pub struct TreeCtx<'a> {
     pub used_delta: i64,
     /// Logical bytes of level-0 blocks freed (-) by this update.
     pub logical_delta: i64,
+    /// Of the frees above, those of user data (see `counting_data`):
+    /// logical (-) and allocated (-) bytes.
+    pub data_logical_delta: i64,
+    pub data_delta: i64,
+    /// The object whose blocks are being freed holds user data (not
+    /// `DN_METADATA`); set by the caller per object.
+    pub counting_data: bool,
     /// Blocks born at or before this txg belong to a snapshot too: they go
     /// to `dead` (the object set's dead list) instead of being freed.
     pub prev_snap_txg: u64,
@@ -80,7 +87,18 @@ pub struct TreeCtx<'a> {
 
 impl<'a> TreeCtx<'a> {
     pub fn new(io: &'a BlockIo, txg: u64, meta_spec: WriteSpec, prev_snap_txg: u64) -> TreeCtx<'a> {
-        TreeCtx { io, txg, meta_spec, used_delta: 0, logical_delta: 0, prev_snap_txg, dead: Vec::new() }
+        TreeCtx {
+            io,
+            txg,
+            meta_spec,
+            used_delta: 0,
+            logical_delta: 0,
+            data_logical_delta: 0,
+            data_delta: 0,
+            counting_data: true,
+            prev_snap_txg,
+            dead: Vec::new(),
+        }
     }
 
     pub fn free(&mut self, bp: &BlockPtr) {
@@ -88,6 +106,10 @@ impl<'a> TreeCtx<'a> {
             self.used_delta -= bp.asize() as i64;
             if bp.level == 0 {
                 self.logical_delta -= bp.lsize as i64;
+                if self.counting_data {
+                    self.data_logical_delta -= bp.lsize as i64;
+                    self.data_delta -= bp.asize() as i64;
+                }
             }
             if bp.birth <= self.prev_snap_txg {
                 self.dead.push(*bp);

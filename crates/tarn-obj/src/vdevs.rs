@@ -459,6 +459,7 @@ impl ObjPool {
     /// as one more side.
     pub fn attach(&self, existing: &str, new_path: String, dev: Arc<dyn Device>) -> Result<()> {
         self.config_op(|s| {
+            crate::checkpoint::refuse_layout_change(s)?;
             let (top, _) = find_leaf(s, existing)?;
             if matches!(top.kind(), TopKind::Raidz { .. }) {
                 return Err(invalid("attach works on disks and mirrors only (raidz cannot be widened)"));
@@ -479,6 +480,7 @@ impl ObjPool {
     /// resilvered; `old` then leaves the pool.
     pub fn replace(&self, old: &str, new_path: String, dev: Arc<dyn Device>) -> Result<()> {
         self.config_op(|s| {
+            crate::checkpoint::refuse_layout_change(s)?;
             let (top, old_leaf) = find_leaf(s, old)?;
             check_leaf_size(&top, &dev)?;
             let mut cfg = top.config();
@@ -503,6 +505,7 @@ impl ObjPool {
     /// the replacement) or an in-use spare (which returns to the spares).
     pub fn detach(&self, path: &str) -> Result<()> {
         self.config_op(|s| {
+            crate::checkpoint::refuse_layout_change(s)?;
             let (top, leaf) = find_leaf(s, path)?;
             let mut cfg = top.config();
             let slot_index = cfg
@@ -572,6 +575,7 @@ impl ObjPool {
     /// `pool remove` of an available spare.
     pub fn remove_spare(&self, path: &str) -> Result<()> {
         self.config_op(|s| {
+            crate::checkpoint::refuse_layout_change(s)?;
             let mut spares = s.spares.lock();
             let i = spares.iter().position(|l| l.path == path).ok_or_else(|| {
                 invalid(format!("{path} is not an available spare (a spare in use is detached with `pool detach`)"))
@@ -596,6 +600,11 @@ impl ObjPool {
         {
             let s = &self.shared;
             if s.readonly || !s.spares.lock().iter().any(|l| l.usable()) {
+                return Ok(None);
+            }
+            // A spare taking over is a replace: not while a checkpoint
+            // exists (as in zpool; the monitor asks again after a discard).
+            if crate::checkpoint::refuse_layout_change(s).is_err() {
                 return Ok(None);
             }
             let (top, leaf) = find_leaf(s, failed)?;

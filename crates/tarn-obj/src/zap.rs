@@ -585,6 +585,7 @@ impl Zap {
     /// `ZAP_BLOCK_SIZE`) as an empty map — e.g. a well-known object made with
     /// `create_with_id`.
     pub fn init(os: &ObjectSet, tx: &Tx, obj: ObjectId) -> Result<()> {
+        os.mark_metadata(tx, obj)?;
         let mut sb = [0u8; 24];
         sb[..8].copy_from_slice(&os.id().0.to_le_bytes());
         sb[8..16].copy_from_slice(&obj.0.to_le_bytes());

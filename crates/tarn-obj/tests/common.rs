@@ -4,13 +4,6 @@ use std::sync::Arc;
 use tarn_dev::{Device, MemDevice};
 use tarn_obj::*;
 
-pub fn seed_and_count(default_count: u64) -> (u64, u64) {
-    let seed = std::env::var("TARN_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(1);
-    let count = std::env::var("TARN_COUNT").ok().and_then(|s| s.parse().ok()).unwrap_or(default_count);
-    eprintln!("seed {seed} count {count} (reproduce with TARN_SEED={seed} TARN_COUNT={count})");
-    (seed, count)
-}
-
 pub fn create(devs: &[Arc<dyn Device>], kind: TopKind) -> Arc<ObjPool> {
     ObjPool::create(PoolCreate {
         name: "t".into(),

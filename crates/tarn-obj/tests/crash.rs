@@ -17,7 +17,8 @@ struct State {
 
 #[test]
 fn power_cut_at_many_points_keeps_synced_data() {
-    let (seed, count) = seed_and_count(1000);
+    let run = tarn_testkit::seeded!(1000);
+    let (seed, count) = (run.seed, run.count);
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     let rec = CrashRecorder::new();
     let devs: Vec<Arc<dyn Device>> = (0..3).map(|i| rec.device(&format!("c{i}"), 32 << 20) as Arc<dyn Device>).collect();

@@ -44,7 +44,8 @@ fn mutate(rng: &mut impl Rng, valid: &[u8]) -> Vec<u8> {
 
 #[test]
 fn decoders_never_panic_on_damaged_bytes() {
-    let (seed, count) = seed_and_count(20_000);
+    let run = tarn_testkit::seeded!(20_000);
+    let (seed, count) = (run.seed, run.count);
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     let mut bp = BlockPtr::HOLE;
     bp.ndva = 2;
@@ -92,7 +93,8 @@ fn decoders_never_panic_on_damaged_bytes() {
 
 #[test]
 fn a_randomly_damaged_pool_errors_but_never_panics() {
-    let (seed, count) = seed_and_count(12);
+    let run = tarn_testkit::seeded!(12);
+    let (seed, count) = (run.seed, run.count);
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     let mem = mem_devs(1, 32 << 20);
     let pool = create(&as_dyn(&mem), TopKind::Disk);

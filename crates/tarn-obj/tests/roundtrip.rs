@@ -7,7 +7,8 @@ use tarn_obj::*;
 
 #[test]
 fn write_export_import_check() {
-    let (seed, count) = seed_and_count(200);
+    let run = tarn_testkit::seeded!(200);
+    let (seed, count) = (run.seed, run.count);
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     for kind in [TopKind::Disk, TopKind::Mirror, TopKind::Raidz { parity: 1 }, TopKind::Raidz { parity: 2 }] {
         let n = match kind { TopKind::Disk => 1, TopKind::Mirror => 2, TopKind::Raidz { parity } => 3 + parity as usize };

@@ -105,7 +105,8 @@ fn redundancy(kind: &TopKind, n: usize) -> usize {
 
 #[test]
 fn scrub_repairs_corruption_on_every_layout() {
-    let (seed, _) = seed_and_count(1);
+    let run = tarn_testkit::seeded!(1);
+    let seed = run.seed;
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let layouts =
         [(TopKind::Mirror, 2), (TopKind::Mirror, 3), (TopKind::Raidz { parity: 1 }, 4), (TopKind::Raidz { parity: 2 }, 5), (TopKind::Raidz { parity: 3 }, 6)];
@@ -161,7 +162,8 @@ fn scrub_repairs_corruption_on_every_layout() {
 
 #[test]
 fn offline_online_resilvers_only_what_was_missed() {
-    let (seed, _) = seed_and_count(1);
+    let run = tarn_testkit::seeded!(1);
+    let seed = run.seed;
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 2);
     for (kind, n) in [(TopKind::Mirror, 2), (TopKind::Raidz { parity: 1 }, 4)] {
         let name = format!("{kind:?}x{n}");
@@ -209,7 +211,8 @@ fn offline_online_resilvers_only_what_was_missed() {
 
 #[test]
 fn vanished_device_then_replace() {
-    let (seed, _) = seed_and_count(1);
+    let run = tarn_testkit::seeded!(1);
+    let seed = run.seed;
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 3);
     let mut r = rig(TopKind::Raidz { parity: 1 }, 4);
     write_files(&mut r, &mut rng, 16, 800_000);
@@ -249,7 +252,8 @@ fn vanished_device_then_replace() {
 
 #[test]
 fn spare_covers_then_returns_after_replace() {
-    let (seed, _) = seed_and_count(1);
+    let run = tarn_testkit::seeded!(1);
+    let seed = run.seed;
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 4);
     let mut r = rig(TopKind::Mirror, 2);
     let spare = MemDevice::new("s0", DEV);
@@ -288,7 +292,8 @@ fn spare_covers_then_returns_after_replace() {
 
 #[test]
 fn attach_detach_and_add() {
-    let (seed, _) = seed_and_count(1);
+    let run = tarn_testkit::seeded!(1);
+    let seed = run.seed;
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 5);
     let mut r = rig(TopKind::Disk, 1);
     write_files(&mut r, &mut rng, 8, 500_000);
@@ -316,7 +321,8 @@ fn attach_detach_and_add() {
 
 #[test]
 fn interrupted_scrub_and_resilver_resume_after_import() {
-    let (seed, _) = seed_and_count(1);
+    let run = tarn_testkit::seeded!(1);
+    let seed = run.seed;
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 6);
     let mut r = rig(TopKind::Mirror, 2);
     write_files(&mut r, &mut rng, 64, 800_000);
@@ -369,7 +375,8 @@ fn interrupted_scrub_and_resilver_resume_after_import() {
 
 #[test]
 fn scrub_pause_resume_stop() {
-    let (seed, _) = seed_and_count(1);
+    let run = tarn_testkit::seeded!(1);
+    let seed = run.seed;
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 7);
     let mut r = rig(TopKind::Raidz { parity: 1 }, 3);
     write_files(&mut r, &mut rng, 24, 500_000);
@@ -395,7 +402,8 @@ fn scrub_pause_resume_stop() {
 
 #[test]
 fn unrecoverable_damage_is_reported_with_its_object() {
-    let (seed, _) = seed_and_count(1);
+    let run = tarn_testkit::seeded!(1);
+    let seed = run.seed;
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 8);
     let mut r = rig(TopKind::Disk, 1);
     write_files(&mut r, &mut rng, 4, 1_000_000);
@@ -412,7 +420,8 @@ fn unrecoverable_damage_is_reported_with_its_object() {
 
 #[test]
 fn resilver_that_meets_damage_keeps_the_old_device_and_the_dtl() {
-    let (seed, _) = seed_and_count(1);
+    let run = tarn_testkit::seeded!(1);
+    let seed = run.seed;
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 9);
     let mut r = rig(TopKind::Disk, 1);
     write_files(&mut r, &mut rng, 6, 1_000_000);

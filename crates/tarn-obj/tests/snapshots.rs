@@ -43,7 +43,8 @@ fn destroy_nth(pool: &ObjPool, head: ObjsetId, snaps: &mut Vec<(ObjsetId, Txg, M
 
 #[test]
 fn random_snapshot_destroy_rollback_sequences_stay_consistent() {
-    let (seed, count) = seed_and_count(120);
+    let run = tarn_testkit::seeded!(120);
+    let (seed, count) = (run.seed, run.count);
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mem = mem_devs(3, 128 << 20);
     let pool = create(&as_dyn(&mem), TopKind::Raidz { parity: 1 });

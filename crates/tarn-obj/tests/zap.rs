@@ -12,13 +12,6 @@ use tarn_obj::{ObjError, ObjPool, ObjType, ObjectId, ObjectSet, PoolCreate, TopK
 
 const T_TEST: ObjType = ObjType(200);
 
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(default)
-}
-
 fn pool(name: &str) -> Arc<ObjPool> {
     let dev = tarn_dev::MemDevice::new("mem0", 256 << 20) as Arc<dyn Device>;
     ObjPool::create(PoolCreate {
@@ -54,8 +47,8 @@ fn all(os: &ObjectSet, obj: ObjectId) -> Vec<(u64, Vec<u8>, Vec<u8>)> {
     reason = "the model is updated only after the map accepted the insert"
 )]
 fn random_ops_match_btreemap_model() {
-    let seed = env_u64("TARN_SEED", 0x5eed);
-    let count = env_u64("TARN_COUNT", 20_000);
+    let run = tarn_testkit::seeded!(20_000);
+    let (seed, count) = (run.seed, run.count);
     eprintln!("reproduce: TARN_SEED={seed} TARN_COUNT={count} cargo test -p tarn-obj --test zap");
     let p = pool("zapmodel");
     let os = objset(&p);
@@ -137,7 +130,8 @@ fn random_ops_match_btreemap_model() {
 
 #[test]
 fn two_hundred_thousand_entries() {
-    let n = env_u64("TARN_COUNT", 200_000).max(1000);
+    let run = tarn_testkit::seeded!(200_000);
+    let n = run.count.max(1000);
     let p = pool("zapbig");
     let os = objset(&p);
     let tx = p.begin();
@@ -184,7 +178,8 @@ fn two_hundred_thousand_entries() {
 
 #[test]
 fn cookies_stable_across_inserts_and_removes() {
-    let seed = env_u64("TARN_SEED", 7);
+    let run = tarn_testkit::seeded!(1);
+    let seed = run.seed;
     eprintln!("reproduce: TARN_SEED={seed} cargo test -p tarn-obj --test zap cookies");
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let p = pool("zapcookie");

@@ -36,6 +36,9 @@ pub const OBJ_RESUMED: u8 = 1 << 1;
 /// if its type or block size differ; the records that follow rewrite
 /// every position that may differ (see `docs/send-stream.md`).
 pub const OBJ_ANY_BASE: u8 = 1 << 2;
+/// The object is metadata (a ZAP map), not user data: the receiver marks
+/// it so (it is left out of `compressratio`). Combines with the others.
+pub const OBJ_METADATA: u8 = 1 << 3;
 
 /// WRITE flags (raw sends, reserved).
 pub const WRITE_RAW: u32 = 1 << 0;
@@ -253,7 +256,8 @@ impl ObjectRec {
         if b[10] != 0 || b[11] != 0 || b[120..].iter().any(|&x| x != 0) {
             return corrupt("OBJECT reserved bytes are not zero");
         }
-        if r.flags & !(OBJ_NEW | OBJ_RESUMED | OBJ_ANY_BASE) != 0 || r.flags.count_ones() > 1 {
+        let kind = r.flags & (OBJ_NEW | OBJ_RESUMED | OBJ_ANY_BASE);
+        if r.flags & !(OBJ_NEW | OBJ_RESUMED | OBJ_ANY_BASE | OBJ_METADATA) != 0 || kind.count_ones() > 1 {
             return corrupt(format!("OBJECT {} flags {:#x}", r.object, r.flags));
         }
         if r.object == 0 || r.object >= MAX_OBJECT {

@@ -302,7 +302,7 @@ impl Receiver<'_> {
     fn object(&mut self, r: ObjectRec) -> Result<()> {
         let id = ObjectId(r.object);
         if let Some(p) = self.pending_resume {
-            if r.flags != OBJ_RESUMED || r.object != p.object {
+            if r.flags & !OBJ_METADATA != OBJ_RESUMED || r.object != p.object {
                 return corrupt(format!("a sub-stream resumed inside object {} must start with it", p.object));
             }
         } else {
@@ -345,6 +345,9 @@ impl Receiver<'_> {
                     }
                     Some(info) => self.existing_object(&tx, &r, &info)?,
                 }
+            }
+            if r.flags & OBJ_METADATA != 0 {
+                self.os.mark_metadata(&tx, id)?;
             }
         }
         self.object_started(&r)

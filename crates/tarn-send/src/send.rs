@@ -201,7 +201,7 @@ fn substream(pool: &ObjPool, to: &SnapRef, from: Option<&SendBase>, begin: &Begi
                     let rec = ObjectRec {
                         object: id,
                         otype: target.otype.0,
-                        flags,
+                        flags: if target.metadata { flags | OBJ_METADATA } else { flags },
                         block_size: target.block_size,
                         nblocks: target.nblocks,
                         bonus: target.bonus,

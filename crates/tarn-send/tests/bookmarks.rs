@@ -109,7 +109,8 @@ fn setup(seed: u64, n: usize) -> Setup {
 
 #[test]
 fn incremental_from_a_bookmark_equals_the_target() {
-    let (seed, count) = seed_and_count(4);
+    let run = tarn_testkit::seeded!(4);
+    let (seed, count) = (run.seed, run.count);
     for trial in 0..count {
         let seed = seed.wrapping_add(trial);
         let what = format!("seed {seed}");

@@ -103,7 +103,8 @@ fn flip(stream: &[u8], rng: &mut ChaCha8Rng) -> (Vec<u8>, usize) {
 
 #[test]
 fn truncated_flipped_and_reordered_streams_leave_the_target_unchanged() {
-    let (seed, count) = seed_and_count(12);
+    let run = tarn_testkit::seeded!(12);
+    let (seed, count) = (run.seed, run.count);
     let fx = fixture(seed);
     let d = dst(&fx);
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed);
@@ -150,7 +151,8 @@ fn truncated_flipped_and_reordered_streams_leave_the_target_unchanged() {
 
 #[test]
 fn wrong_base_and_raw_streams_are_refused() {
-    let (seed, _) = seed_and_count(1);
+    let run = tarn_testkit::seeded!(1);
+    let seed = run.seed;
     let fx = fixture(seed);
     let d = dst(&fx);
     let e = d.recv(&fx.inc12, d.existing(), false).unwrap_err();
@@ -189,7 +191,8 @@ fn begin_of(stream: &[u8]) -> Begin {
 /// Streams forged with valid checksums but hostile contents.
 #[test]
 fn forged_records_are_rejected_without_changing_anything() {
-    let (seed, _) = seed_and_count(1);
+    let run = tarn_testkit::seeded!(1);
+    let seed = run.seed;
     let fx = fixture(seed);
     let d = dst(&fx);
     let inc = begin_of(&fx.inc01);
@@ -322,7 +325,8 @@ fn interrupted_then_resumed(
 
 #[test]
 fn resumable_receives_complete_to_the_same_tree() {
-    let (seed, count) = seed_and_count(8);
+    let run = tarn_testkit::seeded!(8);
+    let (seed, count) = (run.seed, run.count);
     let fx = fixture(seed);
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xbeef);
     for trial in 0..count {
@@ -357,7 +361,8 @@ fn resumable_receives_complete_to_the_same_tree() {
 /// sub-stream / the object, and the resume completes it.
 #[test]
 fn series_cut_at_record_boundaries_resumes() {
-    let (seed, _) = seed_and_count(1);
+    let run = tarn_testkit::seeded!(1);
+    let seed = run.seed;
     let fx = fixture(seed);
     let recs = records(&fx.series);
     let ends: Vec<usize> = recs.iter().filter(|r| r.1 == RecordType::End as u32).map(|r| r.0 + r.2).collect();
@@ -394,7 +399,8 @@ fn series_cut_at_record_boundaries_resumes() {
 /// only after the partial state is on disk.
 #[test]
 fn partial_state_survives_a_crash() {
-    let (seed, count) = seed_and_count(3);
+    let run = tarn_testkit::seeded!(3);
+    let (seed, count) = (run.seed, run.count);
     let fx = fixture(seed);
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xc0de);
     for trial in 0..count {

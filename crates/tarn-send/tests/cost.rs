@@ -24,7 +24,8 @@ fn data(rng: &mut ChaCha8Rng, len: usize) -> Vec<u8> {
 
 #[test]
 fn incremental_stream_is_the_size_of_the_change() {
-    let (seed, _) = seed_and_count(1);
+    let run = tarn_testkit::seeded!(1);
+    let seed = run.seed;
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     // Devices that count reads.
     let devs: Vec<Arc<FaultDevice>> =

@@ -99,7 +99,8 @@ fn scenario(seed: u64, src_layout: Layout, dst_layout: Layout) {
 
 #[test]
 fn raidz1_to_mirror_full_incremental_and_series() {
-    let (seed, count) = seed_and_count(2);
+    let run = tarn_testkit::seeded!(2);
+    let (seed, count) = (run.seed, run.count);
     for s in seed..seed + count {
         scenario(s, Layout::Raidz1, Layout::Mirror);
     }
@@ -107,7 +108,8 @@ fn raidz1_to_mirror_full_incremental_and_series() {
 
 #[test]
 fn mirror_to_raidz1_full_incremental_and_series() {
-    let (seed, count) = seed_and_count(2);
+    let run = tarn_testkit::seeded!(2);
+    let (seed, count) = (run.seed, run.count);
     for s in seed..seed + count {
         scenario(s + 1000, Layout::Mirror, Layout::Raidz1);
     }

@@ -71,6 +71,18 @@ pub struct TopConfig {
     pub children: Vec<LeafConfig>,
 }
 
+impl TopConfig {
+    /// Address-space bytes a block of `psize` takes on this vdev: itself
+    /// on a disk or mirror; on raidz its data sectors, a parity sector per
+    /// row, padded to a multiple of parity + 1 (variable-width stripes).
+    pub fn alloc_size(&self, psize: u64) -> u64 {
+        match self.kind {
+            TopKind::Disk | TopKind::Mirror => psize,
+            TopKind::Raidz { parity } => crate::raidz::alloc_size(psize, self.children.len(), usize::from(parity), self.ashift),
+        }
+    }
+}
+
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct PoolConfig {
     pub name: String,

@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use tarn_dev::{DevError, Device};
 
 use crate::config::{LeafConfig, LeafRole};
+use crate::iostat::{CountedDevice, IoCounters, IoStats};
 use crate::{data_region_size, Result, VdevError, DATA_START};
 
 /// A leaf is FAULTED after this many consecutive failed operations (any
@@ -143,6 +144,12 @@ pub struct LeafStatus {
     pub dtl: Vec<(u64, u64)>,
     /// Why it is not ONLINE, when it is not.
     pub reason: Option<String>,
+    /// I/O statistics since the leaf was opened (`zpool iostat`).
+    #[serde(default)]
+    pub io: IoCounters,
+    /// Size of the device in bytes (0 when missing).
+    #[serde(default)]
+    pub size: u64,
 }
 
 pub struct LeafVdev {
@@ -161,6 +168,8 @@ pub struct LeafVdev {
     outages: AtomicU64,
     /// The DTL changed in a way the labels do not record yet.
     dtl_dirty: std::sync::atomic::AtomicBool,
+    /// Operations, bytes and time of the I/O issued to the device.
+    stats: Arc<IoStats>,
 }
 
 fn role_code(r: LeafRole) -> u8 {
@@ -187,6 +196,7 @@ impl LeafVdev {
             dtl: Mutex::new(Dtl::default()),
             outages: AtomicU64::new(0),
             dtl_dirty: std::sync::atomic::AtomicBool::new(false),
+            stats: Arc::new(IoStats::default()),
         }
     }
 
@@ -218,8 +228,16 @@ impl LeafVdev {
         self.role.store(role_code(r), Ordering::Relaxed);
     }
 
+    /// The device, its reads and writes counted in this leaf's statistics
+    /// (labels and uberblocks are written through it).
     pub fn device(&self) -> Option<Arc<dyn Device>> {
-        self.device.read().clone()
+        let raw = self.device.read().clone()?;
+        Some(Arc::new(CountedDevice::new(raw, self.stats.clone())))
+    }
+
+    /// The I/O statistics since the leaf was opened.
+    pub fn io_counters(&self) -> IoCounters {
+        self.stats.counters()
     }
 
     /// Puts a (re)opened device in place and brings the leaf ONLINE.
@@ -366,6 +384,8 @@ impl LeafVdev {
             } else {
                 self.reason.lock().clone()
             },
+            io: self.stats.counters(),
+            size: self.device.read().as_ref().map_or(0, |d| d.size()),
         }
     }
 
@@ -440,7 +460,7 @@ impl LeafVdev {
     /// Reads at `offset` of the data region; failures count as read errors.
     pub(crate) fn read(&self, buf: &mut [u8], offset: u64) -> Result<()> {
         let dev = self.dev()?;
-        let result = self.check(offset, buf.len()).and_then(|at| Ok(dev.read_at(buf, at)?));
+        let result = self.check(offset, buf.len()).and_then(|at| Ok(self.stats.read(&*dev, buf, at)?));
         self.account(&self.read_errors, result)
     }
 
@@ -455,7 +475,7 @@ impl LeafVdev {
     /// leaf is out of service) is recorded in the DTL.
     pub(crate) fn write(&self, buf: &[u8], offset: u64, txg: u64) -> Result<()> {
         let result = self.dev().and_then(|dev| {
-            let r = self.check(offset, buf.len()).and_then(|at| Ok(dev.write_at(buf, at)?));
+            let r = self.check(offset, buf.len()).and_then(|at| Ok(self.stats.write(&*dev, buf, at)?));
             self.account(&self.write_errors, r)
         });
         if result.is_err() {
@@ -468,6 +488,16 @@ impl LeafVdev {
         let dev = self.dev()?;
         let result = dev.flush().map_err(VdevError::from);
         self.account(&self.write_errors, result)
+    }
+
+    /// Tells the device that `[offset, offset + len)` of the data region
+    /// holds nothing (a hole punch or a discard). Errors are returned but
+    /// not counted against the leaf's health: trim is a hint, and a device
+    /// that cannot do it still serves reads and writes.
+    pub fn trim(&self, offset: u64, len: u64) -> Result<()> {
+        let dev = self.dev()?;
+        let at = self.check(offset, usize::try_from(len).unwrap_or(usize::MAX))?;
+        Ok(dev.trim(at, len)?)
     }
 
     /// A cheap health probe (one label sector read), so a device that

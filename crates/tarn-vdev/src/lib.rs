@@ -41,12 +41,14 @@
 mod config;
 mod error;
 mod format;
+pub mod iostat;
 mod label;
 mod leaf;
 mod parity;
 mod raidz;
 mod threads;
 mod top;
+mod trim;
 
 pub use config::{Label, LeafConfig, LeafRole, PoolConfig, PoolState, TopConfig, TopKind, SPARE_TOP_ID};
 pub use error::{Result, VdevError};
@@ -54,6 +56,7 @@ pub use label::{
     clear_labels, data_region_size, read_label, read_uberblocks, write_label, write_uberblock, Uberblock,
     UberblockWrite, DATA_START, MIN_DEVICE_SIZE, UBERBLOCK_PAYLOAD_MAX,
 };
+pub use iostat::{CountedDevice, IoCounters};
 pub use leaf::{Dtl, DevState, LeafStatus, LeafVdev};
 pub use parity::{ParityCodec, ReedSolomonCodec, XorCodec};
 pub use top::{ReadOutcome, ScanOutcome, Slot, TopStatus, TopVdev};

@@ -17,6 +17,8 @@ use std::sync::{Arc, OnceLock};
 
 use parking_lot::{Condvar, Mutex};
 
+use crate::iostat::IoStart;
+
 const IO_THREADS: usize = 16;
 
 /// One `par_map` call as its helpers see it.
@@ -144,7 +146,11 @@ pub fn par_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync + Send)
         return items.iter().map(f).collect();
     }
     let slots: Vec<Mutex<Option<R>>> = items.iter().map(|_| Mutex::new(None)).collect();
+    // The block I/O this work belongs to started when the caller's did
+    // (iostat's total wait), whichever thread runs the item.
+    let start = IoStart::current();
     let job = |i: usize| {
+        let _start = IoStart::enter(start);
         let r = f(&items[i]);
         *slots[i].lock() = Some(r);
     };

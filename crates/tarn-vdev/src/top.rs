@@ -20,6 +20,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use tarn_dev::Device;
 
+use crate::iostat::IoStart;
 use crate::leaf::{DevState, LeafStatus, LeafVdev};
 use crate::parity::{codec_for, ParityCodec};
 use crate::raidz::{alloc_size, RaidzMap};
@@ -293,6 +294,7 @@ impl TopVdev {
     /// the redundancy allows got nothing.
     pub fn write(&self, offset: u64, data: &[u8], txg: u64) -> Result<()> {
         self.check_io(offset, data.len() as u64)?;
+        let _start = IoStart::begin();
         match self.config.kind {
             TopKind::Disk | TopKind::Mirror => {
                 let leaves = self.leaves();
@@ -324,6 +326,7 @@ impl TopVdev {
     /// Reads and verifies a block born in txg `birth`.
     pub fn read(&self, offset: u64, psize: u64, birth: u64, verify: Verify) -> Result<ReadOutcome> {
         self.check_io(offset, psize)?;
+        let _start = IoStart::begin();
         match self.config.kind {
             TopKind::Disk | TopKind::Mirror => self.mirror_read(offset, psize, birth, verify),
             TopKind::Raidz { .. } => self.raidz_read(offset, psize, birth, verify),
@@ -343,6 +346,7 @@ impl TopVdev {
     /// are written their copy.
     pub fn scan(&self, offset: u64, psize: u64, birth: u64, verify: Verify, scrub: bool) -> Result<ScanOutcome> {
         self.check_io(offset, psize)?;
+        let _start = IoStart::begin();
         match self.config.kind {
             TopKind::Disk | TopKind::Mirror => self.mirror_scan(offset, psize, birth, verify, scrub),
             TopKind::Raidz { .. } => self.raidz_scan(offset, psize, birth, verify, scrub),

@@ -3,6 +3,7 @@
 //! generation was flushed) and its newest valid uberblock is at least the
 //! last one whose flush completed — never a torn or invented one.
 
+#[macro_use]
 mod common;
 
 use std::collections::BTreeMap;
@@ -39,8 +40,7 @@ fn ub(txg: u64) -> Uberblock {
 
 #[test]
 fn every_cut_of_label_and_uberblock_updates_is_consistent() {
-    let (_rng, guard) = common::rng();
-    let txgs = common::count(300);
+    let (_rng, txgs, guard) = seeded_run!(300);
     let rec = CrashRecorder::new();
     let crash: Vec<_> = (0..2).map(|i| rec.device(&format!("d{i}"), SIZE)).collect();
     let devs: Vec<Arc<dyn Device>> = crash.iter().map(|d| d.clone() as Arc<dyn Device>).collect();
@@ -62,7 +62,7 @@ fn every_cut_of_label_and_uberblock_updates_is_consistent() {
         let mode = match cut % 3 {
             0 => CutMode::DropUnflushed,
             1 => CutMode::TearLastWrite,
-            _ => CutMode::RandomSubset(guard.0 ^ cut),
+            _ => CutMode::RandomSubset(guard.seed ^ cut),
         };
         let t = Instant::now();
         let image = rec.image_at(cut, mode);

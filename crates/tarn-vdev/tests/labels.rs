@@ -1,5 +1,6 @@
 //! Labels and the uberblock ring: round trips, damage, garbage.
 
+#[macro_use]
 mod common;
 
 use std::collections::BTreeMap;
@@ -63,7 +64,7 @@ fn label_round_trip_and_survives_damaged_copies() {
 
 #[test]
 fn empty_zero_garbage_truncated_devices_give_clear_errors() {
-    let (mut rng, _guard) = common::rng();
+    let (mut rng, count, _guard) = seeded_run!(8);
     let zero = MemDevice::new("zero", SIZE);
     assert!(matches!(read_label(&*zero), Err(VdevError::NoLabel { .. })));
     assert!(read_uberblocks(&*zero).is_empty());
@@ -73,7 +74,7 @@ fn empty_zero_garbage_truncated_devices_give_clear_errors() {
         assert!(read_uberblocks(&*tiny).is_empty());
         assert!(write_label(&*tiny, &label()).is_err());
     }
-    for round in 0..common::count(8) {
+    for round in 0..count {
         let garbage = MemDevice::new("garbage", 8 << 20);
         let mut bytes = vec![0u8; 8 << 20];
         rng.fill_bytes(&mut bytes);

@@ -2,6 +2,7 @@
 //! returns the original bytes, counts the damage and repairs it; damage
 //! beyond the redundancy is `Unrecoverable`, never wrong data.
 
+#[macro_use]
 mod common;
 
 use std::sync::Arc;
@@ -184,8 +185,7 @@ fn reads_per_check(rig: &Rig) -> usize {
 
 #[test]
 fn damage_within_redundancy_is_repaired() {
-    let (mut rng, _guard) = common::rng();
-    let count = common::count(16);
+    let (mut rng, count, _guard) = seeded_run!(16);
     for (kind, n) in configs() {
         for ashift in [9u8, 12] {
             let mut rig = rig(kind.clone(), n, ashift);
@@ -222,8 +222,7 @@ fn damage_within_redundancy_is_repaired() {
 
 #[test]
 fn whole_children_overwritten_or_failing() {
-    let (mut rng, _guard) = common::rng();
-    let count = common::count(16);
+    let (mut rng, count, _guard) = seeded_run!(16);
     for (kind, n) in configs() {
         let mut rig = rig(kind.clone(), n, 9);
         fill(&mut rig, &mut rng, count);
@@ -318,8 +317,7 @@ fn whole_children_overwritten_or_failing() {
 
 #[test]
 fn damage_beyond_redundancy_is_unrecoverable_not_wrong_data() {
-    let (mut rng, _guard) = common::rng();
-    let count = common::count(16);
+    let (mut rng, count, _guard) = seeded_run!(16);
     for (kind, n) in configs() {
         let mut rig = rig(kind.clone(), n, 9);
         fill(&mut rig, &mut rng, count);
@@ -341,7 +339,7 @@ fn damage_beyond_redundancy_is_unrecoverable_not_wrong_data() {
 
 #[test]
 fn disk_vdev_and_missing_children() {
-    let (mut rng, _guard) = common::rng();
+    let (mut rng, _count, _guard) = seeded_run!(1);
     let mut disk = rig(TopKind::Disk, 1, 12);
     fill(&mut disk, &mut rng, 8);
     for block in &disk.blocks {
@@ -419,7 +417,7 @@ fn geometry_validation() {
 #[test]
 fn concurrent_io_from_the_global_pool() {
     use rayon::prelude::*;
-    let (mut rng, _guard) = common::rng();
+    let (mut rng, _count, _guard) = seeded_run!(1);
     for (kind, n) in [(TopKind::Mirror, 3), (TopKind::Raidz { parity: 2 }, 6)] {
         let mut rig = rig(kind, n, 12);
         fill(&mut rig, &mut rng, 8);
@@ -442,7 +440,7 @@ fn concurrent_io_from_the_global_pool() {
 /// and rewritten by the scrub, so that a second scrub finds nothing.
 #[test]
 fn scrub_rewrites_every_bad_column_not_only_the_rebuilt_ones() {
-    let (mut rng, _guard) = common::rng();
+    let (mut rng, _count, _guard) = seeded_run!(1);
     for (parity, n) in [(2u8, 5usize), (3, 6)] {
         let kind = TopKind::Raidz { parity };
         let mut rig = rig(kind.clone(), n, 9);

@@ -30,8 +30,8 @@ pub fn usage_line(text: &str) -> String {
     }
 }
 
-/// Activities `pool wait -t` knows.
-pub const WAIT_ACTIVITIES: [&str; 3] = ["replace", "resilver", "scrub"];
+/// Activities `pool wait -t` knows, in zpool's column order.
+pub const WAIT_ACTIVITIES: [&str; 4] = ["replace", "resilver", "scrub", "trim"];
 
 /// `-t scrub,resilver` for `pool wait` (an unknown activity is a usage
 /// error).
@@ -39,10 +39,15 @@ pub fn activity_list(text: &str) -> Result<CommaList, String> {
     let list = comma_list(text)?;
     for item in &list.0 {
         if !WAIT_ACTIVITIES.contains(&item.as_str()) {
-            return Err(format!("invalid activity '{item}' (replace, resilver, scrub)"));
+            return Err(format!("invalid activity '{item}' (replace, resilver, scrub, trim)"));
         }
     }
     Ok(list)
+}
+
+/// `pool trim -r`'s RATE: bytes per second, with zfs's units (`100M`).
+pub fn rate(text: &str) -> Result<u64, String> {
+    tarn_ds::size::parse_size(text).filter(|r| *r > 0).ok_or_else(|| format!("invalid value '{text}' for rate: a size per second, e.g. 100M"))
 }
 
 /// `pool wait`'s INTERVAL: positive seconds, fractions allowed.
@@ -94,6 +99,12 @@ pub enum Command {
         parents: bool,
         #[arg(short = 'o', value_name = "PROP=VALUE", value_parser = assignment)]
         props: Vec<(String, String)>,
+        /// A volume of this size (not yet supported).
+        #[arg(short = 'V', value_name = "SIZE")]
+        volsize: Option<String>,
+        /// With -V: a sparse volume (not yet supported).
+        #[arg(short = 's', requires = "volsize")]
+        sparse: bool,
         dataset: String,
     },
     /// Destroy a dataset, or snapshots: DATASET@NAME, DATASET@FIRST%LAST
@@ -103,6 +114,10 @@ pub enum Command {
         /// every descendant.
         #[arg(short = 'r')]
         recursive: bool,
+        /// Everything that depends on it too: -r, and the clones of the
+        /// snapshots destroyed (with theirs, in turn).
+        #[arg(short = 'R')]
+        dependents: bool,
         /// Unmount busy file systems anyway.
         #[arg(short = 'f')]
         force: bool,
@@ -269,6 +284,15 @@ pub enum Command {
     List {
         #[arg(short = 'r')]
         recursive: bool,
+        /// Recurse at most DEPTH levels below each dataset (implies -r).
+        #[arg(short = 'd', value_name = "DEPTH")]
+        depth: Option<u32>,
+        /// Sort by this property, ascending (repeatable).
+        #[arg(short = 's', value_name = "PROP")]
+        sort_ascending: Vec<String>,
+        /// Sort by this property, descending (repeatable).
+        #[arg(short = 'S', value_name = "PROP")]
+        sort_descending: Vec<String>,
         #[arg(short = 'H')]
         scripted: bool,
         #[arg(short = 'p')]
@@ -291,6 +315,9 @@ pub enum Command {
         json: bool,
         #[arg(short = 'r')]
         recursive: bool,
+        /// Recurse at most DEPTH levels below each dataset (implies -r).
+        #[arg(short = 'd', value_name = "DEPTH")]
+        depth: Option<u32>,
         #[arg(short = 'o', value_name = "FIELDS", value_parser = comma_list)]
         fields: Option<CommaList>,
         #[arg(short = 't', value_name = "TYPE", value_parser = comma_list)]
@@ -304,14 +331,52 @@ pub enum Command {
         #[arg(required = true, num_args = 2.., value_name = "PROP=VALUE... DATASET")]
         args: Vec<String>,
     },
-    /// Mount a dataset, or list mounts.
-    Mount { dataset: Option<String> },
-    /// Unmount a dataset or mountpoint.
+    /// Clear a property's local setting: the value is inherited again (or
+    /// the default).
+    Inherit {
+        /// On every descendant too.
+        #[arg(short = 'r')]
+        recursive: bool,
+        #[arg(value_name = "PROP")]
+        prop: String,
+        #[arg(required = true, value_name = "DATASET")]
+        datasets: Vec<String>,
+    },
+    /// Rename a dataset (with its descendants, snapshots and bookmarks), or
+    /// a snapshot (FS@OLD FS@NEW, or @NEW).
+    Rename {
+        /// Create missing parents of the new name.
+        #[arg(short = 'p')]
+        parents: bool,
+        /// Snapshots: the same snapshot of every descendant too.
+        #[arg(short = 'r')]
+        recursive: bool,
+        /// Unmount busy file systems anyway.
+        #[arg(short = 'f')]
+        force: bool,
+        /// Do not mount the renamed file systems again.
+        #[arg(short = 'u')]
+        no_mount: bool,
+        #[arg(value_name = "DATASET|SNAPSHOT")]
+        source: String,
+        #[arg(value_name = "NEWNAME")]
+        target: String,
+    },
+    /// Mount a dataset (-a: every dataset that is not mounted), or list mounts.
+    Mount {
+        #[arg(short = 'a', conflicts_with = "dataset")]
+        all: bool,
+        dataset: Option<String>,
+    },
+    /// Unmount a dataset or mountpoint (-a: every mounted dataset).
     #[command(alias = "umount")]
     Unmount {
         #[arg(short = 'f')]
         force: bool,
-        target: String,
+        #[arg(short = 'a', conflicts_with = "target")]
+        all: bool,
+        #[arg(required_unless_present = "all")]
+        target: Option<String>,
     },
     /// Debugging aids.
     #[command(subcommand)]
@@ -321,16 +386,42 @@ pub enum Command {
     Alert(AlertCommand),
     /// Set up and start everything on this machine (daemon, pool, dataset).
     Up {
+        /// Where the vdevs, the daemon's state and the mount live (else
+        /// $TARN_HOME, else the daemon's state directory, /var/lib/tarn).
         #[arg(long, value_name = "DIR")]
         home: Option<PathBuf>,
     },
     /// Stop the daemon started by `tarn up`.
     Down {
+        /// As for `tarn up`.
         #[arg(long, value_name = "DIR")]
         home: Option<PathBuf>,
     },
     /// Print the version.
     Version,
+    /// Files and directories changed between a snapshot and a later
+    /// snapshot or the file system (+ created, - removed, M modified, R renamed).
+    #[command(disable_help_flag = true)]
+    Diff {
+        /// The file type column (F file, / directory, @ symlink, | fifo, = socket, B, C devices).
+        #[arg(short = 'F')]
+        classify: bool,
+        /// Scriptable: a tab instead of ` -> ` between a rename's paths.
+        #[arg(short = 'H')]
+        scripted: bool,
+        /// The inode change time as the first column.
+        #[arg(short = 't')]
+        timestamps: bool,
+        /// Paths as they are (no \0ooo escapes of unusual bytes).
+        #[arg(short = 'h')]
+        no_mangle: bool,
+        #[arg(long = "help", action = clap::ArgAction::Help)]
+        help: Option<bool>,
+        #[arg(value_name = "SNAPSHOT")]
+        snapshot: String,
+        #[arg(value_name = "SNAPSHOT|FILESYSTEM")]
+        target: Option<String>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -375,6 +466,9 @@ pub enum PoolCommand {
         force: bool,
         #[arg(short = 'F')]
         rewind: bool,
+        /// Rewind the pool to its checkpoint (every later change is lost).
+        #[arg(long = "rewind-to-checkpoint", conflicts_with = "rewind", requires = "pool")]
+        rewind_to_checkpoint: bool,
         #[arg(short = 'R', value_name = "ALTROOT")]
         altroot: Option<PathBuf>,
         pool: Option<String>,
@@ -398,13 +492,22 @@ pub enum PoolCommand {
         json: bool,
         #[arg(short = 'o', value_name = "PROPS", value_parser = comma_list)]
         columns: Option<CommaList>,
+        /// A row per top-level vdev and device below each pool, and spares.
+        #[arg(short = 'v')]
+        verbose: bool,
         pools: Vec<String>,
     },
     Status {
         #[arg(short = 'v')]
         verbose: bool,
+        /// Show each device's trim progress and when it changed.
+        #[arg(short = 't')]
+        trim: bool,
         #[arg(short = 'j')]
         json: bool,
+        /// Only pools with a problem ("all pools are healthy" otherwise).
+        #[arg(short = 'x')]
+        unhealthy: bool,
         pools: Vec<String>,
     },
     Get {
@@ -504,6 +607,35 @@ pub enum PoolCommand {
     },
     /// Clear device errors (all devices, or one); resumes a suspended pool.
     Clear { pool: String, device: Option<String> },
+    /// Trim the free space of the pool's devices (all, or the ones named):
+    /// holes in file vdevs, discards on block devices.
+    Trim {
+        /// Cancel the trim.
+        #[arg(short = 'c', conflicts_with_all = ["suspend", "rate"])]
+        cancel: bool,
+        /// Suspend the trim (`pool trim` again resumes it).
+        #[arg(short = 's', conflicts_with = "rate")]
+        suspend: bool,
+        /// Trim at most RATE bytes per second per device (e.g. 100M).
+        #[arg(short = 'r', value_name = "RATE", value_parser = rate)]
+        rate: Option<u64>,
+        /// Wait until the devices are trimmed.
+        #[arg(short = 'w', conflicts_with_all = ["cancel", "suspend"])]
+        wait: bool,
+        pool: String,
+        devices: Vec<String>,
+    },
+    /// Checkpoint the pool's whole state (`import --rewind-to-checkpoint`
+    /// brings it back), or discard the checkpoint (-d).
+    Checkpoint {
+        #[arg(short = 'd', long = "discard")]
+        discard: bool,
+        /// Wait until the checkpoint is discarded (a discard is done when
+        /// the command returns).
+        #[arg(short = 'w', long = "wait", requires = "discard")]
+        wait: bool,
+        pool: String,
+    },
     /// Show the event log (-f: follow it; -c: clear it).
     Events {
         #[arg(short = 'f', conflicts_with = "clear")]
@@ -516,6 +648,37 @@ pub enum PoolCommand {
         #[arg(short = 'c')]
         clear: bool,
         pool: Option<String>,
+    },
+    /// I/O statistics: capacity, operations and bandwidth per pool (since
+    /// import, then every INTERVAL seconds, COUNT times).
+    Iostat {
+        /// Per top-level vdev and device too.
+        #[arg(short = 'v')]
+        verbose: bool,
+        /// Average latencies (total_wait, disk_wait).
+        #[arg(short = 'l')]
+        latency: bool,
+        #[arg(short = 'H')]
+        scripted: bool,
+        #[arg(short = 'p')]
+        parsable: bool,
+        #[arg(short = 'j')]
+        json: bool,
+        /// Leave out the first report (the averages since import).
+        #[arg(short = 'y')]
+        skip_first: bool,
+        #[arg(value_name = "POOL... [INTERVAL [COUNT]]")]
+        args: Vec<String>,
+    },
+    /// The commands that changed the pools (kept in each pool).
+    History {
+        /// Internal events too (what the daemon applied, with txgs).
+        #[arg(short = 'i')]
+        internal: bool,
+        /// Long format: user and host of each command.
+        #[arg(short = 'l')]
+        long: bool,
+        pools: Vec<String>,
     },
 }
 
@@ -638,7 +801,7 @@ mod tests {
         usage_error("pool scrub -w -p tank");
         usage_error("pool scrub -w -s tank");
         usage_error("pool wait");
-        usage_error("pool wait -t trim tank");
+        usage_error("pool wait -t discard tank");
         usage_error("pool wait -t scrub, tank");
         usage_error("pool wait tank 0");
         usage_error("pool wait tank soon");
@@ -656,6 +819,35 @@ mod tests {
         usage_error("pool events tank backup");
         usage_error("alert");
         usage_error("alert test tank backup");
+    }
+
+    #[test]
+    fn parses_trim_and_checkpoint() {
+        let Command::Pool(PoolCommand::Trim { cancel, suspend, rate, wait, pool, devices }) = parse("pool trim -w -r 100M tank /d1 /d2").unwrap().command else { panic!() };
+        assert_eq!((cancel, suspend, rate, wait), (false, false, Some(100 << 20), true));
+        assert_eq!((pool.as_str(), devices.len()), ("tank", 2));
+        assert!(matches!(parse("pool trim -c tank").unwrap().command, Command::Pool(PoolCommand::Trim { cancel: true, .. })));
+        assert!(matches!(parse("pool trim -s tank /d1").unwrap().command, Command::Pool(PoolCommand::Trim { suspend: true, .. })));
+        let Command::Pool(PoolCommand::Checkpoint { discard, wait, pool }) = parse("pool checkpoint -d -w tank").unwrap().command else { panic!() };
+        assert_eq!((discard, wait, pool.as_str()), (true, true, "tank"));
+        assert!(matches!(parse("pool checkpoint --discard tank").unwrap().command, Command::Pool(PoolCommand::Checkpoint { discard: true, .. })));
+        assert!(matches!(
+            parse("pool import --rewind-to-checkpoint -d /srv tank").unwrap().command,
+            Command::Pool(PoolCommand::Import { rewind_to_checkpoint: true, .. })
+        ));
+        assert!(matches!(parse("pool status -t tank").unwrap().command, Command::Pool(PoolCommand::Status { trim: true, .. })));
+        assert!(parse("pool wait -t trim tank").is_ok());
+        usage_error("pool trim");
+        usage_error("pool trim -r fast tank");
+        usage_error("pool trim -r 0 tank");
+        usage_error("pool trim -c -s tank");
+        usage_error("pool trim -w -c tank");
+        usage_error("pool trim -c -r 1M tank");
+        usage_error("pool checkpoint");
+        usage_error("pool checkpoint -w tank");
+        usage_error("pool checkpoint tank backup");
+        usage_error("pool import --rewind-to-checkpoint");
+        usage_error("pool import --rewind-to-checkpoint -F tank");
     }
 
     #[test]
@@ -756,6 +948,40 @@ mod tests {
         usage_error("clone -o compression tank/a@x tank/b");
         usage_error("promote");
         usage_error("promote tank/a tank/b");
+    }
+
+    #[test]
+    fn parses_the_pool_verbs_of_issue_9() {
+        let Command::Pool(PoolCommand::Iostat { verbose, latency, scripted, parsable, json, skip_first, args }) =
+            parse("pool iostat -v -l -H -p -j -y tank 1 2").unwrap().command
+        else {
+            panic!()
+        };
+        assert!(verbose && latency && scripted && parsable && json && skip_first);
+        assert_eq!(args, vec!["tank", "1", "2"]);
+        assert!(matches!(parse("pool iostat").unwrap().command, Command::Pool(PoolCommand::Iostat { .. })));
+        let Command::Pool(PoolCommand::History { internal, long, pools }) = parse("pool history -i -l tank").unwrap().command else { panic!() };
+        assert!(internal && long);
+        assert_eq!(pools, vec!["tank"]);
+        assert!(matches!(parse("pool status -x").unwrap().command, Command::Pool(PoolCommand::Status { unhealthy: true, .. })));
+        assert!(matches!(parse("pool list -v -H").unwrap().command, Command::Pool(PoolCommand::List { verbose: true, .. })));
+        let Command::Diff { classify, scripted, timestamps, no_mangle, snapshot, target, .. } =
+            parse("diff -F -H -t -h tank@a tank@b").unwrap().command
+        else {
+            panic!()
+        };
+        assert!(classify && scripted && timestamps && no_mangle);
+        assert_eq!((snapshot.as_str(), target.as_deref()), ("tank@a", Some("tank@b")));
+        assert!(matches!(parse("diff tank@a").unwrap().command, Command::Diff { target: None, .. }));
+        usage_error("diff");
+        usage_error("diff -h");
+        usage_error("diff tank@a tank@b tank");
+        usage_error("pool iostat -x");
+        usage_error("pool iostat tank -1");
+        usage_error("pool history -j");
+        // --help still works on diff, whose -h is zfs's.
+        let help = parse("diff --help").expect_err("help");
+        assert!(!help.use_stderr());
     }
 
     #[test]

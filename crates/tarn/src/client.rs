@@ -8,7 +8,10 @@ use std::path::{Path, PathBuf};
 
 use tarn_daemon::proto::{Request, Response};
 
-/// `--socket`, then `TARN_SOCKET`, then `<state dir>/tarn.sock`.
+/// `--socket`, then `TARN_SOCKET`, then `<state dir>/tarn.sock` (the state
+/// directory `tarn daemon` and `tarn up` use by default: `TARN_STATE_DIR`,
+/// else /var/lib/tarn), then a `tarn up --home` directory named by
+/// `TARN_HOME` if a daemon listens there.
 pub fn socket_path(flag: Option<&Path>) -> PathBuf {
     if let Some(path) = flag {
         return path.to_path_buf();
@@ -16,7 +19,24 @@ pub fn socket_path(flag: Option<&Path>) -> PathBuf {
     if let Some(path) = std::env::var_os("TARN_SOCKET").filter(|p| !p.is_empty()) {
         return PathBuf::from(path);
     }
-    tarn_daemon::default_state_dir().join("tarn.sock")
+    let default = tarn_daemon::default_state_dir().join("tarn.sock");
+    if !default.exists() {
+        if let Some(home) = std::env::var_os("TARN_HOME").filter(|p| !p.is_empty()) {
+            let candidate = crate::up::absolute(Path::new(&home)).join("tarn.sock");
+            if candidate.exists() {
+                return candidate;
+            }
+        }
+    }
+    default
+}
+
+/// The command line this process was started with: sent with every
+/// request, so the daemon can record it in the pool's history.
+static ARGV: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+
+pub fn set_argv(argv: Vec<String>) {
+    let _ = ARGV.set(argv);
 }
 
 pub fn call(socket: &Path, request: &Request) -> Result<Response, String> {
@@ -29,7 +49,7 @@ pub fn call_with_fd(socket: &Path, request: &Request, fd: Option<RawFd>) -> Resu
     let stream = UnixStream::connect(socket).map_err(|e| {
         format!("cannot connect to tarn daemon at {}: {e} (is `tarn daemon` running?)", socket.display())
     })?;
-    let mut line = serde_json::to_string(request).map_err(|e| e.to_string())?;
+    let mut line = tarn_daemon::proto::request_line(request, ARGV.get().map(Vec::as_slice)).map_err(|e| e.to_string())?;
     line.push('\n');
     let sent = match fd {
         Some(fd) => tarn_daemon::fdpass::send_with_fd(&stream, line.as_bytes(), fd),

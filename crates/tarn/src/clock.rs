@@ -80,6 +80,12 @@ fn civil(time_secs: u64, zone: Zone) -> Civil {
     }
 }
 
+/// `2026-11-22.03:10:59` (`zpool history`: strftime's `%F.%T`).
+pub fn history_time(time_secs: u64, zone: Zone) -> String {
+    let c = civil(time_secs, zone);
+    format!("{:04}-{:02}-{:02}.{:02}:{:02}:{:02}", c.year, c.month, c.day, c.hour, c.minute, c.second)
+}
+
 /// `Sun Nov 22 03:10:59 2026` (C's `ctime` without the newline).
 pub fn ctime(time_secs: u64, zone: Zone) -> String {
     let c = civil(time_secs, zone);
@@ -135,6 +141,8 @@ mod tests {
         assert_eq!(event_time(1_795_835_459_123_456_789, Zone::Utc), "Nov 28 2026 03:10:59.123");
         assert_eq!(event_time(1_795_835_459_123_456_789, Zone::Utc).len(), 24);
         assert_eq!(event_time(1_796_008_259_000_000_000, Zone::Utc), "Nov 30 2026 03:10:59.000");
+        assert_eq!(history_time(1_795_835_459, Zone::Utc), "2026-11-28.03:10:59");
+        assert_eq!(history_time(951_827_696, Zone::Utc), "2000-02-29.12:34:56");
         // Local time is some valid rendering of the same instant.
         assert_eq!(ctime(1_795_835_459, Zone::Local).len(), 24);
     }

@@ -15,13 +15,18 @@ fn path_string(path: &Path) -> String {
     absolute(path).to_string_lossy().into_owned()
 }
 
-/// A device as zpool takes it: a path, or a name under /dev.
-pub(crate) fn resolve_device(name: &str) -> String {
-    let path = Path::new(name);
-    if !name.contains('/') && !path.exists() && Path::new("/dev").join(name).exists() {
-        return format!("/dev/{name}");
+/// A device as zpool takes it: a full path, or a name under /dev
+/// (`sdb`, `disk/by-id/...`). A relative path is refused, as zpool does:
+/// what it names would depend on the directory the command ran in.
+pub(crate) fn resolve_device(name: &str) -> Result<String, String> {
+    if name.starts_with('/') {
+        return Ok(name.to_string());
     }
-    path_string(path)
+    let under_dev = Path::new("/dev").join(name);
+    if !name.starts_with('.') && under_dev.exists() {
+        return Ok(under_dev.to_string_lossy().into_owned());
+    }
+    Err(format!("cannot open '{name}': must be a full path or shorthand device name"))
 }
 
 /// Exit status owed by a command that succeeded in part (e.g. a dataset
@@ -55,17 +60,56 @@ pub(crate) fn print_json(value: &serde_json::Value) {
     println!("{}", serde_json::to_string_pretty(value).unwrap_or_default());
 }
 
+/// A property name's error as the command's failure: a name no ZFS would
+/// take is bad usage (exit 2); a ZFS property tarn does not have yet, or a
+/// malformed user property, is refused (exit 1). The same rule for `get`,
+/// `list -o/-s`, `set`, `create -o` and `inherit`.
+pub(crate) fn prop_failure(e: props::PropError) -> Failure {
+    match e {
+        props::PropError::Unknown(_) => Failure::usage(e.to_string()),
+        other => Failure::from(other.to_string()),
+    }
+}
+
 fn check_props(names: &[String]) -> Result<(), Failure> {
     for name in names {
         if name != "all" {
-            props::lookup(name).map_err(|e| Failure::usage(e.to_string()))?;
+            props::check_name(name).map_err(prop_failure)?;
         }
     }
     Ok(())
 }
 
 fn canonical(prop: &str) -> String {
-    props::lookup(prop).map(|d| d.name.to_string()).unwrap_or_else(|_| prop.to_string())
+    props::canonical_name(prop)
+}
+
+/// `-s`/`-S` keys in command-line order: (property, descending).
+fn sort_keys(ascending: Vec<String>, descending: Vec<String>) -> Vec<(String, bool)> {
+    if ascending.is_empty() || descending.is_empty() {
+        return ascending.into_iter().map(|p| (p, false)).chain(descending.into_iter().map(|p| (p, true))).collect();
+    }
+    // Both kinds: their order matters, and clap keeps them apart; take it
+    // from the command line itself.
+    let args: Vec<String> = std::env::args().collect();
+    let mut keys = Vec::new();
+    let mut i = 0;
+    while i < args.len() {
+        let arg = &args[i];
+        let (flag, value) = match arg.as_str() {
+            "-s" | "-S" => (arg.clone(), args.get(i + 1).cloned()),
+            a if a.len() > 2 && (a.starts_with("-s") || a.starts_with("-S")) => (a[..2].to_string(), Some(a[2..].to_string())),
+            _ => {
+                i += 1;
+                continue;
+            }
+        };
+        if let Some(value) = value {
+            keys.push((value, flag == "-S"));
+        }
+        i += if arg.len() == 2 { 2 } else { 1 };
+    }
+    keys
 }
 
 fn get_fields(fields: Option<crate::cli::CommaList>) -> Result<Vec<String>, Failure> {
@@ -149,12 +193,18 @@ pub fn run(cli: Cli) -> Result<i32, Failure> {
         Command::Up { home } => up::up(home.as_deref()),
         Command::Down { home } => up::down(home.as_deref()),
         Command::Pool(command) => pool(&socket, command),
-        Command::Create { parents, props, dataset } => {
+        Command::Create { parents, props, volsize, sparse: _, dataset } => {
+            if volsize.is_some() {
+                return Err(format!("cannot create '{dataset}': volumes (-V) are not yet supported").into());
+            }
+            for (prop, _) in &props {
+                props::check_name(prop).map_err(prop_failure)?;
+            }
             send(&socket, &Request::Create { dataset, parents, props })?;
             Ok(0)
         }
-        Command::Destroy { recursive, force, dry_run, verbose, parsable, dataset } => {
-            let response = send(&socket, &Request::Destroy { dataset, recursive, force, dry_run })?;
+        Command::Destroy { recursive, dependents, force, dry_run, verbose, parsable, dataset } => {
+            let response = send(&socket, &Request::Destroy { dataset, recursive, force, dry_run, dependents })?;
             if verbose || parsable {
                 let names: Vec<String> = data(response)?;
                 for name in names {
@@ -223,13 +273,17 @@ pub fn run(cli: Cli) -> Result<i32, Failure> {
             }
             Ok(0)
         }
-        Command::List { recursive, scripted, parsable, json, columns, types, datasets } => {
+        Command::List { recursive, depth, sort_ascending, sort_descending, scripted, parsable, json, columns, types, datasets } => {
             let columns = columns.map(|c| c.0).unwrap_or_else(|| props::LIST_DEFAULT_COLUMNS.iter().map(|s| s.to_string()).collect());
             check_props(&columns)?;
+            let sort = sort_keys(sort_ascending, sort_descending);
+            for (prop, _) in &sort {
+                props::check_name(prop).map_err(prop_failure)?;
+            }
             // zfs's default (listsnapshots=off): file systems only.
             let types = dataset_types(types, &["filesystem"])?;
             let columns: Vec<String> = columns.iter().map(|c| canonical(c)).collect();
-            let request = Request::TypedProps { datasets, recursive, props: columns.clone(), parsable, types };
+            let request = Request::TypedProps { datasets, recursive, props: columns.clone(), parsable, types, depth, sort };
             let rows: Vec<DatasetRow> = data(send(&socket, &request)?)?;
             if json {
                 print_json(&output::datasets_json("zfs list", &rows));
@@ -241,14 +295,15 @@ pub fn run(cli: Cli) -> Result<i32, Failure> {
             }
             Ok(0)
         }
-        Command::Get { scripted, parsable, json, recursive, fields, types, props: wanted, datasets } => {
+        Command::Get { scripted, parsable, json, recursive, depth, fields, types, props: wanted, datasets } => {
             let fields = get_fields(fields)?;
             let wanted: Vec<String> = wanted.0;
             check_props(&wanted)?;
             let wanted: Vec<String> = wanted.iter().map(|p| canonical(p)).collect();
             // zfs get: every type (snapshots show up with -r or no dataset).
             let types = dataset_types(types, &["filesystem", "snapshot", "bookmark"])?;
-            let response = send(&socket, &Request::TypedProps { datasets, recursive, props: wanted, parsable, types })?;
+            let request = Request::TypedProps { datasets, recursive, props: wanted, parsable, types, depth, sort: vec![] };
+            let response = send(&socket, &request)?;
             let rows: Vec<DatasetRow> = data(response)?;
             if json {
                 print_json(&output::datasets_json("zfs get", &rows));
@@ -262,16 +317,36 @@ pub fn run(cli: Cli) -> Result<i32, Failure> {
             let dataset = args.pop().unwrap_or_default();
             let mut assignments = Vec::new();
             for arg in &args {
-                assignments.push(crate::cli::assignment(arg).map_err(Failure::usage)?);
+                let (prop, value) = crate::cli::assignment(arg).map_err(Failure::usage)?;
+                props::check_name(&prop).map_err(prop_failure)?;
+                assignments.push((prop, value));
             }
             send(&socket, &Request::Set { assignments, dataset })?;
             Ok(0)
         }
-        Command::Mount { dataset } => {
+        Command::Inherit { recursive, prop, datasets } => {
+            props::check_name(&prop).map_err(prop_failure)?;
+            send(&socket, &Request::Inherit { prop, datasets, recursive })?;
+            Ok(0)
+        }
+        Command::Rename { parents, recursive, force, no_mount, source, target } => {
+            send(&socket, &Request::Rename { source, target, parents, recursive, force, no_mount })?;
+            Ok(0)
+        }
+        Command::Mount { all: true, .. } => {
+            send(&socket, &Request::MountAll)?;
+            Ok(0)
+        }
+        Command::Mount { dataset, .. } => {
             send(&socket, &Request::Mount { dataset })?;
             Ok(0)
         }
-        Command::Unmount { force, target } => {
+        Command::Unmount { force, all: true, .. } => {
+            send(&socket, &Request::UnmountAll { force })?;
+            Ok(0)
+        }
+        Command::Unmount { force, target, .. } => {
+            let target = target.unwrap_or_default();
             let target = if target.contains('/') && target.starts_with(['/', '.']) { path_string(Path::new(&target)) } else { target };
             send(&socket, &Request::Unmount { target, force })?;
             Ok(0)
@@ -279,6 +354,10 @@ pub fn run(cli: Cli) -> Result<i32, Failure> {
         Command::Debug(DebugCommand::Check { pool }) => {
             send(&socket, &Request::DebugCheck { pool })?;
             Ok(0)
+        }
+        Command::Diff { classify, scripted, timestamps, no_mangle, help: _, snapshot, target } => {
+            let options = crate::diff::DiffOptions { classify, scripted, timestamps, no_mangle };
+            crate::diff::run(&socket, &snapshot, target.as_deref(), options)
         }
         Command::Alert(AlertCommand::Test { json, pool }) => {
             let rows: Vec<AlertTestRow> = data(send(&socket, &Request::AlertTest { pool })?)?;
@@ -301,7 +380,7 @@ fn pool(socket: &Path, command: PoolCommand) -> Result<i32, Failure> {
                 return Err(cannot("at least one top-level vdev must be given (spares alone are not a pool)".into()));
             }
             for device in spec.vdevs.iter_mut().flat_map(|g| g.devices.iter_mut()).chain(spec.spares.iter_mut()) {
-                *device = resolve_device(device);
+                *device = resolve_device(device).map_err(cannot)?;
             }
             let mut ashift = None;
             let mut other = Vec::new();
@@ -346,9 +425,13 @@ fn pool(socket: &Path, command: PoolCommand) -> Result<i32, Failure> {
             }
             Ok(0)
         }
-        PoolCommand::Import { dirs, force, rewind, altroot, pool } => {
+        PoolCommand::Import { dirs, force, rewind, rewind_to_checkpoint, altroot, pool } => {
             let dirs = dirs.iter().map(|d| path_string(d)).collect();
-            send(socket, &Request::PoolImport { dirs, force, rewind, altroot: altroot.map(|p| path_string(&p)), pool })?;
+            let altroot = altroot.map(|p| path_string(&p));
+            match pool {
+                Some(pool) if rewind_to_checkpoint => send(socket, &Request::PoolImportCheckpoint { dirs, force, altroot, pool })?,
+                pool => send(socket, &Request::PoolImport { dirs, force, rewind, altroot, pool })?,
+            };
             Ok(0)
         }
         PoolCommand::Export { force, pool } => {
@@ -359,8 +442,9 @@ fn pool(socket: &Path, command: PoolCommand) -> Result<i32, Failure> {
             send(socket, &Request::PoolDestroy { pool, force })?;
             Ok(0)
         }
-        PoolCommand::List { scripted, parsable, json, columns, pools } => {
-            let columns = columns.map(|c| c.0).unwrap_or_else(|| ["name", "size", "alloc", "free", "cap", "health"].map(String::from).to_vec());
+        PoolCommand::List { scripted, parsable, json, columns, verbose, pools } => {
+            let columns =
+                columns.map(|c| c.0).unwrap_or_else(|| ["name", "size", "alloc", "free", "checkpoint", "cap", "health"].map(String::from).to_vec());
             let columns: Vec<String> = columns
                 .iter()
                 .map(|c| props::lookup_pool_prop(c).map(String::from).map_err(|e| Failure::usage(e.to_string())))
@@ -374,6 +458,9 @@ fn pool(socket: &Path, command: PoolCommand) -> Result<i32, Failure> {
                     r
                 })
                 .collect();
+            if verbose {
+                return crate::iostat::list_verbose(socket, &columns, &rows, scripted, parsable, json);
+            }
             if json {
                 print_json(&output::pools_json("zpool list", &rows));
             } else {
@@ -382,6 +469,7 @@ fn pool(socket: &Path, command: PoolCommand) -> Result<i32, Failure> {
                     .map(|c| match c.as_str() {
                         "allocated" => "ALLOC".into(),
                         "capacity" => "CAP".into(),
+                        "checkpoint" => "CKPOINT".into(),
                         other => other.to_ascii_uppercase(),
                     })
                     .collect();
@@ -390,7 +478,10 @@ fn pool(socket: &Path, command: PoolCommand) -> Result<i32, Failure> {
             }
             Ok(0)
         }
-        PoolCommand::Status { verbose, json, pools } => {
+        PoolCommand::Status { verbose, trim, json, unhealthy, pools } => {
+            if unhealthy {
+                return crate::health_x::run(socket, verbose, json, pools);
+            }
             let response = send(socket, &Request::PoolStatus { pools, verbose })?;
             let pools: Vec<PoolStatusData> = data(response)?;
             if json {
@@ -398,7 +489,7 @@ fn pool(socket: &Path, command: PoolCommand) -> Result<i32, Failure> {
             } else if pools.is_empty() {
                 println!("no pools available");
             } else {
-                print!("{}", status::status_text(&pools, verbose, Zone::Local));
+                print!("{}", status::status_text_with(&pools, verbose, trim, Zone::Local));
             }
             Ok(0)
         }
@@ -437,6 +528,12 @@ fn pool(socket: &Path, command: PoolCommand) -> Result<i32, Failure> {
         PoolCommand::Events { follow, json, scripted, clear, pool } => {
             events::run(socket, events::EventsOptions { follow, json, scripted, clear, pool })
         }
+        PoolCommand::Iostat { verbose, latency, scripted, parsable, json, skip_first, args } => {
+            let options = crate::iostat::IostatOptions { verbose, latency, scripted, parsable, json, skip_first };
+            crate::iostat::run(socket, args, options)
+        }
+        PoolCommand::History { internal, long, pools } => crate::history::run(socket, pools, internal, long),
+        command @ (PoolCommand::Trim { .. } | PoolCommand::Checkpoint { .. }) => crate::trim::run(socket, command),
         device_command => devices::run(socket, device_command),
     }
 }

@@ -58,6 +58,9 @@ fn has_replacing(vdev: &VdevStatus) -> bool {
 
 /// Bytes left of `activity` (replace: a resilver with a replacing vdev).
 fn remaining(activity: &str, pool: &PoolStatusData) -> u64 {
+    if activity == "trim" {
+        return pool.trims.iter().filter(|t| t.state == "active").map(|t| t.bytes_left).sum();
+    }
     let Some(scan) = pool.scan.as_ref().filter(|s| s.state == "scanning") else { return 0 };
     let left = scan.to_examine.saturating_sub(scan.issued);
     match activity {
@@ -156,7 +159,7 @@ pub fn run(socket: &Path, command: PoolCommand) -> Result<i32, Failure> {
         })),
         PoolCommand::Replace { force, wait, pool, old, new } => {
             let old = resolve_member(&old);
-            let new = new.map(|n| resolve_device(&n));
+            let new = new.map(|n| resolve_device(&n)).transpose().map_err(|e| Failure::from(format!("cannot replace {old}: {e}")))?;
             send(socket, &Request::PoolReplace { pool: pool.clone(), old, new, force })?;
             if wait {
                 wait_for(socket, &pool, "replace")?;
@@ -164,7 +167,8 @@ pub fn run(socket: &Path, command: PoolCommand) -> Result<i32, Failure> {
             Ok(0)
         }
         PoolCommand::Attach { force, wait, pool, existing, new } => {
-            let request = Request::PoolAttach { pool: pool.clone(), existing: resolve_member(&existing), new: resolve_device(&new), force };
+            let new = resolve_device(&new).map_err(|e| Failure::from(format!("cannot attach {new} to {existing}: {e}")))?;
+            let request = Request::PoolAttach { pool: pool.clone(), existing: resolve_member(&existing), new, force };
             send(socket, &request)?;
             if wait {
                 wait_for(socket, &pool, "resilver")?;
@@ -178,7 +182,7 @@ pub fn run(socket: &Path, command: PoolCommand) -> Result<i32, Failure> {
         PoolCommand::Add { force, dry_run, pool, vdevs } => {
             let mut spec = vdevspec::parse_pool_spec(&vdevs).map_err(|e| Failure::from(format!("cannot add to '{pool}': {e}")))?;
             for device in spec.vdevs.iter_mut().flat_map(|g| g.devices.iter_mut()).chain(spec.spares.iter_mut()) {
-                *device = resolve_device(device);
+                *device = resolve_device(device).map_err(|e| Failure::from(format!("cannot add to '{pool}': {e}")))?;
             }
             send(socket, &Request::PoolAdd { pool, vdevs: spec.vdevs, spares: spec.spares, force, dry_run })?;
             Ok(0)
@@ -240,17 +244,32 @@ mod tests {
             spares: vec![],
             error_files: vec![],
             suspended: None,
+            trims: vec![],
+            checkpoint: None,
         }
     }
 
     #[test]
     fn wait_progress_rows() {
         let all: Vec<String> = WAIT_ACTIVITIES.map(String::from).to_vec();
-        assert_eq!(wait_header(&all), "REPLACE  RESILVER   SCRUB");
-        assert_eq!(wait_row(&all, &status("scrub", "scanning", false)), "     0B        0B      2G");
-        assert_eq!(wait_row(&all, &status("resilver", "scanning", false)), "     0B        2G      0B");
-        assert_eq!(wait_row(&all, &status("resilver", "scanning", true)), "     2G        2G      0B");
-        assert_eq!(wait_row(&all, &status("scrub", "finished", false)), "     0B        0B      0B");
+        assert_eq!(wait_header(&all), "REPLACE  RESILVER   SCRUB    TRIM");
+        assert_eq!(wait_row(&all, &status("scrub", "scanning", false)), "     0B        0B      2G      0B");
+        assert_eq!(wait_row(&all, &status("resilver", "scanning", false)), "     0B        2G      0B      0B");
+        assert_eq!(wait_row(&all, &status("resilver", "scanning", true)), "     2G        2G      0B      0B");
+        assert_eq!(wait_row(&all, &status("scrub", "finished", false)), "     0B        0B      0B      0B");
+        let mut trimming = status("scrub", "finished", false);
+        let trim = |state: &str, left: u64| tarn_daemon::proto::TrimStatusData {
+            guid: 1,
+            path: "/d1".into(),
+            state: state.into(),
+            percent: 50,
+            action_time: 0,
+            bytes_done: 0,
+            bytes_left: left,
+            rate: 0,
+        };
+        trimming.trims = vec![trim("active", 1 << 30), trim("active", 1 << 30), trim("complete", 0), trim("suspended", 5 << 30)];
+        assert_eq!(wait_row(&all, &trimming), "     0B        0B      0B      2G");
     }
 
     #[test]

@@ -9,10 +9,15 @@ mod client;
 mod clock;
 mod commands;
 mod devices;
+mod diff;
 mod events;
+mod health_x;
+mod history;
+mod iostat;
 mod output;
 mod replication;
 mod status;
+mod trim;
 mod up;
 mod vdevspec;
 
@@ -52,6 +57,7 @@ fn main() {
             .unwrap_or_else(|| "unknown".into());
         eprintln!("tarn: internal error: {what}");
     }));
+    client::set_argv(std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect());
     let cli = match cli::Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {

@@ -210,7 +210,7 @@ fn notes(vdev: &VdevStatus) -> String {
     out
 }
 
-fn config_text(pool: &PoolStatusData) -> String {
+fn config_text(pool: &PoolStatusData, trim_detail: bool, zone: Zone) -> String {
     let mut rows: Vec<(String, &VdevStatus)> = Vec::new();
     fn walk<'a>(vdev: &'a VdevStatus, depth: usize, rows: &mut Vec<(String, &'a VdevStatus)>) {
         rows.push((format!("{}{}", "  ".repeat(depth), vdev.name), vdev));
@@ -234,7 +234,7 @@ fn config_text(pool: &PoolStatusData) -> String {
             vdev.read_errors,
             vdev.write_errors,
             vdev.checksum_errors,
-            notes(vdev)
+            notes(vdev) + &crate::trim::note(pool, vdev, trim_detail, zone)
         ));
     }
     if !spares.is_empty() {
@@ -265,6 +265,12 @@ fn errors_text(pool: &PoolStatusData, verbose: bool) -> String {
 
 /// `tarn pool status` text (zpool layout).
 pub fn status_text(pools: &[PoolStatusData], verbose: bool, zone: Zone) -> String {
+    status_text_with(pools, verbose, false, zone)
+}
+
+/// `tarn pool status [-t]` text: with `trim_detail`, each device's trim
+/// progress and when it last changed, as `zpool status -t` shows it.
+pub fn status_text_with(pools: &[PoolStatusData], verbose: bool, trim_detail: bool, zone: Zone) -> String {
     let mut out = String::new();
     for (index, pool) in pools.iter().enumerate() {
         if index > 0 {
@@ -278,15 +284,16 @@ pub fn status_text(pools: &[PoolStatusData], verbose: bool, zone: Zone) -> Strin
         if let Some(scan) = &pool.scan {
             out.push_str(&scan_text(scan, zone));
         }
+        out.push_str(&crate::trim::checkpoint_text(pool, zone));
         out.push_str("config:\n\n");
-        out.push_str(&config_text(pool));
+        out.push_str(&config_text(pool, trim_detail, zone));
         out.push('\n');
         out.push_str(&errors_text(pool, verbose));
     }
     out
 }
 
-fn vdev_json(vdev: &VdevStatus) -> Value {
+fn vdev_json(vdev: &VdevStatus, pool: &PoolStatusData) -> Value {
     let mut object = json!({
         "name": vdev.name,
         "vdev_type": vdev.vdev_type,
@@ -305,10 +312,11 @@ fn vdev_json(vdev: &VdevStatus) -> Value {
     if !vdev.children.is_empty() {
         let mut children = Map::new();
         for child in &vdev.children {
-            children.insert(child.name.clone(), vdev_json(child));
+            children.insert(child.name.clone(), vdev_json(child, pool));
         }
         object["vdevs"] = Value::Object(children);
     }
+    crate::trim::vdev_json(pool, vdev, &mut object);
     object
 }
 
@@ -339,10 +347,10 @@ pub fn status_json(pools: &[PoolStatusData]) -> Value {
     let mut map = Map::new();
     for pool in pools {
         let mut vdevs = Map::new();
-        vdevs.insert(pool.root.name.clone(), vdev_json(&pool.root));
+        vdevs.insert(pool.root.name.clone(), vdev_json(&pool.root, pool));
         let mut spares = Map::new();
         for spare in &pool.spares {
-            spares.insert(spare.name.clone(), vdev_json(spare));
+            spares.insert(spare.name.clone(), vdev_json(spare, pool));
         }
         let mut object = json!({
             "name": pool.name,
@@ -363,6 +371,9 @@ pub fn status_json(pools: &[PoolStatusData]) -> Value {
         }
         if let Some(scan) = &pool.scan {
             object["scan_stats"] = scan_json(scan);
+        }
+        if let Some(c) = &pool.checkpoint {
+            object["checkpoint_stats"] = json!({"state": "exists", "start_time": c.created, "space": c.held_bytes, "txg": c.txg});
         }
         map.insert(pool.name.clone(), object);
     }
@@ -407,6 +418,8 @@ mod tests {
             spares: vec![],
             error_files: vec![],
             suspended: None,
+            trims: vec![],
+            checkpoint: None,
         }
     }
 

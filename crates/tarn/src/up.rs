@@ -1,8 +1,11 @@
 //! `tarn up` / `tarn down`: the one-command start on a fresh machine.
 //!
-//! Home (`--home`, else `$TARN_HOME`, else `$HOME/.tarn`) holds
-//! `vdevs/d1..d4` (4 GiB sparse files), the daemon's state (`tarn.sock`,
-//! `pools.json`, `daemon.log`) and the mount `mnt/tank`.
+//! Home (`--home`, else `$TARN_HOME`, else the daemon's default state
+//! directory: `$TARN_STATE_DIR`, else /var/lib/tarn) holds `vdevs/d1..d4`
+//! (4 GiB sparse files), the daemon's state (`tarn.sock`, `pools.json`,
+//! `daemon.log`) and the mount `mnt/tank`. The default is the state
+//! directory the CLI looks in first, so `tarn up` then `tarn list` works
+//! without naming a socket.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -24,8 +27,7 @@ pub fn home_dir(flag: Option<&Path>) -> Result<PathBuf, Failure> {
     if let Some(dir) = std::env::var_os("TARN_HOME").filter(|d| !d.is_empty()) {
         return Ok(absolute(Path::new(&dir)));
     }
-    let home = std::env::var_os("HOME").ok_or_else(|| Failure::from("neither --home, TARN_HOME nor HOME is set".to_string()))?;
-    Ok(PathBuf::from(home).join(".tarn"))
+    Ok(tarn_daemon::default_state_dir())
 }
 
 pub fn absolute(path: &Path) -> PathBuf {
@@ -153,7 +155,10 @@ pub fn up(flag: Option<&Path>) -> Result<i32, Failure> {
         .and_then(|d| d[0]["props"][0]["value"].as_str().map(String::from))
         .unwrap_or_default();
     println!("\nready: copy files into {path}");
-    println!("the CLI talks to this daemon with: export TARN_SOCKET={}", socket.display());
+    if crate::client::socket_path(None) != socket {
+        // Only when `tarn` would not find this daemon by itself (--home).
+        println!("the CLI talks to this daemon with: export TARN_SOCKET={}", socket.display());
+    }
     Ok(0)
 }
 

@@ -55,7 +55,7 @@ impl Witness {
 
 #[test]
 fn damaged_device_files_are_refused_cleanly() {
-    let seeded = Seeded::from_env("cli::damaged_device_files_are_refused_cleanly", 1);
+    let seeded = tarn_testkit::seeded!(1);
     let mut harness = Harness::start();
     let witness = Witness::create(&harness, &seeded);
 
@@ -108,7 +108,7 @@ fn damaged_device_files_are_refused_cleanly() {
 
 #[test]
 fn devices_that_do_not_match_their_labels_are_refused() {
-    let seeded = Seeded::from_env("cli::devices_that_do_not_match_their_labels_are_refused", 1);
+    let seeded = tarn_testkit::seeded!(1);
     let mut harness = Harness::start();
     let witness = Witness::create(&harness, &seeded);
 
@@ -172,7 +172,7 @@ fn devices_that_do_not_match_their_labels_are_refused() {
 
 #[test]
 fn wrong_arguments_are_usage_errors_and_never_panics() {
-    let seeded = Seeded::from_env("cli::wrong_arguments_are_usage_errors_and_never_panics", 1);
+    let seeded = tarn_testkit::seeded!(1);
     let mut harness = Harness::start();
     let witness = Witness::create(&harness, &seeded);
     harness.tarn_ok(&["create", "good/fs"]);

@@ -24,7 +24,7 @@ use std::path::Path;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
-use common::{path_str, random_bytes, Harness, Seeded};
+use common::{path_str, random_bytes, Harness};
 
 const CHUNK: u64 = 64 << 10;
 const CHECK_EVERY: u64 = 300;
@@ -496,7 +496,7 @@ fn compare_bytes(relative: &str, offset: u64, expected: &[u8], got: &[u8], log: 
 
 #[test]
 fn random_operations_match_the_model_across_export_import() {
-    let seeded = Seeded::from_env("exerciser::random_operations_match_the_model_across_export_import", 3000);
+    let seeded = tarn_testkit::seeded!(3000);
     let harness = Harness::start();
     let devices = harness.vdev_files("vdevs", 4, 512 << 20);
     let mut spec = vec!["raidz1".to_string()];
@@ -529,7 +529,7 @@ fn random_operations_match_the_model_across_export_import() {
 /// operations: a mismatch here is a bug in the exerciser, not in tarn.
 #[test]
 fn exerciser_model_agrees_with_a_local_directory() {
-    let seeded = Seeded::from_env("exerciser::exerciser_model_agrees_with_a_local_directory", 1500);
+    let seeded = tarn_testkit::seeded!(1500);
     let tmp = tempfile::Builder::new().prefix("tarn-fsx-ref-").tempdir().expect("temp dir");
     let mut exerciser =
         Exerciser { root: tmp.path().to_path_buf(), model: Model::default(), rng: seeded.rng(1), counter: 0, log: Vec::new() };

@@ -31,7 +31,7 @@ use std::process::{Command, Output, Stdio};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
-use common::{assert_clean_failure, assert_no_panic, hash_file, path_str, random_bytes, walk, Harness, Seeded, TARN};
+use common::{assert_clean_failure, assert_no_panic, hash_file, path_str, random_bytes, walk, Harness, TARN};
 
 // ---------------------------------------------------------------------------
 // Running send and recv with files and pipes.
@@ -319,7 +319,7 @@ fn pools(h: &Harness) -> (PathBuf, PathBuf) {
 
 #[test]
 fn trees_replicate_across_layouts() {
-    let seeded = Seeded::from_env("replication::trees_replicate_across_layouts", 1);
+    let seeded = tarn_testkit::seeded!(1);
     let mut rng = seeded.rng(1);
     let h = Harness::start();
     let (tank, backup) = pools(&h);
@@ -483,7 +483,7 @@ fn resume_token(h: &Harness, top: &str) -> (String, String) {
 
 #[test]
 fn damaged_streams_change_nothing_and_resume_completes() {
-    let seeded = Seeded::from_env("replication::damaged_streams_change_nothing_and_resume_completes", 3);
+    let seeded = tarn_testkit::seeded!(3);
     let mut rng = seeded.rng(2);
     let h = Harness::start();
     let (tank, backup) = pools(&h);

@@ -34,7 +34,7 @@ use std::time::Duration;
 use rand::{Rng, RngCore};
 use rand_chacha::ChaCha8Rng;
 
-use common::{data_region, hash_file, path_str, random_bytes, write_file, BindFs, Harness, Seeded};
+use common::{data_region, hash_file, path_str, random_bytes, write_file, BindFs, Harness};
 
 fn scan(status: &serde_json::Value) -> serde_json::Value {
     status["scan_stats"].clone()
@@ -95,7 +95,7 @@ fn rot(path: &Path, rng: &mut ChaCha8Rng, regions: usize) {
 
 #[test]
 fn scrub_repairs_every_layout() {
-    let seeded = Seeded::from_env("scrub_repairs_every_layout", 1);
+    let seeded = tarn_testkit::seeded!(1);
     let mut rng = seeded.rng(1);
     let harness = Harness::start();
     for (layout, n, redundancy) in [("mirror", 2, 1), ("raidz1", 3, 1), ("raidz2", 4, 2), ("raidz3", 5, 3)] {
@@ -150,7 +150,7 @@ fn alert_config(smtp_port: u16, webhook_port: u16) -> impl Fn(&Path) -> String {
 
 #[test]
 fn vanished_device_alerts_then_replace() {
-    let seeded = Seeded::from_env("vanished_device_alerts_then_replace", 1);
+    let seeded = tarn_testkit::seeded!(1);
     let mut rng = seeded.rng(2);
     let sinks_dir = tempfile::tempdir().unwrap();
     let (smtp, mail_dir) = sinks::start_smtp(sinks_dir.path(), &[]);
@@ -259,7 +259,7 @@ fn vanished_device_alerts_then_replace() {
 
 #[test]
 fn offline_online_resilvers_only_what_changed() {
-    let seeded = Seeded::from_env("offline_online_resilvers_only_what_changed", 1);
+    let seeded = tarn_testkit::seeded!(1);
     let mut rng = seeded.rng(4);
     let harness = Harness::start();
     let devices = harness.vdev_files("vdevs", 2, 256 << 20);
@@ -295,7 +295,7 @@ fn offline_online_resilvers_only_what_changed() {
 
 #[test]
 fn spare_takes_over_and_scans_resume_after_export() {
-    let seeded = Seeded::from_env("spare_takes_over_and_scans_resume_after_export", 1);
+    let seeded = tarn_testkit::seeded!(1);
     let mut rng = seeded.rng(5);
     // Slow scans, small sort queue: so there is a middle to interrupt.
     let config = |_: &Path| "[tunables]\nscan_rate_max = 6291456\nscan_mem_max = 16384\n".to_string();
@@ -359,7 +359,7 @@ fn spare_takes_over_and_scans_resume_after_export() {
 
 #[test]
 fn autoreplace_and_damaged_files_named() {
-    let seeded = Seeded::from_env("autoreplace_and_damaged_files_named", 1);
+    let seeded = tarn_testkit::seeded!(1);
     let mut rng = seeded.rng(7);
     let harness = Harness::start();
     let devices = harness.vdev_files("vdevs", 1, 128 << 20);
@@ -416,7 +416,7 @@ fn autoreplace_and_damaged_files_named() {
 
 #[test]
 fn too_many_failures_suspend_then_clear() {
-    let seeded = Seeded::from_env("too_many_failures_suspend_then_clear", 1);
+    let seeded = tarn_testkit::seeded!(1);
     let mut rng = seeded.rng(6);
     let harness = Harness::start();
     let mut a = BindFs::start(&harness.dir.join("ua"), &harness.dir.join("a"));

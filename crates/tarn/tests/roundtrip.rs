@@ -24,7 +24,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use common::{data_region, hash_file, path_str, random_bytes, write_file, Harness, Seeded};
+use common::{data_region, hash_file, path_str, random_bytes, write_file, Harness};
 
 fn raidz1(harness: &Harness, subdir: &str) -> Vec<String> {
     let devices = harness.vdev_files(subdir, 4, common::VDEV_SIZE_BYTES);
@@ -224,7 +224,7 @@ fn stable_properties(harness: &Harness, dataset: &str) -> BTreeMap<String, Strin
 
 #[test]
 fn export_import_preserves_bytes_metadata_and_properties() {
-    let seeded = Seeded::from_env("roundtrip::export_import_preserves_bytes_metadata_and_properties", 1);
+    let seeded = tarn_testkit::seeded!(1);
     let mut rng = seeded.rng(1);
     let harness = Harness::start();
     let spec = raidz1(&harness, "vdevs");
@@ -303,7 +303,7 @@ fn page_hashes(devices: &[PathBuf]) -> Vec<Vec<u64>> {
 
 #[test]
 fn import_f_rewinds_when_the_newest_tree_is_damaged() {
-    let seeded = Seeded::from_env("roundtrip::import_f_rewinds_when_the_newest_tree_is_damaged", 1);
+    let seeded = tarn_testkit::seeded!(1);
     let mut rng = seeded.rng(2);
     let harness = Harness::start();
     let spec = raidz1(&harness, "vdevs");

@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use rand::{Rng, RngCore};
 use rand_chacha::ChaCha8Rng;
 
-use common::{copy_sparse, data_region, device_counters, hash_file, path_str, random_bytes, write_file, Harness, Seeded};
+use common::{copy_sparse, data_region, device_counters, hash_file, path_str, random_bytes, write_file, Harness};
 
 #[derive(Clone, Copy, Debug)]
 enum Damage {
@@ -126,8 +126,8 @@ fn pages_differing(device: &Path, pristine: &Path) -> usize {
     differing
 }
 
-fn self_heal(test: &'static str, layout: &str, device_count: usize, redundancy: usize) {
-    let seeded = Seeded::from_env(test, 1);
+fn self_heal(layout: &str, device_count: usize, redundancy: usize) {
+    let seeded = tarn_testkit::seeded!(1);
     let mut rng = seeded.rng(3);
     let harness = Harness::start();
     let devices = harness.vdev_files("vdevs", device_count, common::VDEV_SIZE_BYTES);
@@ -226,25 +226,25 @@ fn self_heal(test: &'static str, layout: &str, device_count: usize, redundancy: 
 
 #[test]
 fn mirror_2way_heals() {
-    self_heal("selfheal::mirror_2way_heals", "mirror", 2, 1);
+    self_heal("mirror", 2, 1);
 }
 
 #[test]
 fn mirror_3way_heals() {
-    self_heal("selfheal::mirror_3way_heals", "mirror", 3, 2);
+    self_heal("mirror", 3, 2);
 }
 
 #[test]
 fn raidz1_heals() {
-    self_heal("selfheal::raidz1_heals", "raidz1", 4, 1);
+    self_heal("raidz1", 4, 1);
 }
 
 #[test]
 fn raidz2_heals() {
-    self_heal("selfheal::raidz2_heals", "raidz2", 5, 2);
+    self_heal("raidz2", 5, 2);
 }
 
 #[test]
 fn raidz3_heals() {
-    self_heal("selfheal::raidz3_heals", "raidz3", 6, 3);
+    self_heal("raidz3", 6, 3);
 }

@@ -12,7 +12,7 @@ use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use common::{hash_file, path_str, random_bytes, write_file, Harness, Seeded};
+use common::{hash_file, path_str, random_bytes, write_file, Harness};
 
 fn erofs<T: std::fmt::Debug>(r: std::io::Result<T>, what: &str) {
     match r {
@@ -23,7 +23,7 @@ fn erofs<T: std::fmt::Debug>(r: std::io::Result<T>, what: &str) {
 
 #[test]
 fn snapshots_are_browsable_and_read_only() {
-    let seeded = Seeded::from_env("snapshots_are_browsable_and_read_only", 1);
+    let seeded = tarn_testkit::seeded!(1);
     let mut rng = seeded.rng(1);
     let harness = Harness::start();
     let devices = harness.vdev_files("vdevs", 3, 128 << 20);

@@ -36,7 +36,7 @@ use std::time::Duration;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
-use common::{assert_clean_failure, assert_no_panic, path_str, random_bytes, wait_mounted, write_file, Harness, Seeded};
+use common::{assert_clean_failure, assert_no_panic, path_str, random_bytes, wait_mounted, write_file, Harness};
 
 const POOL: &str = "tank";
 const FS: &str = "tank/fs";
@@ -448,7 +448,7 @@ fn assert_daemon_did_not_panic(harness: &Harness) {
 
 #[test]
 fn snapshots_during_a_seeded_workload_roll_back_exactly() {
-    let seeded = Seeded::from_env("snapshots::snapshots_during_a_seeded_workload_roll_back_exactly", 1500);
+    let seeded = tarn_testkit::seeded!(1500);
     let harness = Harness::start();
     let pool_mount = harness.create_pool(POOL, &pool_spec(&harness));
     harness.tarn_ok(&["create", FS]);
@@ -601,7 +601,7 @@ fn snapshots_during_a_seeded_workload_roll_back_exactly() {
 
 #[test]
 fn bad_snapshot_input_fails_cleanly() {
-    let seeded = Seeded::from_env("snapshots::bad_snapshot_input_fails_cleanly", 1);
+    let seeded = tarn_testkit::seeded!(1);
     let harness = Harness::start();
     let pool_mount = harness.create_pool(POOL, &pool_spec(&harness));
     harness.tarn_ok(&["create", "-p", "tank/fs/child"]);

@@ -47,17 +47,3 @@ pub fn reimport(pool: Arc<Pool>, devs: &[Arc<MemDevice>]) -> Arc<Pool> {
     import(devs)
 }
 
-/// `TARN_SEED` (decimal or 0x-hex; random if unset) and `TARN_COUNT`.
-pub fn seed_and_count(default_count: usize) -> (u64, usize) {
-    let seed = match std::env::var("TARN_SEED") {
-        Ok(v) => match v.strip_prefix("0x") {
-            Some(hex) => u64::from_str_radix(hex, 16),
-            None => v.parse(),
-        }
-        .unwrap_or_else(|_| panic!("TARN_SEED={v:?} is not a number")),
-        Err(_) => rand::random(),
-    };
-    let count = std::env::var("TARN_COUNT").ok().and_then(|s| s.parse().ok()).unwrap_or(default_count);
-    eprintln!("TARN_SEED={seed} TARN_COUNT={count}");
-    (seed, count)
-}

@@ -12,19 +12,6 @@ use tarn_obj::zap::Zap;
 use tarn_obj::*;
 use tarn_send::SnapRef;
 
-pub fn seed_and_count(default_count: u64) -> (u64, u64) {
-    let seed = std::env::var("TARN_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1);
-    let count = std::env::var("TARN_COUNT")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(default_count);
-    eprintln!("seed {seed} count {count} (reproduce with TARN_SEED={seed} TARN_COUNT={count})");
-    (seed, count)
-}
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Layout {
     Raidz1,

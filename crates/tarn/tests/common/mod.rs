@@ -26,7 +26,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use rand::{RngCore, SeedableRng};
+use rand::RngCore;
 use rand_chacha::ChaCha8Rng;
 
 /// The `tarn` binary built for this test run.
@@ -492,61 +492,11 @@ fn unmount(path: &Path) {
 }
 
 // ---------------------------------------------------------------------------
-// Seeds and counts for randomized tests.
+// Seeds and counts for randomized tests: `tarn_testkit::seeded!(count)`
+// (the one TARN_SEED/TARN_COUNT parser of the workspace).
 
-/// Seed and operation count for a randomized test, from `TARN_SEED` and
-/// `TARN_COUNT`. Printing happens at creation and again, with the exact
-/// command to reproduce, if the test panics.
-pub struct Seeded {
-    pub seed: u64,
-    pub count: u64,
-    test: &'static str,
-}
-
-impl Seeded {
-    pub fn from_env(test: &'static str, count_default: u64) -> Seeded {
-        let seed = match std::env::var("TARN_SEED") {
-            Ok(v) => parse_seed(&v).unwrap_or_else(|| panic!("TARN_SEED={v:?} is not a number")),
-            Err(_) => 0x7a2e_5eed,
-        };
-        let count = std::env::var("TARN_COUNT")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(count_default);
-        eprintln!("{test}: TARN_SEED={seed} TARN_COUNT={count}");
-        Seeded { seed, count, test }
-    }
-
-    pub fn rng(&self, stream: u64) -> ChaCha8Rng {
-        let mut rng = ChaCha8Rng::seed_from_u64(self.seed);
-        rng.set_stream(stream);
-        rng
-    }
-}
-
-impl Drop for Seeded {
-    fn drop(&mut self) {
-        if thread::panicking() {
-            eprintln!(
-                "{}: FAILED with TARN_SEED={} TARN_COUNT={}; reproduce with:\n  \
-                 TARN_SEED={} TARN_COUNT={} cargo test -p tarn --test {} -- --nocapture",
-                self.test,
-                self.seed,
-                self.count,
-                self.seed,
-                self.count,
-                self.test.split("::").next().unwrap_or(self.test)
-            );
-        }
-    }
-}
-
-fn parse_seed(text: &str) -> Option<u64> {
-    match text.strip_prefix("0x") {
-        Some(hex) => u64::from_str_radix(hex, 16).ok(),
-        None => text.parse().ok(),
-    }
-}
+#[allow(unused_imports)]
+pub use tarn_testkit::Seeded;
 
 // ---------------------------------------------------------------------------
 // pool status -j: a tolerant reader of per-device error counters.
@@ -815,5 +765,42 @@ impl BindFs {
 impl Drop for BindFs {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+// ---------------------------------------------------------------------------
+// A daemon that dies.
+
+impl Harness {
+    /// `kill -9` the daemon (no export, no sync: its FUSE mounts die with
+    /// it), clear the dead mounts, and start a new daemon on the same
+    /// state directory and socket; it re-imports the pools it had.
+    pub fn kill_and_restart(&mut self) {
+        if let Some(mut child) = self.daemon.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if let Some(stop) = self.watchdog_stop.take() {
+            let _ = stop.send(());
+        }
+        for mountpoint in mounts_under(&self.dir) {
+            unmount(&mountpoint);
+        }
+        let log = fs::OpenOptions::new().append(true).open(&self.log_path).expect("open daemon log");
+        let daemon = Command::new(TARN)
+            .arg("daemon")
+            .arg("--state-dir")
+            .arg(&self.state_dir)
+            .arg("--socket")
+            .arg(&self.socket)
+            .env("RUST_BACKTRACE", "1")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("dup log"))
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot restart {TARN} daemon: {e}"));
+        self.watchdog_stop = Some(start_watchdog(daemon.id() as libc::pid_t));
+        self.daemon = Some(daemon);
+        self.wait_for_socket();
     }
 }

@@ -1,0 +1,330 @@
+//! Space: what a txg may still dirty, what users see as available, and how
+//! allocated bytes translate into bytes of user data.
+//!
+//! Big theory:
+//! - Every dirty buffer carries a [`Charge`]: its bytes (what the write
+//!   throttle counts against `dirty_data_max`) and the raw space it may
+//!   allocate when its txg is written — the worst case: no compression,
+//!   rounded up to the vdev's sector, inflated by raidz parity and padding
+//!   (or, if free space is too fragmented to hold it whole, written as a
+//!   gang of sector-sized pieces, each its own stripe), times the copies,
+//!   plus its share of indirect blocks. Each dnode block
+//!   (16 KiB, 32 dnodes) a txg dirties is charged once per txg, at its
+//!   metadata copies. The pool keeps the sums (`Shared::dirty_asize`).
+//! - The *slop* is 1/32 of the pool (at least 4 MiB or half the pool, at
+//!   most 128 GiB), as in ZFS: space users never see as available, which
+//!   the syncing-context bookkeeping of every txg (object-set roots, the
+//!   MOS, the space map log, dead lists) and the charges' rounding use.
+//! - Writers of new data reserve before they join a txg
+//!   ([`crate::ObjectSet::reserve`]): the reservation fits when free space
+//!   less the slop less every charge already dirty can take its charge.
+//!   When it does not fit yet would once pending work settles (dirty data
+//!   smaller than its worst-case charge, frees still in the defer window),
+//!   the writer syncs txgs and asks again — so a pool emptied by deletes
+//!   takes writes again at once, and `available` is what can be written.
+//!   Only when even that cannot make room is the answer `NoSpace`.
+//! - Every change (deletes too) waits at `begin()` while the dirty charges
+//!   reach free space less half the slop: no txg is ever bigger than the
+//!   space it can be written to, so a txg never fails for space.
+//! - Users see space *deflated*: a top-level vdev's raw bytes count as the
+//!   share a 128 KiB block leaves of them (raidz parity and stripe padding
+//!   taken out), so `used`, `available` and what a full pool holds agree.
+//!
+//! Lock order: `Shared::meta_charges` is a leaf lock.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::Ordering;
+
+use crate::format::{IND_BLOCK_SIZE, META_BLOCK_SIZE};
+use crate::pool::Shared;
+use crate::{ObjError, ObjsetId, PoolSpace, Result, Txg};
+
+/// The slop: 1/32 of the pool, at least 4 MiB (but at most half the pool),
+/// at most 128 GiB.
+pub fn slop_bytes(size: u64) -> u64 {
+    let min = (4u64 << 20).min(size / 2);
+    (size >> 5).clamp(min, 128 << 30)
+}
+
+/// Reference block size for deflating raw space into user bytes.
+const DEFLATE_BLOCK: u64 = 128 << 10;
+
+/// Share of the raw space users can fill, as numerator/denominator: each
+/// top-level vdev counts as what a 128 KiB block leaves of it (raidz:
+/// parity and the padding of its variable-width stripes, as ZFS deflates).
+pub fn deflate_ratio(config: &tarn_vdev::PoolConfig) -> (u64, u64) {
+    let mut data = 0u128;
+    let mut total = 0u128;
+    for top in &config.top {
+        let asize = top.asize.max(1) as u128;
+        let taken = top.alloc_size(DEFLATE_BLOCK).max(1) as u128;
+        total += asize;
+        data += asize * DEFLATE_BLOCK as u128 / taken;
+    }
+    if total == 0 {
+        return (1, 1);
+    }
+    // Keep the numbers small enough to multiply u64 byte counts by.
+    let scale = 1u128 << 20;
+    (((data * scale) / total).max(1) as u64, scale as u64)
+}
+
+/// What a dirty buffer will cost: its bytes (for the throttle) and the raw
+/// space it may allocate when written (for space checks).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Charge {
+    pub bytes: u64,
+    pub asize: u64,
+}
+
+impl Charge {
+    pub fn add(&mut self, other: Charge) {
+        self.bytes += other.bytes;
+        self.asize += other.asize;
+    }
+    pub fn sub(&mut self, other: Charge) {
+        self.bytes = self.bytes.saturating_sub(other.bytes);
+        self.asize = self.asize.saturating_sub(other.asize);
+    }
+}
+
+/// Dnode blocks dirtied per txg, each charged once; and the bytes freed
+/// per txg by objects freed whole (deletes not yet written).
+#[derive(Default)]
+pub(crate) struct MetaCharges {
+    blocks: BTreeMap<Txg, HashSet<(ObjsetId, u64)>>,
+    asize: BTreeMap<Txg, u64>,
+    frees: BTreeMap<Txg, u64>,
+}
+
+impl Shared {
+    /// Largest raw allocation a block of `len` bytes can take, per copy:
+    /// whole, or as a gang of sector-sized pieces (each its own raidz
+    /// stripe, so up to parity + 1 sectors per sector of data) with its
+    /// headers — what a fragmented pool may make of it.
+    fn worst_asize(&self, len: u64) -> u64 {
+        let psize = self.io.psize_for(len as usize);
+        let unit = self.io.unit();
+        let pieces = psize.div_ceil(unit);
+        let headers = tarn_block::gang::headers_for(pieces as usize) as u64;
+        let header = self.io.psize_for(tarn_block::gang::GANG_HEADER_LEN);
+        self.io
+            .tops()
+            .iter()
+            .map(|t| t.alloc_size(psize).max(pieces * t.alloc_size(unit) + headers * t.alloc_size(header)))
+            .max()
+            .unwrap_or(psize)
+    }
+
+    /// The charge of a dirty data block of `len` bytes written with
+    /// `copies` copies (indirect blocks at `copies + 1`).
+    pub(crate) fn block_charge(&self, len: u64, copies: u8) -> Charge {
+        let copies = u64::from(copies.max(1));
+        // An indirect block maps 1024 blocks; two levels' share, rounded up.
+        let indirect = (self.worst_asize(IND_BLOCK_SIZE as u64) * (copies + 1)).div_ceil(512);
+        Charge { bytes: len, asize: self.worst_asize(len) * copies + indirect }
+    }
+
+    pub(crate) fn add_dirty(&self, c: Charge) {
+        let now = self.dirty_bytes.fetch_add(c.bytes, Ordering::Relaxed) + c.bytes;
+        self.dirty_asize.fetch_add(c.asize, Ordering::Relaxed);
+        let max = self.tunables.lock().dirty_data_max;
+        if now > max / 4 {
+            self.kick(0);
+        }
+    }
+
+    pub(crate) fn undirty(&self, c: Charge) {
+        let _ = self.dirty_bytes.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| Some(v.saturating_sub(c.bytes)));
+        let _ = self.dirty_asize.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| Some(v.saturating_sub(c.asize)));
+    }
+
+    /// Dnode `id` of object set `os` is dirty in `txg`: its dnode block is
+    /// charged, once per txg.
+    pub(crate) fn note_dirty_dnode(&self, txg: Txg, os: ObjsetId, id: u64, meta_copies: u8) {
+        let block = id / crate::format::DNODES_PER_BLOCK;
+        let mut m = self.meta_charges.lock();
+        if m.blocks.entry(txg).or_default().insert((os, block)) {
+            let asize = self.worst_asize(u64::from(META_BLOCK_SIZE)) * u64::from(meta_copies.max(1));
+            *m.asize.entry(txg).or_default() += asize;
+            self.dirty_asize.fetch_add(asize, Ordering::Relaxed);
+        }
+    }
+
+    /// An object whose blocks take `bytes` on disk is freed in `txg`.
+    pub(crate) fn note_pending_free(&self, txg: Txg, bytes: u64) {
+        if bytes > 0 {
+            *self.meta_charges.lock().frees.entry(txg).or_default() += bytes;
+        }
+    }
+
+    /// Bytes that deletes not yet written will free.
+    fn pending_frees(&self) -> u64 {
+        self.meta_charges.lock().frees.values().sum()
+    }
+
+    /// Txg `txg` (and every older one) is on disk: its dnode-block charges
+    /// are spent, its frees are in the defer window.
+    pub(crate) fn settle_meta_charges(&self, txg: Txg) {
+        let mut m = self.meta_charges.lock();
+        let done: Vec<Txg> = m.frees.range(..=txg).map(|(&t, _)| t).collect();
+        for t in done {
+            m.frees.remove(&t);
+        }
+        let done: Vec<Txg> = m.asize.range(..=txg).map(|(&t, _)| t).collect();
+        for t in done {
+            let asize = m.asize.remove(&t).unwrap_or(0);
+            let _ = self.dirty_asize.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| Some(v.saturating_sub(asize)));
+        }
+        let done: Vec<Txg> = m.blocks.range(..=txg).map(|(&t, _)| t).collect();
+        for t in done {
+            m.blocks.remove(&t);
+        }
+    }
+
+    /// (raw size, free now, freed but in the defer window).
+    fn raw_space(&self) -> (u64, u64, u64) {
+        let a = self.io.alloc.lock();
+        (a.total_bytes(), a.free_bytes(), a.deferred_bytes())
+    }
+
+    /// Can `asize` more raw bytes join the open txg? `reserve` is the share
+    /// of the slop that must stay untouched: the whole slop for a writer
+    /// reserving ahead, half of it for the check inside the txg (other
+    /// writers may have reserved meanwhile).
+    fn fits(&self, asize: u64, reserve: u64) -> bool {
+        let (_, free, _) = self.raw_space();
+        let dirty = self.dirty_asize.load(Ordering::Relaxed);
+        free.saturating_sub(reserve).saturating_sub(dirty) >= asize
+    }
+
+    /// The check inside a txg before new data is dirtied (see the module
+    /// doc): refused only when even half the slop would be eaten.
+    pub(crate) fn check_space(&self, asize: u64) -> Result<()> {
+        self.check_suspended()?;
+        let (size, _, _) = self.raw_space();
+        if !self.fits(asize, slop_bytes(size) / 2) {
+            return Err(ObjError::NoSpace);
+        }
+        Ok(())
+    }
+
+    /// Waits, outside any txg hold, until `asize` raw bytes fit (syncing
+    /// txgs while dirty data or deferred frees may make room), or answers
+    /// `NoSpace` when nothing pending can.
+    pub(crate) fn reserve_space(self: &std::sync::Arc<Self>, asize: u64) -> Result<()> {
+        let mut synced_pending = false;
+        let mut waited_for: Option<u64> = None;
+        for _ in 0..crate::pool::DEFER_TXGS + 3 {
+            self.check_suspended()?;
+            let (size, free, deferred) = self.raw_space();
+            let slop = slop_bytes(size);
+            // A mass delete is on its way back (frees in the defer window or
+            // not yet written, more than the slop and more than a sixteenth
+            // of what is free): let it come back first, as long as each txg
+            // brings some of it back. Written now, into what is free yet —
+            // the holes between what is still being freed — blocks would be
+            // split into gang pieces and keep that cost for good.
+            let returning = deferred + self.pending_frees();
+            let progressing = waited_for.is_none_or(|before| returning < before);
+            if returning > slop && returning * 16 > free && progressing {
+                waited_for = Some(returning);
+                crate::pool::sync_and_wait(self)?;
+                continue;
+            }
+            if self.fits(asize, slop) {
+                return Ok(());
+            }
+            // Every deferred free back and the dirty data costing nothing
+            // would make room: write txgs until it does.
+            let could = (free + deferred).saturating_sub(slop) >= asize;
+            // Else only frees not yet written (deletes in the open txg)
+            // can: write them once and look again.
+            let pending = !self.dirty_objsets.lock().is_empty();
+            if !could && (synced_pending || !pending) {
+                return Err(ObjError::NoSpace);
+            }
+            synced_pending |= !could;
+            crate::pool::sync_and_wait(self)?;
+        }
+        Err(ObjError::NoSpace)
+    }
+
+    /// Should a new transaction wait for the txg to sync because the dirty
+    /// charges have reached what free space can take (less half the slop)?
+    pub(crate) fn space_full(&self) -> bool {
+        let dirty = self.dirty_asize.load(Ordering::Relaxed);
+        if dirty == 0 {
+            return false;
+        }
+        let (size, free, _) = self.raw_space();
+        dirty >= free.saturating_sub(slop_bytes(size) / 2)
+    }
+
+    /// Space as users see it (raw bytes; deflate for user bytes).
+    pub(crate) fn space(&self) -> PoolSpace {
+        let (size, free, deferred) = self.raw_space();
+        let free_total = (free + deferred).min(size);
+        PoolSpace {
+            size,
+            alloc: size - free_total,
+            free: free_total,
+            available: free_total.saturating_sub(slop_bytes(size)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slop_is_a_thirty_second_within_bounds() {
+        assert_eq!(slop_bytes(1 << 30), 32 << 20);
+        assert_eq!(slop_bytes(64 << 20), 4 << 20);
+        assert_eq!(slop_bytes(6 << 20), 3 << 20);
+        assert_eq!(slop_bytes(64 << 40), 128 << 30);
+    }
+
+    fn top(kind: tarn_vdev::TopKind, n: usize, ashift: u8) -> tarn_vdev::TopConfig {
+        tarn_vdev::TopConfig {
+            id: 0,
+            guid: 1,
+            kind,
+            ashift,
+            asize: 1 << 30,
+            children: (0..n).map(|i| tarn_vdev::LeafConfig::new(i as u64 + 1, format!("d{i}"))).collect(),
+        }
+    }
+
+    fn ratio(t: tarn_vdev::TopConfig) -> f64 {
+        let config = tarn_vdev::PoolConfig {
+            name: "t".into(),
+            pool_guid: 1,
+            version: 1,
+            state: tarn_vdev::PoolState::Active,
+            hostname: "h".into(),
+            create_txg: 1,
+            top: vec![t],
+            properties: Default::default(),
+            spares: vec![],
+            generation: 1,
+        };
+        let (n, d) = deflate_ratio(&config);
+        n as f64 / d as f64
+    }
+
+    /// The story: deflating by the ideal (N-p)/N overstated raidz space by
+    /// the padding of variable-width stripes (3% on a 4-wide raidz1, 5.5%
+    /// on an 8-wide raidz2 at ashift 12).
+    #[test]
+    fn raidz_deflates_by_the_real_allocation_of_a_128k_block() {
+        use tarn_vdev::TopKind;
+        assert_eq!(ratio(top(TopKind::Mirror, 2, 12)), 1.0);
+        let z1 = ratio(top(TopKind::Raidz { parity: 1 }, 4, 12));
+        assert!((z1 - 128.0 / 176.0).abs() < 1e-5, "raidz1 x4: {z1}");
+        assert!(z1 < 0.75 * 0.98);
+        let z2 = ratio(top(TopKind::Raidz { parity: 2 }, 8, 12));
+        assert!(z2 < 0.75 * 0.95, "raidz2 x8: {z2}");
+    }
+}
