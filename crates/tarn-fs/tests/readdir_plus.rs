@@ -8,8 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
+use rand::Rng;
 use tarn_dev::{Device, MemDevice};
 use tarn_fs::*;
 use tarn_obj::{ObjPool, PoolCreate, TopKind};
@@ -34,17 +33,6 @@ fn new_fs(name: &str) -> Arc<Fs> {
     Fs::format(&os, &tx).unwrap();
     drop(tx);
     Fs::open(pool, os, FsOptions::default()).unwrap()
-}
-
-/// Decimal or 0x hex, as every randomized test reads TARN_SEED.
-fn env_u64(name: &str, default: u64) -> u64 {
-    match std::env::var(name) {
-        Ok(s) => match s.strip_prefix("0x") {
-            Some(hex) => u64::from_str_radix(hex, 16).unwrap_or(default),
-            None => s.parse().unwrap_or(default),
-        },
-        Err(_) => default,
-    }
 }
 
 /// A directory `d` under the root holding `files` files, `dirs`
@@ -200,9 +188,8 @@ fn a_listed_file_unlinked_while_held_stays_until_forgotten() {
 /// listed entry may have named a freed inode.
 #[test]
 fn listing_racing_with_unlinks_leaks_and_frees_nothing_early() {
-    let seed = env_u64("TARN_SEED", 0x7d1e);
-    let count = env_u64("TARN_COUNT", 3000);
-    eprintln!("seed {seed} count {count}; reproduce with: TARN_SEED={seed} TARN_COUNT={count} cargo test -p tarn-fs --test readdir_plus listing_racing");
+    let run = tarn_testkit::seeded!(3000);
+    let count = run.count;
     let fs = new_fs("rdprace");
     let d = fs.mkdir(fs.root_ino(), b"d", 0o755, C).unwrap().ino;
     let done = Arc::new(AtomicBool::new(false));
@@ -248,7 +235,7 @@ fn listing_racing_with_unlinks_leaks_and_frees_nothing_early() {
             })
         })
         .collect();
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut rng = run.rng(0);
     let mut live: BTreeSet<u32> = BTreeSet::new();
     let mut made = Vec::new();
     for step in 0..count {
