@@ -26,6 +26,9 @@
 //! before every write. Every handler that changes a file's contents or
 //! owner calls it (a new one, e.g. fallocate, must too).
 //!
+//! POSIX ACLs: none (ZFS's `acltype=off`); `system.posix_acl_access` and
+//! `_default` are refused with `EOPNOTSUPP` (`is_posix_acl`).
+//!
 //! Inode numbers: FUSE's root (1) is the root directory object; every
 //! other inode number is the object id (object 1 is the master node and
 //! never appears as a file). Snapshots (`.zfs/snapshot/<name>`, as in ZFS:
@@ -299,6 +302,16 @@ fn ftype(k: FileKind) -> FileType {
         FileKind::CharDev => FileType::CharDevice,
         FileKind::BlockDev => FileType::BlockDevice,
     }
+}
+
+/// The POSIX ACL attributes. tarn has no ACLs (ZFS's `acltype=off`, its
+/// default on Linux): they are refused with `EOPNOTSUPP` as there, rather
+/// than stored as plain attributes the kernel would never enforce. The
+/// answer also lets `ls -l` stop asking (GNU ls remembers, per device,
+/// that ACLs are not supported): a listing costs no GETXATTR round trip
+/// per file for them.
+fn is_posix_acl(name: &OsStr) -> bool {
+    matches!(name.as_bytes(), b"system.posix_acl_access" | b"system.posix_acl_default")
 }
 
 fn errno(e: &FsError) -> Errno {
@@ -833,12 +846,18 @@ impl fuser::Filesystem for TarnFuse {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        if is_posix_acl(name) {
+            return reply.error(Errno::EOPNOTSUPP);
+        }
         let (fs, ino, _) = node_or_reply!(self, ino, reply);
         let r = guarded(|| fs.setxattr(ino, name.as_bytes(), value, flags as u32));
         Self::empty(r, reply)
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        if is_posix_acl(name) {
+            return reply.error(Errno::EOPNOTSUPP);
+        }
         let (fs, ino, _) = match self.node(ino) {
             Ok(x) => x,
             Err(_) => return reply.error(Errno::ENODATA),
@@ -859,7 +878,7 @@ impl fuser::Filesystem for TarnFuse {
         match names {
             Ok(names) => {
                 let mut buf = Vec::new();
-                for n in names {
+                for n in names.into_iter().filter(|n| !is_posix_acl(OsStr::from_bytes(n))) {
                     buf.extend_from_slice(&n);
                     buf.push(0);
                 }
@@ -876,6 +895,9 @@ impl fuser::Filesystem for TarnFuse {
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if is_posix_acl(name) {
+            return reply.error(Errno::EOPNOTSUPP);
+        }
         let (fs, ino, _) = node_or_reply!(self, ino, reply);
         Self::empty(guarded(|| fs.removexattr(ino, name.as_bytes())), reply)
     }

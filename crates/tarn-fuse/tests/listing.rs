@@ -170,3 +170,95 @@ fn negative_entries_are_cached_and_replaced_by_creates() {
     assert_eq!(fs::read(m.join("alias")).unwrap(), b"x");
     h.unmount().expect("unmount");
 }
+
+/// `errno` of a failed xattr call, or `None` if it succeeded.
+fn xattr_errno(r: isize) -> Option<i32> {
+    (r < 0).then(|| std::io::Error::last_os_error().raw_os_error().unwrap())
+}
+
+fn cpath(p: &std::path::Path) -> std::ffi::CString {
+    std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap()
+}
+
+/// tarn has no POSIX ACLs (ZFS's `acltype=off`): their attributes are
+/// refused with EOPNOTSUPP through the mount, not stored unenforced, and
+/// one stored by an older tarn is neither listed nor readable. That
+/// answer is what lets GNU `ls -l` stop asking for ACLs after the first
+/// file of the mount (it remembers the device); with ENODATA it would ask
+/// once per file, a GETXATTR round trip each. Checked with the real `ls`
+/// under the real `strace`.
+#[test]
+fn posix_acls_are_refused_and_ls_l_stops_asking() {
+    const FILES: usize = 300;
+    let fs_ = new_fs("fuseacl");
+    let d = fs_.mkdir(fs_.root_ino(), b"d", 0o755, Cred::ROOT).unwrap().ino;
+    fs_.forget(d, 1);
+    for i in 0..FILES {
+        let (a, _) = fs_.create(d, format!("f{i:03}").as_bytes(), 0o644, Cred::ROOT, true).unwrap();
+        fs_.forget(a.ino, 1);
+    }
+    // An ACL attribute stored below the mount (as an older tarn did).
+    let (old, _) = fs_.create(d, b"old-acl", 0o644, Cred::ROOT, true).unwrap();
+    fs_.setxattr(old.ino, b"system.posix_acl_access", b"\x02\0\0\0", 0).unwrap();
+    fs_.setxattr(old.ino, b"user.kept", b"yes", 0).unwrap();
+    fs_.forget(old.ino, 1);
+    let dir = tempfile::tempdir().unwrap();
+    let h = mount(fs_.clone(), dir.path(), opts()).expect("mount");
+    let m = h.mountpoint().to_path_buf();
+
+    let f = cpath(&m.join("d/f000"));
+    let dir_p = cpath(&m.join("d"));
+    let old_p = cpath(&m.join("d/old-acl"));
+    let mut buf = vec![0u8; 256];
+    // user::rwx group::r-x other::r-x in the kernel's xattr form (a default
+    // ACL is only for directories: the kernel itself refuses it on files).
+    let mut acl = 2u32.to_le_bytes().to_vec();
+    for (tag, perm) in [(0x01u16, 7u16), (0x04, 5), (0x20, 5)] {
+        acl.extend(tag.to_le_bytes());
+        acl.extend(perm.to_le_bytes());
+        acl.extend(u32::MAX.to_le_bytes());
+    }
+    for (name, target) in [(c"system.posix_acl_access", &f), (c"system.posix_acl_default", &dir_p)] {
+        // SAFETY: valid NUL-terminated strings and buffers of the lengths given.
+        unsafe {
+            let set = libc::setxattr(target.as_ptr(), name.as_ptr(), acl.as_ptr().cast(), acl.len(), 0);
+            assert_eq!(xattr_errno(set as isize), Some(libc::EOPNOTSUPP), "set {name:?}");
+            let get = libc::getxattr(target.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len());
+            assert_eq!(xattr_errno(get), Some(libc::EOPNOTSUPP), "get {name:?}");
+            let rm = libc::removexattr(target.as_ptr(), name.as_ptr());
+            assert_eq!(xattr_errno(rm as isize), Some(libc::EOPNOTSUPP), "remove {name:?}");
+        }
+    }
+    // SAFETY: as above.
+    let get = unsafe { libc::getxattr(old_p.as_ptr(), c"system.posix_acl_access".as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    assert_eq!(xattr_errno(get), Some(libc::EOPNOTSUPP), "the ACL stored below the mount is not read");
+    // SAFETY: as above.
+    let n = unsafe { libc::listxattr(old_p.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    assert!(n >= 0, "listxattr: {}", std::io::Error::last_os_error());
+    assert_eq!(&buf[..n as usize], b"user.kept\0", "the stored ACL is not listed, other attributes are");
+    // Other attributes work as before.
+    // SAFETY: as above.
+    unsafe {
+        assert_eq!(libc::setxattr(f.as_ptr(), c"user.x".as_ptr(), b"1".as_ptr().cast(), 1, 0), 0);
+        assert_eq!(libc::getxattr(f.as_ptr(), c"user.x".as_ptr(), buf.as_mut_ptr().cast(), buf.len()), 1);
+    }
+
+    // The real ls -l: it asks for an ACL once, then never again on this
+    // device. A regression (ENODATA) would show FILES + 1 calls.
+    let out = std::process::Command::new("strace")
+        .args(["-f", "-e", "trace=getxattr,lgetxattr", "-o"])
+        .arg(dir.path().with_extension("strace"))
+        .args(["ls", "-l"])
+        .arg(m.join("d"))
+        .output()
+        .expect("strace (Debian package strace) runs ls -l");
+    assert!(out.status.success(), "ls -l: {}", String::from_utf8_lossy(&out.stderr));
+    let listing = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(listing.lines().filter(|l| l.starts_with('-')).count(), FILES + 1, "{listing}");
+    assert!(!listing.lines().any(|l| l.starts_with("-rw-r--r--+")), "no file shown with an ACL");
+    let trace = fs::read_to_string(dir.path().with_extension("strace")).unwrap();
+    let _ = fs::remove_file(dir.path().with_extension("strace"));
+    let acl_calls = trace.lines().filter(|l| l.contains("system.posix_acl_access")).count();
+    assert_eq!(acl_calls, 1, "ls -l asked for ACLs {acl_calls} times:\n{trace}");
+    h.unmount().expect("unmount");
+}
