@@ -46,6 +46,7 @@ mod diff;
 pub mod fdpass;
 mod mount;
 mod replication;
+mod stale;
 pub mod proto;
 pub mod scan;
 pub mod server;
@@ -135,6 +136,10 @@ pub fn run(options: DaemonOptions) -> Result<(), String> {
     let daemon = Arc::new(Daemon::new(state_dir.clone(), socket.clone(), config)?);
     install_signal_thread(daemon.clone())?;
     let listener = UnixListener::bind(&socket).map_err(|e| format!("cannot listen at {}: {e}", socket.display()))?;
+    // Mounts left by a daemon that died: gone before anything mounts.
+    for line in stale::detach_dead_mounts() {
+        eprintln!("tarn daemon: {line}");
+    }
     for line in daemon.reimport_cached() {
         eprintln!("tarn daemon: {line}");
     }

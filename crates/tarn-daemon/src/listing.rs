@@ -147,10 +147,14 @@ impl Daemon {
                 q.props.iter().map(|p| props::canonical_name(p)).collect()
             };
             let get = |prop: &str, parsable: bool| {
-                imported
+                let mut value = imported
                     .ds
                     .get_property(&name, prop, parsable, imported.altroot.as_deref())
-                    .map_err(|e| format!("cannot get '{prop}' of '{name}': {e}"))
+                    .map_err(|e| format!("cannot get '{prop}' of '{name}': {e}"))?;
+                if prop == "mounted" && !name.contains(['@', '#']) {
+                    value.value = if imported.mounts.contains_key(&name) { "yes" } else { "no" }.to_string();
+                }
+                Ok::<_, String>(value)
             };
             let mut cells = Vec::new();
             for prop in &wanted {

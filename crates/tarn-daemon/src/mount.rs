@@ -84,13 +84,15 @@ impl Mounted {
         snapshots: Option<Arc<dyn tarn_fuse::SnapshotSource>>,
         limit: Option<Arc<dyn tarn_fs::SpaceLimit>>,
     ) -> Result<Mounted, String> {
-        std::fs::create_dir_all(path).map_err(|e| format!("cannot create mountpoint {}: {e}", path.display()))?;
+        crate::stale::prepare_mountpoint(dataset, path)?;
         let fs = tarn_fs::Fs::open(pool, os, fs_options(settings)).map_err(|e| e.to_string())?;
         fs.set_space_limit(limit);
         let options = tarn_fuse::MountOptions {
             fsname: dataset.to_string(),
             readonly: settings.readonly,
-            allow_other: false,
+            // A NAS is multi-user: every uid reaches what the permission bits
+            // grant (the kernel checks them: default_permissions).
+            allow_other: true,
         };
         let handle = tarn_fuse::mount_with_snapshots(fs.clone(), path, options, snapshots).map_err(|e| e.to_string())?;
         Ok(Mounted { path: path.to_path_buf(), fs, handle })

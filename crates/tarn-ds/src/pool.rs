@@ -683,6 +683,8 @@ impl Pool {
                 )),
                 "origin" => record.origin.clone().unwrap_or_else(|| "-".to_string()),
                 "clones" => "-".to_string(),
+                // Known to the daemon, which owns the mounts (it fills this in).
+                "mounted" => "-".to_string(),
                 "guid" => record.guid.to_string(),
                 "written" => number(self.written_bytes(name)),
                 "createtxg" => record.createtxg.to_string(),

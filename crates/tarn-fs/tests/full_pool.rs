@@ -160,3 +160,29 @@ fn mirror_fills_empties_and_fills_again() {
 fn raidz1_fills_empties_and_fills_again() {
     journey(TopKind::Raidz { parity: 1 }, 4);
 }
+
+/// `available` is what one big file can take, within 1%, on raidz widths
+/// where the ideal (N-p)/N deflation would overstate it by 3-5.5%.
+#[test]
+fn available_is_writable_on_several_widths() {
+    let chunk = noise(1 << 20, 11);
+    for (kind, devices) in [
+        (TopKind::Raidz { parity: 1 }, 3),
+        (TopKind::Raidz { parity: 1 }, 4),
+        (TopKind::Raidz { parity: 2 }, 6),
+        (TopKind::Raidz { parity: 2 }, 8),
+        (TopKind::Mirror, 3),
+    ] {
+        let (pool, fs) = pool(kind.clone(), devices, 96 << 20);
+        let promised = available(&pool);
+        let written = fill_big(&fs, b"big", &chunk);
+        let gap = promised.abs_diff(written);
+        assert!(
+            gap * 100 <= promised,
+            "{kind:?} x{devices}: available said {promised}, {written} fit ({:.2}% off)",
+            gap as f64 * 100.0 / promised as f64
+        );
+        let report = pool.check();
+        assert!(report.ok(), "{kind:?} x{devices}: {report:?}");
+    }
+}

@@ -114,11 +114,15 @@ pub use space::{deflate_ratio, slop_bytes};
 
 pub use tarn_vdev::{DevState, TopKind};
 
+/// A top-level vdev to create: its kind and the opened devices with the
+/// paths users gave.
+pub type TopDevices = (TopKind, Vec<(String, Arc<dyn Device>)>);
+
 /// What `ObjPool::create` needs.
 pub struct PoolCreate {
     pub name: String,
     /// Top-level vdevs in order: kind and the opened devices with the paths users gave.
-    pub tops: Vec<(TopKind, Vec<(String, Arc<dyn Device>)>)>,
+    pub tops: Vec<TopDevices>,
     pub ashift: u8,
     /// Pool properties recorded in the label config (e.g. "comment").
     pub properties: std::collections::BTreeMap<String, String>,

@@ -103,7 +103,7 @@ pub(crate) struct Dnode {
 enum Found {
     Data(Arc<Vec<u8>>),
     Hole,
-    Committed(DnodePhys),
+    Committed(Box<DnodePhys>),
 }
 
 pub(crate) struct ObjsetInner {
@@ -299,7 +299,7 @@ impl ObjectSet {
 
     pub fn create_with_id(&self, tx: &Tx, id: ObjectId, t: ObjType, block_size: u32, bonus: &[u8; BONUS_LEN]) -> Result<()> {
         self.check_writable()?;
-        if block_size == 0 || block_size > MAX_BLOCK_SIZE || block_size % 512 != 0 {
+        if block_size == 0 || block_size > MAX_BLOCK_SIZE || !block_size.is_multiple_of(512) {
             return Err(ObjError::Invalid(format!("block size {block_size}")));
         }
         if id.0 == 0 {
@@ -388,7 +388,7 @@ impl ObjectSet {
 
     pub fn set_block_size(&self, tx: &Tx, id: ObjectId, block_size: u32) -> Result<()> {
         self.check_writable()?;
-        if block_size == 0 || block_size > MAX_BLOCK_SIZE || block_size % 512 != 0 {
+        if block_size == 0 || block_size > MAX_BLOCK_SIZE || !block_size.is_multiple_of(512) {
             return Err(ObjError::Invalid(format!("block size {block_size}")));
         }
         let dn = self.dnode(id)?;
@@ -441,7 +441,7 @@ impl ObjectSet {
                 return Ok(Found::Hole);
             }
         }
-        Ok(Found::Committed(st.committed.clone()))
+        Ok(Found::Committed(Box::new(st.committed.clone())))
     }
 
     fn read_committed(&self, phys: &DnodePhys, blkid: u64) -> Result<Option<Arc<Vec<u8>>>> {
@@ -537,7 +537,7 @@ impl ObjectSet {
                 let phys = {
                     let st = dn.st.lock();
                     match os.block_view(&st, blkid) {
-                        Ok(Found::Committed(p)) => p,
+                        Ok(Found::Committed(p)) => *p,
                         _ => continue,
                     }
                 };
@@ -703,7 +703,7 @@ impl ObjectSet {
         // Partial blocks at the edges are zeroed; whole blocks freed.
         let first_full = offset.div_ceil(bs);
         let last_full = if len.is_none() { u64::MAX } else { end / bs };
-        if offset % bs != 0 {
+        if !offset.is_multiple_of(bs) {
             let blkid = offset / bs;
             let from = (offset % bs) as usize;
             let to = if end / bs == blkid { (end % bs) as usize } else { bs as usize };

@@ -9,12 +9,18 @@
 //!   rewritten bottom-up, object set roots land in the MOS, the MOS is
 //!   written, then the space map log, then every vdev is flushed, and only
 //!   then is the uberblock for T written and flushed (invariant 3).
+//!
 //! The sync runs every `txg_timeout`, when dirty data passes 1/4 of
 //! `dirty_data_max`, or when someone calls `sync()` (fsync).
 //! Writers are throttled smoothly from 60% of `dirty_data_max` and stopped
 //! at 100% until a sync finishes.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+
+/// An object set destroyed in a txg, kept until that txg is written.
+type DestroyedObjset = (ObjsetId, Arc<ObjsetInner>);
+/// A level-0 block to write: item index, block id, data, object type, metadata?
+type DataJob = (usize, u64, Arc<Vec<u8>>, u8, bool);
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -71,7 +77,7 @@ pub(crate) struct Shared {
     pub shutdown: AtomicBool,
     pub next_objset: AtomicU64,
     pub created_objsets: Mutex<BTreeMap<Txg, Vec<ObjsetId>>>,
-    pub destroyed_objsets: Mutex<BTreeMap<Txg, Vec<(ObjsetId, Arc<ObjsetInner>)>>>,
+    pub destroyed_objsets: Mutex<BTreeMap<Txg, Vec<DestroyedObjset>>>,
     /// Snapshot operations to apply at the end of each txg (see snap.rs).
     pub snap_ops: Mutex<BTreeMap<Txg, Vec<crate::snap::SnapOp>>>,
     pub last_error: Mutex<Option<String>>,
@@ -328,7 +334,7 @@ impl ObjPool {
                 }
             }
         }
-        ubs.sort_by(|a, b| b.txg.cmp(&a.txg));
+        ubs.sort_by_key(|u| std::cmp::Reverse(u.txg));
         let newest_seen = ubs.first().map(|u| u.txg).ok_or_else(|| ObjError::Corrupt("no valid uberblock found".into()))?;
         // Leaves find their devices by guid; a device whose label is older
         // than the config (it was away) still belongs if the config lists it.
@@ -1024,7 +1030,7 @@ fn sync_objset(s: &Arc<Shared>, inner: &Arc<ObjsetInner>, txg: Txg) -> Result<Ob
     }
     // Level-0 data blocks, in parallel.
     let data_spec = WriteSpec { compression: props.compression, checksum: props.checksum, copies: props.copies, level: 0, otype: 0, metadata: false };
-    let jobs: Vec<(usize, u64, Arc<Vec<u8>>, u8, bool)> = items
+    let jobs: Vec<DataJob> = items
         .iter()
         .enumerate()
         .flat_map(|(i, it)| it.dirty.blocks.iter().map(move |(&b, d)| (i, b, d.clone(), it.dirty.attrs.otype, it.dirty.attrs.metadata)))
@@ -1109,10 +1115,10 @@ fn sync_objset(s: &Arc<Shared>, inner: &Arc<ObjsetInner>, txg: Txg) -> Result<Ob
     let mut meta_blocks: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
     for (&id, phys) in &new_dnodes {
         let blkid = id / DNODES_PER_BLOCK;
-        if !meta_blocks.contains_key(&blkid) {
+        if let std::collections::btree_map::Entry::Vacant(e) = meta_blocks.entry(blkid) {
             let bp = tree::lookup(&s.io, &committed.meta, blkid)?;
             let data = if bp.is_hole() { vec![0u8; META_BLOCK_SIZE as usize] } else { s.io.read(&bp).map_err(block_err)?.as_ref().clone() };
-            meta_blocks.insert(blkid, data);
+            e.insert(data);
         }
         let slot = (id % DNODES_PER_BLOCK) as usize * DNODE_SIZE;
         let blk = meta_blocks.get_mut(&blkid).expect("inserted");

@@ -429,7 +429,7 @@ fn run_loop(weak: &Weak<Shared>) -> Exit {
             continue;
         }
         let Some(stats) = s.scanner.stats.lock().clone() else { return Exit::Stop };
-        let c = cursor.get_or_insert_with(|| Cursor {
+        let c = cursor.get_or_insert(Cursor {
             objset: stats.bookmark_objset,
             object: stats.bookmark_object,
             done: false,

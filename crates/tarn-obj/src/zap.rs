@@ -97,6 +97,10 @@
 use crate::{ObjError, ObjType, ObjectId, ObjectSet, Result, Tx, BONUS_LEN};
 use parking_lot::RwLock;
 
+/// Called with (hash, collision differentiator, name, value) of each
+/// entry; false stops the walk.
+type EntryVisitor<'a> = dyn FnMut(u64, u16, &[u8], &[u8]) -> bool + 'a;
+
 /// Block size of every ZAP object.
 pub const ZAP_BLOCK_SIZE: u32 = 16 * 1024;
 /// Longest key accepted.
@@ -311,7 +315,7 @@ impl Leaf {
         b: &[u8],
         slot: u64,
         g: u32,
-        f: &mut dyn FnMut(u64, u16, &[u8], &[u8]) -> bool,
+        f: &mut EntryVisitor<'_>,
     ) -> Result<(u32, u64)> {
         let bad = |w: &str| corrupt(obj, w);
         if b.len() != BS || b.get(0..4) != Some(&LEAF_MAGIC[..]) {

@@ -461,3 +461,41 @@ fn too_many_failures_suspend_then_clear() {
     harness.export("tank");
     drop((a, b));
 }
+
+/// Importing a pool with a device missing alerts like a device that
+/// vanishes later (issue 9, item 6).
+#[test]
+fn degraded_import_alerts() {
+    let sinks_dir = tempfile::tempdir().unwrap();
+    let (smtp, mail_dir) = sinks::start_smtp(sinks_dir.path(), &[]);
+    let (webhook, hook_log) = sinks::start_webhook(sinks_dir.path(), &[]);
+    let config = alert_config(smtp.port, webhook.port);
+    let harness = Harness::start_with_config(Some(&config));
+    let devices = harness.vdev_files("vdevs", 2, 128 << 20);
+    let root = harness.create_pool("tank", &["mirror".into(), path_str(&devices[0]), path_str(&devices[1])]);
+    std::fs::write(root.join("kept"), b"still here\n").unwrap();
+    harness.export("tank");
+    std::fs::remove_file(&devices[1]).unwrap();
+    let root = harness.import("tank", &harness.dir.join("vdevs"));
+    assert_eq!(harness.status_json("tank")["pools"]["tank"]["state"], "DEGRADED");
+    assert_eq!(std::fs::read(root.join("kept")).unwrap(), b"still here\n");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let mails = sinks::mails(&mail_dir);
+        let hooks = sinks::lines(&hook_log);
+        let mail_ok = mails.iter().any(|m| m.contains("tank") && m.contains("DEGRADED"));
+        let hook_ok = hooks.iter().any(|h| h.contains("\"pool\":\"tank\"") && h.contains("DEGRADED"));
+        if mail_ok && hook_ok {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no alert for a degraded import within 60 s\nmails: {mails:#?}\nhooks: {hooks:#?}\n{}",
+            harness.daemon_log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let events = harness.tarn_ok(&["pool", "events", "-H", "tank"]);
+    assert!(events.contains("pool_degraded"), "{events}");
+    assert!(events.contains(&path_str(&devices[1])), "the missing device is named: {events}");
+}

@@ -776,6 +776,15 @@ impl Harness {
     /// it), clear the dead mounts, and start a new daemon on the same
     /// state directory and socket; it re-imports the pools it had.
     pub fn kill_and_restart(&mut self) {
+        self.kill_daemon();
+        for mountpoint in mounts_under(&self.dir) {
+            unmount(&mountpoint);
+        }
+        self.restart_daemon();
+    }
+
+    /// `kill -9` the daemon; its mounts stay behind, dead.
+    pub fn kill_daemon(&mut self) {
         if let Some(mut child) = self.daemon.take() {
             let _ = child.kill();
             let _ = child.wait();
@@ -783,9 +792,10 @@ impl Harness {
         if let Some(stop) = self.watchdog_stop.take() {
             let _ = stop.send(());
         }
-        for mountpoint in mounts_under(&self.dir) {
-            unmount(&mountpoint);
-        }
+    }
+
+    /// Start a new daemon on the same state directory and socket.
+    pub fn restart_daemon(&mut self) {
         let log = fs::OpenOptions::new().append(true).open(&self.log_path).expect("open daemon log");
         let daemon = Command::new(TARN)
             .arg("daemon")
