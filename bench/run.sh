@@ -4,7 +4,8 @@
 #   bench/run.sh [--systems raw,zfs-fuse,btrfs,tarn] [--size 1G] [--runtime 20]
 #                [--files 50000] [--workdir DIR] [--out docs/benchmarks.md]
 #
-# Systems (all on the disk that holds --workdir, default /var/tmp/tarn-bench):
+# Systems (all on the disk that holds --workdir, default /var/tmp/tarn-bench;
+# set up by bench/systems.sh, shared with bench/walk.sh):
 #   raw       a plain directory on that disk (ext4): the reference
 #   zfs-fuse  Debian's zfs-fuse, raidz1 of 4 sparse files
 #   btrfs     btrfs on 4 loop devices over sparse files, -d raid5 -m raid1
@@ -45,29 +46,17 @@ done
 command_line="bench/run.sh --systems $systems --size $size --runtime $runtime --files $files"
 
 [ "$(id -u)" = 0 ] || { echo "bench/run.sh: needs root (mounts, loop devices)" >&2; exit 1; }
-has() { case ",$systems," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
-
-install_missing() {
-    local need=()
-    command -v fio >/dev/null || need+=(fio)
-    command -v python3 >/dev/null || need+=(python3)
-    if has zfs-fuse && ! command -v zfs-fuse >/dev/null; then need+=(zfs-fuse); fi
-    if has btrfs && ! command -v mkfs.btrfs >/dev/null; then need+=(btrfs-progs); fi
-    if [ ${#need[@]} -gt 0 ]; then
-        apt-get update -q
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need[@]}" </dev/null
-    fi
-}
-install_missing
-
 mkdir -p "$workdir"
 workdir=$(cd "$workdir" && pwd)
+vdev_size=$(( 4 * 1024 * 1024 * 1024 ))   # 4 GiB sparse per device
+# shellcheck source=bench/systems.sh
+. bench/systems.sh
+need=()
+command -v fio >/dev/null || need+=(fio)
+install_missing "${need[@]}"
 results="$workdir/results.tsv"
 : > "$results"
 export BENCH_SIZE="$size" BENCH_RUNTIME="$runtime"
-vdev_size=$(( 4 * 1024 * 1024 * 1024 ))   # 4 GiB sparse per device
-
-drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 
 # record SYSTEM ROW VALUE UNIT
 record() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >> "$results"; echo "  $1 / $2: $3 $4"; }
@@ -92,12 +81,15 @@ else:
 PY
 }
 
-# bench_system SYSTEM DIR COLD_HOOK: runs every row on DIR.
+# bench_system SYSTEM: sets the system up (bench/systems.sh), runs every
+# row on it, tears it down.
 bench_system() {
-    local system=$1 dir=$2 cold=$3 line
+    local system=$1 line
+    system_start "$system"
+    local dir=$mnt
     echo "== $system on $dir"
     line=$(run_fio "$system" "$dir" seq-write); record "$system" "seq write 1M (end_fsync)" ${line}
-    $cold
+    system_cold "$system"
     line=$(run_fio "$system" "$dir" seq-read); record "$system" "seq read 1M (cold)" ${line}
     line=$(run_fio "$system" "$dir" rand-read-qd1); record "$system" "rand read 4K QD1" ${line}
     line=$(run_fio "$system" "$dir" rand-read-4jobs); record "$system" "rand read 4K 4 jobs" ${line}
@@ -106,97 +98,15 @@ bench_system() {
     local ops
     ops=$(python3 bench/metadata.py "$dir" "$files" | python3 -c 'import json,sys; print("%.0f" % json.load(sys.stdin)["cycle_ops_per_s"])')
     record "$system" "create/stat/unlink $files files" "$ops" "ops/s"
+    system_stop "$system"
 }
 
-# ---- raw ext4 (reference)
-raw_cold() { drop_caches; }
-if has raw; then
-    rm -rf "$workdir/raw"; mkdir -p "$workdir/raw"
-    bench_system raw "$workdir/raw" raw_cold
-    rm -rf "$workdir/raw"
-fi
-
-# ---- zfs-fuse
-zfs_pid=""
-zfs_stop() {
-    zpool export tbzfs 2>/dev/null || true
-    if [ -n "$zfs_pid" ]; then kill "$zfs_pid" 2>/dev/null || true; wait "$zfs_pid" 2>/dev/null || true; zfs_pid=""; fi
-}
-zfs_cold() { zpool export tbzfs; drop_caches; zpool import -d "$workdir/zfs" tbzfs; }
-if has zfs-fuse; then
-    rm -rf "$workdir/zfs"; mkdir -p "$workdir/zfs"
-    for i in 1 2 3 4; do truncate -s "$vdev_size" "$workdir/zfs/d$i"; done
-    if ! zpool list >/dev/null 2>&1; then   # no zfs-fuse daemon answering yet
-        zfs-fuse --no-daemon >"$workdir/zfs-fuse.log" 2>&1 &
-        zfs_pid=$!
-        sleep 2
-    fi
-    trap zfs_stop EXIT
-    zpool create -f -m "$workdir/mnt-zfs" tbzfs raidz1 "$workdir"/zfs/d{1,2,3,4}
-    zfs set compression=off tbzfs
-    bench_system zfs-fuse "$workdir/mnt-zfs" zfs_cold
-    # zfs-fuse may report "busy" for a moment after the last unlink.
-    for _ in 1 2 3 4 5 6 7 8 9 10; do zpool destroy tbzfs 2>/dev/null && break; sleep 1; done
-    zfs_stop
-    trap - EXIT
-    rm -rf "$workdir/zfs"
-fi
-
-# ---- btrfs on loop devices
-loops=()
-btrfs_stop() {
-    umount "$workdir/mnt-btrfs" 2>/dev/null || true
-    for l in "${loops[@]}"; do losetup -d "$l" 2>/dev/null || true; done
-    loops=()
-}
-btrfs_cold() { umount "$workdir/mnt-btrfs"; drop_caches; mount -t btrfs "${loops[0]}" "$workdir/mnt-btrfs"; }
-if has btrfs; then
-    rm -rf "$workdir/btrfs"; mkdir -p "$workdir/btrfs" "$workdir/mnt-btrfs"
-    for i in 1 2 3 4; do
-        truncate -s "$vdev_size" "$workdir/btrfs/d$i"
-        loops+=("$(losetup --find --show "$workdir/btrfs/d$i")")
-    done
-    trap btrfs_stop EXIT
-    mkfs.btrfs -q -f -d raid5 -m raid1 "${loops[@]}"
-    btrfs device scan >/dev/null 2>&1 || true
-    mount -t btrfs "${loops[0]}" "$workdir/mnt-btrfs"
-    bench_system btrfs "$workdir/mnt-btrfs" btrfs_cold
-    btrfs_stop
-    trap - EXIT
-    rm -rf "$workdir/btrfs"
-fi
-
-# ---- tarn
-tarn_pid=""
-tarn_bin="$repo/target/release/tarn"
-tarn() { "$tarn_bin" --socket "$workdir/tarn.sock" "$@"; }
-tarn_stop() {
-    tarn pool export tbtarn 2>/dev/null || true
-    if [ -n "$tarn_pid" ]; then kill "$tarn_pid" 2>/dev/null || true; wait "$tarn_pid" 2>/dev/null || true; tarn_pid=""; fi
-    umount -l "$workdir/mnt-tarn" 2>/dev/null || true
-}
-tarn_cold() { tarn pool export tbtarn; drop_caches; tarn pool import -d "$workdir/tarn" tbtarn; wait_mount "$workdir/mnt-tarn"; }
-wait_mount() { for _ in $(seq 100); do mountpoint -q "$1" && return 0; sleep 0.1; done; echo "no mount at $1" >&2; return 1; }
-if has tarn; then
-    [ -x "$tarn_bin" ] || cargo build -j2 --release -p tarn
-    rm -rf "$workdir/tarn" "$workdir/tarn-state"; mkdir -p "$workdir/tarn" "$workdir/tarn-state"
-    for i in 1 2 3 4; do truncate -s "$vdev_size" "$workdir/tarn/d$i"; done
-    "$tarn_bin" daemon --state-dir "$workdir/tarn-state" --socket "$workdir/tarn.sock" >"$workdir/tarn-daemon.log" 2>&1 &
-    tarn_pid=$!
-    trap tarn_stop EXIT
-    for _ in $(seq 100); do [ -S "$workdir/tarn.sock" ] && break; sleep 0.1; done
-    tarn pool create -m "$workdir/mnt-tarn" tbtarn raidz1 "$workdir"/tarn/d{1,2,3,4}
-    wait_mount "$workdir/mnt-tarn"
-    bench_system tarn "$workdir/mnt-tarn" tarn_cold
-    tarn pool destroy -f tbtarn || true
-    tarn_stop
-    trap - EXIT
-    rm -rf "$workdir/tarn" "$workdir/tarn-state"
-fi
+for system in raw zfs-fuse btrfs tarn; do
+    has "$system" && bench_system "$system"
+done
 
 # ---- report
-disk=$(df -T "$workdir" | awk 'NR==2 {print $1 " (" $2 ")"}')
-machine="$(nproc) cores, $(free -g | awk '/Mem:/ {print $2}') GiB RAM, kernel $(uname -r), disk $disk"
+machine=$(machine_line)
 report=$(python3 - "$results" <<'PY'
 import sys, collections
 rows = collections.OrderedDict()

@@ -206,6 +206,8 @@ const AUTOTRIM_QUEUE_MAX: usize = 1 << 20;
 pub struct Allocator {
     pub vdevs: Vec<VdevSpace>,
     pub deferred: BTreeMap<u64, Vec<Extent>>,
+    /// The bytes of `deferred` (asked for on every write: space checks).
+    deferred_total: u64,
     /// Records of the txg being synced.
     pub records: Vec<Record>,
     rotor: usize,
@@ -230,6 +232,7 @@ impl Allocator {
         Allocator {
             vdevs: asizes.iter().map(|&a| VdevSpace::new(a)).collect(),
             deferred: BTreeMap::new(),
+            deferred_total: 0,
             records: Vec::new(),
             rotor: 0,
             rotor_bytes: 0,
@@ -324,7 +327,13 @@ impl Allocator {
             return;
         }
         self.records.push(Record { kind: RecordKind::Free(txg), extent: e });
+        self.defer(txg, e);
+    }
+
+    /// Puts `e`, freed in `txg`, into the defer window.
+    fn defer(&mut self, txg: u64, e: Extent) {
         self.deferred.entry(txg).or_default().push(e);
+        self.deferred_total += e.len;
     }
 
     /// Called after txg `synced` is on disk: release frees that are old enough.
@@ -333,6 +342,7 @@ impl Allocator {
         let old: Vec<u64> = self.deferred.range(..keep_from).map(|(&t, _)| t).collect();
         for t in old {
             for e in self.deferred.remove(&t).unwrap_or_default() {
+                self.deferred_total = self.deferred_total.checked_sub(e.len).expect("deferred bytes counted below what the defer window holds");
                 assert!(
                     !overlaps(&self.held, &e) && !overlaps(&self.trimming, &e),
                     "{e:?} leaves the defer window but a checkpoint holds it or a trim is using it"
@@ -369,7 +379,7 @@ impl Allocator {
         for ((vdev, offset), len) in held {
             let e = Extent { vdev, offset, len };
             self.records.push(Record { kind: RecordKind::Free(txg), extent: e });
-            self.deferred.entry(txg).or_default().push(e);
+            self.defer(txg, e);
         }
         bytes
     }
@@ -490,7 +500,7 @@ impl Allocator {
                     self.held_bytes -= len;
                 }
                 if txg.saturating_add(DEFER_TXGS) > ub_txg {
-                    self.deferred.entry(txg).or_default().push(r.extent);
+                    self.defer(txg, r.extent);
                 } else if !v.add_free(r.extent.offset, r.extent.len) {
                     return Err(format!("space map frees {:?} twice", r.extent));
                 }
@@ -524,7 +534,7 @@ impl Allocator {
     }
 
     pub fn deferred_bytes(&self) -> u64 {
-        self.deferred.values().flatten().map(|e| e.len).sum()
+        self.deferred_total
     }
 
     /// Allocated extents (deferred frees and checkpoint holds count as
@@ -561,10 +571,15 @@ mod tests {
         assert_ne!(e1.vdev, e2.vdev);
         assert_eq!(a.free_bytes(), (2 << 20) - 8192);
         a.free(e1, 10, 9);
+        a.free(e2, 11, 9);
+        assert_eq!(a.deferred_bytes(), 8192);
         a.release_deferred(12);
         assert_eq!(a.free_bytes(), (2 << 20) - 8192);
         a.release_deferred(10 + DEFER_TXGS);
         assert_eq!(a.free_bytes(), (2 << 20) - 4096);
+        assert_eq!(a.deferred_bytes(), 4096, "e2 still in the defer window");
+        a.release_deferred(11 + DEFER_TXGS);
+        assert_eq!(a.deferred_bytes(), 0);
         assert!(!a.vdevs[e1.vdev as usize].add_free(e1.offset, e1.len), "double free refused");
         assert_eq!(a.vdevs[e1.vdev as usize].extent_count(), 1, "merged back");
     }

@@ -314,6 +314,11 @@ impl BlockIo {
         Ok(data)
     }
 
+    /// Whether `bp`'s data is in the cache (no read, no hit counted).
+    pub fn is_cached(&self, bp: &BlockPtr) -> bool {
+        self.cache.lock().contains_key(&Self::key(bp))
+    }
+
     /// Drop a block from the cache (it was freed).
     pub fn evict(&self, bp: &BlockPtr) {
         self.cache.lock().remove(&Self::key(bp));

@@ -43,6 +43,10 @@ use tarn_obj::{ObjError, ObjPool, ObjectId, ObjectSet, Tx};
 pub mod falloc;
 pub mod format;
 mod tmpfile;
+mod privileges;
+mod readdir;
+pub use privileges::XATTR_SECURITY_CAPABILITY;
+pub use readdir::READDIR_PLUS_BATCH;
 use format::{decode_dirent, encode_dirent, u64_value, InodePhys, FLAG_UNLINKED};
 
 pub type Result<T> = std::result::Result<T, FsError>;
@@ -547,7 +551,12 @@ impl Fs {
 
     fn attr_of(&self, ino: u64, p: &InodePhys) -> Result<Attr> {
         let info = self.os.info(ObjectId(ino))?;
-        Ok(Attr {
+        Ok(self.attr_from(ino, p, &info))
+    }
+
+    /// `attr_of` when the object's info is at hand already.
+    fn attr_from(&self, ino: u64, p: &InodePhys, info: &tarn_obj::ObjInfo) -> Attr {
+        Attr {
             ino,
             kind: kind_of(p),
             perm: p.mode & 0o7777,
@@ -567,7 +576,7 @@ impl Fs {
                 4096
             },
             generation: p.generation,
-        })
+        }
     }
 
     fn add_ref(&self, ino: u64) {
@@ -1344,69 +1353,6 @@ impl Fs {
         // durable when its fsync returns (a no-op on a read-only pool).
         self.pool.sync()?;
         Ok(())
-    }
-
-    // ------------------------------------------------------------ readdir
-
-    /// List `dir` from `offset` (0 = start; `.` and `..` first). The
-    /// callback returns false to stop; pass an entry's `next_offset` to
-    /// continue after it. Offsets stay valid across creates and removes.
-    pub fn readdir(
-        &self,
-        dir: u64,
-        offset: u64,
-        f: &mut dyn FnMut(&DirEntry) -> bool,
-    ) -> Result<()> {
-        let dp = {
-            let _g = self.read_lock(dir);
-            self.dir(dir)?
-        };
-        if offset == 0
-            && !f(&DirEntry {
-                ino: dir,
-                kind: FileKind::Dir,
-                name: b".".to_vec(),
-                next_offset: 1,
-            })
-        {
-            return Ok(());
-        }
-        if offset <= 1
-            && !f(&DirEntry {
-                ino: dp.parent,
-                kind: FileKind::Dir,
-                name: b"..".to_vec(),
-                next_offset: 2,
-            })
-        {
-            return Ok(());
-        }
-        let cookie = offset.max(DIR_OFFSET_BIAS) - DIR_OFFSET_BIAS;
-        let mut err = None;
-        Zap::iterate(
-            &self.os,
-            ObjectId(dir),
-            cookie,
-            &mut |next, k, v| match decode_dirent(v) {
-                Ok((ino, t)) => {
-                    let kind = FileKind::from_dtype(t).unwrap_or(FileKind::File);
-                    f(&DirEntry {
-                        ino,
-                        kind,
-                        name: k.to_vec(),
-                        next_offset: next + DIR_OFFSET_BIAS,
-                    })
-                }
-                Err(e) => {
-                    err = Some(e);
-                    false
-                }
-            },
-        )?;
-        match err {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
     }
 
     /// The path of `ino` below the root (`/a/b`), found by following its

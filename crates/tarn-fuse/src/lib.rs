@@ -7,12 +7,27 @@
 //!
 //! Caching: attributes and entries are cached by the kernel for `TTL`
 //! (every change goes through this mount, so the kernel's view stays
-//! right); `keep_cache` is set on open when the file's mtime and size did
+//! right), misses too (a negative entry: a name appears only through this
+//! mount, which replaces it; not in `.zfs/snapshot`, whose names come and
+//! go with `tarn snapshot`/`destroy`); listings are READDIRPLUS, which
+//! fill the same caches for every entry listed (`readdir.rs`); symlink
+//! targets are cached (`FUSE_CACHE_SYMLINKS`: they never change);
+//! `keep_cache` is set on open when the file's mtime and size did
 //! not change since its previous open. The writeback cache is NOT enabled:
 //! writes are write-through, so a write acknowledged to an `O_SYNC` /
 //! `O_DSYNC` file is followed by a pool sync before the reply, and `fsync`
 //! returns after a pool sync — the durability contract holds without
 //! having to trust the kernel's flush ordering.
+//!
+//! Privileges (`FUSE_HANDLE_KILLPRIV_V2`): the file system, not the kernel,
+//! drops set-ID bits and `security.capability` on write, truncate and
+//! chown (`Fs::drop_privileges`), so the kernel can mark inodes as having
+//! no security attributes instead of asking for `security.capability`
+//! before every write. Every handler that changes a file's contents or
+//! owner calls it (a new one, e.g. fallocate, must too).
+//!
+//! POSIX ACLs: none (ZFS's `acltype=off`); `system.posix_acl_access` and
+//! `_default` are refused with `EOPNOTSUPP` (`is_posix_acl`).
 //!
 //! Inode numbers: FUSE's root (1) is the root directory object; every
 //! other inode number is the object id (object 1 is the master node and
@@ -27,14 +42,14 @@
 
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo, KernelConfig,
-    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
+    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty,
     ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, SessionACL, TimeOrNow,
     WriteFlags,
 };
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::ffi::{CString, OsStr};
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -42,6 +57,7 @@ use tarn_fs::{Attr, Cred, FileKind, Fs, FsError, SetAttr, TimeSet};
 
 mod falloc;
 mod tmpfile;
+mod readdir;
 
 /// How long the kernel may cache attributes and directory entries. Every
 /// change reaches the file system through this mount, so the kernel's copy
@@ -290,6 +306,16 @@ fn ftype(k: FileKind) -> FileType {
     }
 }
 
+/// The POSIX ACL attributes. tarn has no ACLs (ZFS's `acltype=off`, its
+/// default on Linux): they are refused with `EOPNOTSUPP` as there, rather
+/// than stored as plain attributes the kernel would never enforce. The
+/// answer also lets `ls -l` stop asking (GNU ls remembers, per device,
+/// that ACLs are not supported): a listing costs no GETXATTR round trip
+/// per file for them.
+fn is_posix_acl(name: &OsStr) -> bool {
+    matches!(name.as_bytes(), b"system.posix_acl_access" | b"system.posix_acl_default")
+}
+
 fn errno(e: &FsError) -> Errno {
     Errno::from_i32(e.errno())
 }
@@ -449,6 +475,15 @@ impl fuser::Filesystem for TarnFuse {
             // The kernel caps readahead; keep its maximum.
         }
         let _ = config.add_capabilities(fuser::InitFlags::FUSE_PARALLEL_DIROPS);
+        // Listings carry attributes (readdir.rs): no LOOKUP per entry.
+        let _ = config.add_capabilities(fuser::InitFlags::FUSE_DO_READDIRPLUS);
+        // A symlink's target never changes: the kernel may keep it.
+        let _ = config.add_capabilities(fuser::InitFlags::FUSE_CACHE_SYMLINKS);
+        // We drop set-ID bits and file capabilities ourselves on write,
+        // truncate and chown (`Fs::drop_privileges`), so the kernel marks
+        // inodes "no security attributes" instead of asking for
+        // security.capability (a GETXATTR round trip) before every write.
+        let _ = config.add_capabilities(fuser::InitFlags::FUSE_HANDLE_KILLPRIV_V2);
         let _ = config.set_max_background(64);
         Ok(())
     }
@@ -475,6 +510,11 @@ impl fuser::Filesystem for TarnFuse {
                     return reply.entry(&TTL, &self.virtual_attr(CTL_INO), Generation(0));
                 }
                 let r = guarded(|| fs.lookup(ino, name.as_bytes()));
+                if matches!(r, Err(FsError::NotFound)) {
+                    // A negative entry the kernel may cache for TTL: names
+                    // appear only through this mount, which replaces it.
+                    return reply.entry(&TTL, &self.virtual_attr(0), Generation(0));
+                }
                 self.entry(&fs, k, r, reply)
             }
         }
@@ -505,7 +545,7 @@ impl fuser::Filesystem for TarnFuse {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -530,7 +570,20 @@ impl fuser::Filesystem for TarnFuse {
             atime: ts(atime),
             mtime: ts(mtime),
         };
-        match guarded(|| fs.setattr(ino, &sa)) {
+        // HANDLE_KILLPRIV_V2: a truncate by a caller without CAP_FSETID
+        // (taken as: not root) and any change of owner drop set-ID bits;
+        // both drop file capabilities. An explicit mode wins.
+        let chown = uid.is_some() || gid.is_some();
+        let kill = (sa.mode.is_none() && (chown || (size.is_some() && req.uid() != 0))).then(|| cred(req));
+        let r = guarded(|| {
+            let a = fs.setattr(ino, &sa)?;
+            if chown || size.is_some() {
+                fs.drop_privileges(ino, kill)?;
+                return fs.getattr(ino);
+            }
+            Ok(a)
+        });
+        match r {
             Ok(a) => reply.attr(&TTL, &self.attr(&fs, k, &a)),
             Err(e) => reply.error(errno(&e)),
         }
@@ -673,12 +726,12 @@ impl fuser::Filesystem for TarnFuse {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         flags: OpenFlags,
         _lock_owner: Option<fuser::LockOwner>,
         reply: ReplyWrite,
@@ -686,6 +739,8 @@ impl fuser::Filesystem for TarnFuse {
         let (fs, ino, k) = node_or_reply!(self, ino, reply);
         let r = guarded(|| {
             let n = fs.write(ino, offset, data)?;
+            // HANDLE_KILLPRIV_V2: the kernel flags writers without CAP_FSETID.
+            fs.drop_privileges(ino, write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID).then(|| cred(req)))?;
             if flags.0 & (libc::O_SYNC | libc::O_DSYNC) != 0 {
                 fs.fsync(ino)?;
             }
@@ -773,59 +828,20 @@ impl fuser::Filesystem for TarnFuse {
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
-        mut reply: ReplyDirectory,
+        reply: ReplyDirectory,
     ) {
-        let target = match self.target(ino) {
-            Ok(t) => t,
-            Err(e) => return reply.error(errno(&e)),
-        };
-        let (fs, inner, k) = match target {
-            Target::Ctl | Target::SnapDir => {
-                let (me, children): (u64, Vec<(u64, String)>) = if matches!(target, Target::Ctl) {
-                    (CTL_INO, vec![(SNAPDIR_INO, "snapshot".to_string())])
-                } else {
-                    let names = self.snapshots.as_ref().map(|s| s.names()).unwrap_or_default();
-                    let mut list = Vec::new();
-                    for name in names {
-                        if let Some((k, fs)) = self.snapshot_k(&name) {
-                            list.push(((k << SNAP_SHIFT) | fs.root_ino(), name));
-                        }
-                    }
-                    (SNAPDIR_INO, list)
-                };
-                let parent = if me == CTL_INO { 1 } else { CTL_INO };
-                let mut all = vec![(me, ".".to_string()), (parent, "..".to_string())];
-                all.extend(children);
-                for (i, (ino, name)) in all.iter().enumerate().skip(offset as usize) {
-                    if reply.add(INodeNo(*ino), i as u64 + 1, FileType::Directory, OsStr::new(name)) {
-                        break;
-                    }
-                }
-                return reply.ok();
-            }
-            Target::Node { fs, ino, k } => (fs, ino, k),
-        };
-        let at_root = k == 0 && inner == self.fs.root_ino();
-        let visible = at_root && self.snapshots.as_ref().is_some_and(|s| s.visible());
-        let mut full = false;
-        let r = if offset == CTL_OFFSET + 1 {
-            Ok(())
-        } else {
-            guarded(|| {
-                fs.readdir(inner, if offset == CTL_OFFSET { u64::MAX } else { offset }, &mut |e| {
-                    let name = std::ffi::OsString::from_vec(e.name.clone());
-                    full = reply.add(self.ino_out(&fs, k, e.ino), e.next_offset, ftype(e.kind), &name);
-                    !full
-                })
-            })
-        };
-        if r.is_ok() && visible && !full && offset <= CTL_OFFSET {
-            let _ = reply.add(INodeNo(CTL_INO), CTL_OFFSET + 1, FileType::Directory, OsStr::new(".zfs"));
-        }
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        }
+        self.list(ino, offset, reply)
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        reply: ReplyDirectoryPlus,
+    ) {
+        self.list_plus(ino, offset, reply)
     }
 
     fn fsyncdir(
@@ -869,12 +885,18 @@ impl fuser::Filesystem for TarnFuse {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        if is_posix_acl(name) {
+            return reply.error(Errno::EOPNOTSUPP);
+        }
         let (fs, ino, _) = node_or_reply!(self, ino, reply);
         let r = guarded(|| fs.setxattr(ino, name.as_bytes(), value, flags as u32));
         Self::empty(r, reply)
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        if is_posix_acl(name) {
+            return reply.error(Errno::EOPNOTSUPP);
+        }
         let (fs, ino, _) = match self.node(ino) {
             Ok(x) => x,
             Err(_) => return reply.error(Errno::ENODATA),
@@ -895,7 +917,7 @@ impl fuser::Filesystem for TarnFuse {
         match names {
             Ok(names) => {
                 let mut buf = Vec::new();
-                for n in names {
+                for n in names.into_iter().filter(|n| !is_posix_acl(OsStr::from_bytes(n))) {
                     buf.extend_from_slice(&n);
                     buf.push(0);
                 }
@@ -912,6 +934,9 @@ impl fuser::Filesystem for TarnFuse {
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if is_posix_acl(name) {
+            return reply.error(Errno::EOPNOTSUPP);
+        }
         let (fs, ino, _) = node_or_reply!(self, ino, reply);
         Self::empty(guarded(|| fs.removexattr(ino, name.as_bytes())), reply)
     }

@@ -94,6 +94,7 @@ impl Tx {
 mod check;
 pub mod checkpoint;
 pub mod diff;
+mod dnode_prefetch;
 pub mod format;
 mod objset;
 mod par;
@@ -107,6 +108,7 @@ mod vdev_space;
 pub mod trim;
 mod vdevs;
 
+pub use dnode_prefetch::DNODE_PREFETCH_BLOCKS_MAX;
 pub use objset::ObjectSet;
 pub use pool::{ObjPool, MOS_OBJSET_TABLE};
 pub use space::{deflate_ratio, slop_bytes};
