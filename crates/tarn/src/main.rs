@@ -18,6 +18,7 @@ mod output;
 mod replication;
 mod status;
 mod trim;
+mod tunable;
 mod up;
 mod vdevspec;
 
@@ -57,6 +58,12 @@ fn main() {
             .unwrap_or_else(|| "unknown".into());
         eprintln!("tarn: internal error: {what}");
     }));
+    // The daemon gives freed memory back after an export and when tunables
+    // shrink the ARC (tarn-daemon's memory.rs).
+    tarn_daemon::set_release_hook(|| {
+        // SAFETY: mi_collect only walks mimalloc's own heaps.
+        unsafe { libmimalloc_sys::mi_collect(true) }
+    });
     client::set_argv(std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect());
     let cli = match cli::Cli::try_parse() {
         Ok(cli) => cli,
