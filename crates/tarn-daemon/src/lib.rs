@@ -144,6 +144,7 @@ pub fn run(options: DaemonOptions) -> Result<(), String> {
         eprintln!("tarn daemon: {line}");
     }
     health::spawn_monitor(daemon.clone());
+    memory::spawn_monitor();
     eprintln!("tarn daemon: listening at {} (state in {})", socket.display(), state_dir.display());
     server::serve(daemon, listener);
     Ok(())

@@ -103,7 +103,7 @@ fn mib(bytes: u64) -> u64 {
 
 #[test]
 fn rss_stays_under_the_bound_and_falls_after_export() {
-    let config = |_: &Path| format!("[tunables]\narc_max = \"64M\"\narc_min = \"16M\"\ndirty_data_max = \"32M\"\n");
+    let config = |_: &Path| "[tunables]\narc_max = \"64M\"\narc_min = \"16M\"\ndirty_data_max = \"32M\"\n".to_string();
     let h = Harness::start_with_config(Some(&config));
     let pid = daemon_pid(&h.socket);
     let bound = ARC_MAX + DIRTY_DATA_MAX + MEMORY_OVERHEAD;
