@@ -71,7 +71,7 @@ cleanup() {
 trap cleanup EXIT
 drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 wait_mount() { for _ in $(seq 100); do mountpoint -q "$1" && return 0; sleep 0.1; done; echo "no mount at $1" >&2; return 1; }
-phase() { echo "$1" > "$workdir/phase"; echo "== $1" >&2; }
+phase() { echo "$1" > "$workdir/phase.tmp"; mv "$workdir/phase.tmp" "$workdir/phase"; echo "== $1" >&2; }
 
 cleanup
 rm -rf "$workdir"; mkdir -p "$workdir/vdevs" "$workdir/state"
@@ -84,9 +84,12 @@ for _ in $(seq 100); do [ -S "$workdir/tarn.sock" ] && break; sleep 0.1; done
 phase start
 (
     start=$(date +%s.%N)
+    current=start
     while kill -0 "$daemon_pid" 2>/dev/null; do
         rss=$(awk '/^VmRSS:/ {print $2}' "/proc/$daemon_pid/status" 2>/dev/null || echo 0)
-        printf '%.1f\t%s\t%s\n' "$(echo "$(date +%s.%N) - $start" | bc)" "$(cat "$workdir/phase")" "$rss"
+        read -r p < "$workdir/phase" 2>/dev/null || p=""
+        [ -n "$p" ] && current=$p   # the file may be caught half-written
+        printf '%.1f\t%s\t%s\n' "$(echo "$(date +%s.%N) - $start" | bc)" "$current" "$rss"
         sleep 0.2
     done
 ) > "$workdir/rss.tsv" &

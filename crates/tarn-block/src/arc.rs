@@ -3,7 +3,8 @@
 //!
 //! Invariants:
 //! - What the cache holds, weighed as the bytes each block really occupies
-//!   (the buffer's capacity plus a per-entry overhead), never passes its
+//!   (the buffer's capacity, the allocator's slack, a per-entry overhead:
+//!   `block_weight`), never passes its
 //!   capacity, which is the target `c` less the memory of other caches
 //!   charged to the ARC (`charge_meta`: dnode handles). `c` is `arc_max`,
 //!   lowered toward `arc_min` while the machine runs short of memory
@@ -22,6 +23,8 @@ use std::sync::{Arc, OnceLock};
 /// Bytes counted for one cached block beyond its buffer: the entry in the
 /// cache's table, the `Arc` and `Vec` headers, the allocator's own header.
 pub const ENTRY_OVERHEAD: u64 = 128;
+/// A cached buffer is charged 1/8 more than its size (`block_weight`).
+pub const ALLOCATOR_SLACK_DIVISOR: u64 = 8;
 /// Default `arc_max` (1 GiB).
 pub const ARC_MAX_DEFAULT: u64 = 1 << 30;
 /// Default `arc_min` (32 MiB).
@@ -44,8 +47,17 @@ pub(crate) struct CacheKey {
 struct ByteWeighter;
 impl quick_cache::Weighter<CacheKey, Arc<Vec<u8>>> for ByteWeighter {
     fn weight(&self, _k: &CacheKey, v: &Arc<Vec<u8>>) -> u64 {
-        v.capacity() as u64 + ENTRY_OVERHEAD
+        block_weight(v.capacity() as u64)
     }
+}
+
+/// What a cached buffer of `capacity` bytes costs in resident memory: the
+/// buffer, the allocator's slack around buffers freed in eviction order
+/// rather than allocation order (1/8: bench/memory.sh measured the
+/// daemon's RSS growing by 1.125 bytes per byte of `arc_max`,
+/// docs/tuning.md), and the entry's bookkeeping.
+pub fn block_weight(capacity: u64) -> u64 {
+    capacity + capacity / ALLOCATOR_SLACK_DIVISOR + ENTRY_OVERHEAD
 }
 
 type BlockCache = quick_cache::sync::Cache<CacheKey, Arc<Vec<u8>>, ByteWeighter>;
