@@ -97,19 +97,21 @@ sampler_pid=$!
 
 tarn pool create -m "$mnt" tbmem raidz1 "$workdir"/vdevs/d{1,2,3,4}
 wait_mount "$mnt"
-fio_common=(--ioengine=psync --group_reporting --output-format=terse --directory="$mnt" --filename=big)
+fio_common=(--ioengine=psync --group_reporting --output-format=terse --terse-version=3 --directory="$mnt" --filename=big)
+# fio's terse v3: field 7 is the read bandwidth, 48 the write bandwidth (KiB/s).
+bandwidth() { awk -F';' '{ printf "%.0f", ($7 + $48) * 1024 / 1e6 }' > "$workdir/mbps.$1"; }
 
 phase write
-fio --name=write --rw=write --bs=1M --size="$size" --end_fsync=1 "${fio_common[@]}" >/dev/null
+fio --name=write --rw=write --bs=1M --size="$size" --end_fsync=1 "${fio_common[@]}" | bandwidth write
 for pass in 1 2; do
     drop_caches
     phase "seqread$pass"
-    fio --name=seqread --rw=read --bs=1M --size="$size" "${fio_common[@]}" >/dev/null
+    fio --name=seqread --rw=read --bs=1M --size="$size" "${fio_common[@]}" | bandwidth "seqread$pass"
 done
 drop_caches
 phase randread
 fio --name=randread --rw=randread --bs=4k --size="$size" --numjobs=4 --time_based --runtime="$runtime" \
-    "${fio_common[@]}" >/dev/null
+    "${fio_common[@]}" | bandwidth randread
 phase create
 python3 - "$mnt/tree" "$files" <<'EOF'
 import os, sys
@@ -137,17 +139,18 @@ kill "$sampler_pid" 2>/dev/null || true; sampler_pid=""
 
 cpu=$(lscpu | sed -n 's/^Model name: *//p' | head -1)
 mem=$(free -g | awk '/^Mem:/ {print $2 " GiB"}')
-table=$(awk -F'\t' -v bound="$bound_mib" '
+table=$(awk -F'\t' -v bound="$bound_mib" -v dir="$workdir" '
     { if (!($2 in max) || $3 > max[$2]) max[$2] = $3; last[$2] = $3; if (!($2 in seen)) { seen[$2] = 1; order[n++] = $2 } }
     END {
-        printf "| phase | max RSS MiB | last RSS MiB | bound MiB |\n|---|---:|---:|---:|\n"
+        printf "| phase | max RSS MiB | last RSS MiB | bound MiB | fio MB/s |\n|---|---:|---:|---:|---:|\n"
         for (i = 0; i < n; i++) { p = order[i]; if (p == "end") continue
-            printf "| %s | %d | %d | %d |\n", p, max[p] / 1024, last[p] / 1024, bound }
+            mbps = "-"; f = dir "/mbps." p; if ((getline line < f) > 0) mbps = line
+            printf "| %s | %d | %d | %d | %s |\n", p, max[p] / 1024, last[p] / 1024, bound, mbps }
     }' "$workdir/rss.tsv")
 report="
 ### Daemon memory (bench/memory.sh), $(date -u +%Y-%m-%d)
 
-Command: \`$command_line\` ($(basename "$tarn_bin") at $(git -C "$repo" rev-parse --short HEAD)).
+Command: \`$command_line\` ($(basename "$tarn_bin") at $(git -C "$repo" rev-parse --short HEAD))${MIMALLOC_PURGE_DELAY:+, MIMALLOC_PURGE_DELAY=$MIMALLOC_PURGE_DELAY}${MIMALLOC_ALLOW_THP:+, MIMALLOC_ALLOW_THP=$MIMALLOC_ALLOW_THP}.
 Machine: $cpu, $(nproc) cores, $mem RAM, $(uname -r); raidz1 of 4 sparse files on $(df --output=fstype "$workdir" | tail -1).
 Bound: arc_max + dirty_data_max + ${overhead_mib} MiB (docs/tuning.md).
 

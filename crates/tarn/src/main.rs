@@ -59,11 +59,16 @@ const MI_OPTION_ALLOW_THP: libmimalloc_sys::mi_option_t = 43;
 /// bench/memory.sh (docs/benchmarks.md, "Daemon memory"): with both, the
 /// RSS after an export fell from 61 to 17 MiB and during sequential reads
 /// from 387 to 328 MiB with a 256 MiB ARC.
+/// mimalloc's own environment variables (`MIMALLOC_PURGE_DELAY`,
+/// `MIMALLOC_ALLOW_THP`) still win, so the two can be compared.
 fn tune_allocator() {
+    let unset = |name: &str| std::env::var_os(name).is_none();
     // SAFETY: setting mimalloc options (plain integers) before threads start.
     unsafe {
-        libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 0);
-        if libmimalloc_sys::_mi_option_last == 47 {
+        if unset("MIMALLOC_PURGE_DELAY") {
+            libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 0);
+        }
+        if libmimalloc_sys::_mi_option_last == 47 && unset("MIMALLOC_ALLOW_THP") {
             libmimalloc_sys::mi_option_set(MI_OPTION_ALLOW_THP, 0);
         }
     }
