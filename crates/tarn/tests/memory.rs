@@ -15,8 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
+use rand::Rng;
 
 const MIB: u64 = 1 << 20;
 const ARC_MAX: u64 = 64 * MIB;
@@ -118,9 +117,8 @@ fn rss_stays_under_the_bound_and_falls_after_export() {
 
     // Write: incompressible data, 1 MiB at a time.
     let path = mnt.join("big");
-    let seed: u64 = std::env::var("TARN_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0x6d656d);
-    eprintln!("TARN_SEED={seed}");
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let seeded = tarn_testkit::seeded!(1);
+    let mut rng = seeded.rng(0);
     {
         let mut file = std::fs::File::create(&path).expect("create big file");
         let mut chunk = vec![0u8; MIB as usize];
@@ -162,9 +160,9 @@ fn rss_stays_under_the_bound_and_falls_after_export() {
     let readers: Vec<_> = (0..2u64)
         .map(|t| {
             let path = path.clone();
+            let mut rng = seeded.rng(t + 1);
             std::thread::spawn(move || {
                 let file = std::fs::File::open(&path).expect("open for random reads");
-                let mut rng = ChaCha8Rng::seed_from_u64(seed ^ (t + 1));
                 let mut buf = vec![0u8; 16 << 10];
                 let mut reads = 0u64;
                 while Instant::now() < deadline && reads < 20_000 {
