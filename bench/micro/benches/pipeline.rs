@@ -88,7 +88,7 @@ fn pipeline(c: &mut Criterion) {
         children: (0..4).map(|i| tarn_vdev::LeafConfig::new(10 + i, format!("m{i}"))).collect(),
     };
     let top = Arc::new(TopVdev::new(cfg, devs).expect("vdev"));
-    let io = BlockIo::new(vec![top.clone()], Allocator::new(&[top.asize()]), 64 << 20);
+    let io = BlockIo::new(vec![top.clone()], Allocator::new(&[top.asize()]));
     let data = text(BLOCK);
     let spec = WriteSpec { compression: Compression::Lz4, checksum: ChecksumKind::Fletcher4, copies: 1, level: 0, otype: 0, metadata: false };
     let mut g = c.benchmark_group("blockio raidz1-4");

@@ -7,6 +7,7 @@ use parking_lot::Mutex;
 use tarn_vdev::{ScanOutcome, TopVdev};
 
 use crate::alloc::{Allocator, Extent};
+use crate::arc::{arc, CacheKey};
 use crate::gang::{is_gang, CopyPlace, Placement, GANG_MAX_PIECES};
 use crate::bp::{checksum_code, compression_code, BlockPtr, Dva, COMP_OFF, MAX_COPIES};
 use crate::{checksum, compress, ChecksumKind, Compression};
@@ -34,23 +35,6 @@ pub struct WriteSpec {
     pub metadata: bool,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-struct CacheKey {
-    vdev: u32,
-    offset: u64,
-    birth: u64,
-}
-
-#[derive(Clone)]
-struct ByteWeighter;
-impl quick_cache::Weighter<CacheKey, Arc<Vec<u8>>> for ByteWeighter {
-    fn weight(&self, _k: &CacheKey, v: &Arc<Vec<u8>>) -> u64 {
-        v.len() as u64 + 64
-    }
-}
-
-type BlockCache = quick_cache::sync::Cache<CacheKey, Arc<Vec<u8>>, ByteWeighter>;
-
 /// Called with every block as it is freed (the scanner drops it from its
 /// queue, so it never reads a block whose space may be reused).
 pub type FreeHook = Arc<dyn Fn(&BlockPtr, u64) + Send + Sync>;
@@ -60,7 +44,8 @@ pub struct BlockIo {
     tops: parking_lot::RwLock<Arc<Vec<Arc<TopVdev>>>>,
     free_hook: parking_lot::RwLock<Option<FreeHook>>,
     pub alloc: Mutex<Allocator>,
-    cache: Mutex<Arc<BlockCache>>,
+    /// This pipeline's key prefix in the process's ARC (arc.rs).
+    arc_id: u64,
     /// Physical sizes are multiples of this (the largest sector of any vdev).
     unit: u64,
     /// Blocks no copy of which could be read back correctly.
@@ -70,19 +55,16 @@ pub struct BlockIo {
     pub gang_blocks: AtomicU64,
 }
 
-fn new_cache(bytes: u64) -> Arc<BlockCache> {
-    let items = (bytes / 8192).max(1024) as usize;
-    Arc::new(quick_cache::sync::Cache::with_weighter(items, bytes.max(1 << 20), ByteWeighter))
-}
-
 impl BlockIo {
-    pub fn new(tops: Vec<Arc<TopVdev>>, alloc: Allocator, cache_bytes: u64) -> BlockIo {
+    /// A pipeline over `tops`; its blocks are cached in the process's ARC
+    /// (`crate::arc`), sized by `ArcCache::set_limits`.
+    pub fn new(tops: Vec<Arc<TopVdev>>, alloc: Allocator) -> BlockIo {
         let unit = tops.iter().map(|t| t.sector()).max().unwrap_or(512);
         BlockIo {
             tops: parking_lot::RwLock::new(Arc::new(tops)),
             free_hook: parking_lot::RwLock::new(None),
             alloc: Mutex::new(alloc),
-            cache: Mutex::new(new_cache(cache_bytes)),
+            arc_id: arc().new_io_id(),
             unit,
             data_errors: AtomicU64::new(0),
             gang_blocks: AtomicU64::new(0),
@@ -110,10 +92,6 @@ impl BlockIo {
         self.alloc.lock().add_vdev(top.asize());
         next.push(top);
         *tops = Arc::new(next);
-    }
-
-    pub fn set_cache_size(&self, bytes: u64) {
-        *self.cache.lock() = new_cache(bytes);
     }
 
     pub fn tops(&self) -> Arc<Vec<Arc<TopVdev>>> {
@@ -298,19 +276,30 @@ impl BlockIo {
         Ok(u64::from(bp.psize))
     }
 
-    fn key(bp: &BlockPtr) -> CacheKey {
-        CacheKey { vdev: bp.dva[0].vdev, offset: bp.dva[0].offset, birth: bp.birth }
+    fn key(&self, bp: &BlockPtr) -> CacheKey {
+        CacheKey { io: self.arc_id, vdev: bp.dva[0].vdev, offset: bp.dva[0].offset, birth: bp.birth }
     }
 
-    /// Read, verify and decompress a block (through the cache).
+    /// Read, verify and decompress a block (through the ARC).
     pub fn read(&self, bp: &BlockPtr) -> Result<Arc<Vec<u8>>, BlockError> {
-        let cache = self.cache.lock().clone();
-        let key = Self::key(bp);
-        if let Some(v) = cache.get(&key) {
+        self.read_cached(bp, false)
+    }
+
+    /// As `read`, for a read ahead of a reader: counted apart from demand
+    /// hits and misses.
+    pub fn read_prefetch(&self, bp: &BlockPtr) -> Result<Arc<Vec<u8>>, BlockError> {
+        self.read_cached(bp, true)
+    }
+
+    fn read_cached(&self, bp: &BlockPtr, prefetch: bool) -> Result<Arc<Vec<u8>>, BlockError> {
+        let key = self.key(bp);
+        if let Some(v) = arc().get(&key, prefetch) {
             return Ok(v);
         }
-        let data = Arc::new(self.read_uncached(bp)?);
-        cache.insert(key, data.clone());
+        let mut data = self.read_uncached(bp)?;
+        data.shrink_to_fit();
+        let data = Arc::new(data);
+        arc().insert(key, data.clone());
         Ok(data)
     }
 
@@ -321,7 +310,7 @@ impl BlockIo {
 
     /// Drop a block from the cache (it was freed).
     pub fn evict(&self, bp: &BlockPtr) {
-        self.cache.lock().remove(&Self::key(bp));
+        arc().remove(&self.key(bp));
     }
 
     /// Read a physical block from the first copy that verifies; rewrite
@@ -469,5 +458,12 @@ impl BlockIo {
             return Err(BlockError::Write(failures.join("; ")));
         }
         Ok(())
+    }
+}
+
+impl Drop for BlockIo {
+    /// An exported pool keeps nothing in the ARC.
+    fn drop(&mut self) {
+        arc().drop_io(self.arc_id);
     }
 }

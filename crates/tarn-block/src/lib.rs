@@ -6,6 +6,7 @@
 //! against the checksum) -> on failure try the next copy and rewrite the bad
 //! one -> decompress -> cache.
 pub mod alloc;
+pub mod arc;
 pub mod bp;
 pub mod checksum;
 pub mod compress;
@@ -15,6 +16,7 @@ pub mod props;
 pub mod spacemap;
 
 pub use alloc::{Allocator, Extent, DEFER_TXGS};
+pub use arc::{arc, ArcStats};
 pub use bp::{BlockPtr, Dva, BP_SIZE};
 pub use gang::{CopyPlace, Placement};
 pub use io::{BlockError, BlockIo, WriteSpec};

@@ -3,8 +3,11 @@
 //! ```toml
 //! [tunables]
 //! arc_max = "2G"          # bytes, or a size string
+//! arc_min = "32M"
 //! dirty_data_max = 536870912
 //! txg_timeout = 5         # seconds
+//! scan_mem_max = "64M"
+//! scan_rate_max = 0       # bytes per second, 0: no limit
 //!
 //! [alerts]                # every key optional; see alerts.rs
 //! email_to = ["admin@example.org"]
@@ -33,6 +36,8 @@ use crate::alerts::AlertConfig;
 #[derive(Clone, Debug, Default)]
 pub struct DaemonConfig {
     pub tunables: Tunables,
+    /// The tunables the file names (the others keep their defaults).
+    pub tunables_given: Vec<String>,
     pub alerts: AlertConfig,
 }
 
@@ -42,7 +47,7 @@ pub fn parse_config(text: &str) -> Result<DaemonConfig, String> {
     for (key, item) in &value {
         let table = item.as_table().ok_or_else(|| format!("'{key}' must be a table ([{key}])"))?;
         match key.as_str() {
-            "tunables" => config.tunables = parse_tunables(table)?,
+            "tunables" => (config.tunables, config.tunables_given) = parse_tunables(table)?,
             "alerts" => config.alerts = parse_alerts(table)?,
             _ => return Err(format!("unknown table or key '{key}' (known: [tunables], [alerts])")),
         }
@@ -54,31 +59,31 @@ fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-fn parse_tunables(table: &toml::Table) -> Result<Tunables, String> {
+/// The `[tunables]` table (names and ranges as `tunable set` takes them,
+/// tunables.rs). `arc_min` left out is the default, lowered to `arc_max`
+/// when that is smaller.
+fn parse_tunables(table: &toml::Table) -> Result<(Tunables, Vec<String>), String> {
     let mut tunables = Tunables::default();
+    let mut given = Vec::new();
+    let mut arc_min = None;
+    tunables.arc_min = 0;
     for (name, setting) in table {
-        let number = match setting {
-            toml::Value::Integer(n) if *n >= 0 => *n as u64,
-            toml::Value::String(s) => {
-                tarn_ds::size::parse_size(s).ok_or_else(|| format!("tunable '{name}': bad value '{s}'"))?
-            }
+        let text = match setting {
+            toml::Value::Integer(n) if *n >= 0 => n.to_string(),
+            toml::Value::String(s) => s.clone(),
             other => return Err(format!("tunable '{name}': bad value {other}")),
         };
-        match name.as_str() {
-            "arc_max" => tunables.arc_max = number,
-            "dirty_data_max" => tunables.dirty_data_max = number,
-            "scan_mem_max" => tunables.scan_mem_max = number,
-            "scan_rate_max" => tunables.scan_rate_max = number,
-            "txg_timeout" => {
-                if number == 0 {
-                    return Err("tunable 'txg_timeout' must be at least 1 second".into());
-                }
-                tunables.txg_timeout_ms = number.saturating_mul(1000)
-            }
-            other => return Err(format!("unknown tunable '{other}' (known: arc_max, dirty_data_max, txg_timeout, scan_mem_max, scan_rate_max)")),
+        let number = crate::tunables::parse_value(name, &text).map_err(|e| e.message().to_string())?;
+        if name == "arc_min" {
+            arc_min = Some(number);
+        } else {
+            crate::tunables::apply(&mut tunables, name, number).map_err(|e| e.message().to_string())?;
         }
+        given.push(name.clone());
     }
-    Ok(tunables)
+    let arc_min = arc_min.unwrap_or(Tunables::default().arc_min.min(tunables.arc_max));
+    crate::tunables::apply(&mut tunables, "arc_min", arc_min).map_err(|e| e.message().to_string())?;
+    Ok((tunables, given))
 }
 
 const ALERT_KEYS: &str = "email_to, email_from, smtp_server, smtp_starttls, smtp_user, smtp_password_file, \

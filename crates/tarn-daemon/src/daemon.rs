@@ -12,7 +12,7 @@ use parking_lot::Mutex;
 use serde_json::json;
 use tarn_ds::props::{self, Mountpoint};
 use tarn_ds::size::format_number;
-use tarn_obj::{ImportOptions, ObjPool, PoolCreate, TopKind, Tunables};
+use tarn_obj::{ImportOptions, ObjPool, PoolCreate, TopKind};
 
 use crate::cache::{CachedPool, PoolCache};
 use crate::mount::{self, Mounted};
@@ -32,7 +32,8 @@ pub struct Imported {
 pub struct Daemon {
     pub state_dir: PathBuf,
     pub socket: PathBuf,
-    pub tunables: Tunables,
+    /// Tunables, set at run time by `tunable set` (tunables.rs).
+    pub tuning: crate::tunables::Tuning,
     pub(crate) pools: Mutex<BTreeMap<String, Imported>>,
     pub(crate) cache: Mutex<PoolCache>,
     pub events: crate::events::EventLog,
@@ -98,13 +99,19 @@ impl Daemon {
         Ok(Daemon {
             state_dir,
             socket,
-            tunables: config.tunables,
+            tuning: crate::tunables::Tuning::new(config.tunables, &config.tunables_given, None),
             pools: Mutex::new(BTreeMap::new()),
             cache: Mutex::new(cache),
             events,
             alerter: crate::alerts::Alerter::new(config.alerts),
             watch: Mutex::new(BTreeMap::new()),
         })
+    }
+
+    /// The `--config` file (`tunable set --persist` writes it).
+    pub fn with_config_path(mut self, path: Option<PathBuf>) -> Daemon {
+        self.tuning.config_path = path;
+        self
     }
 
     fn cache_path(&self) -> PathBuf {
@@ -214,6 +221,9 @@ impl Daemon {
             request @ (Request::PoolTrim { .. } | Request::PoolCheckpoint { .. } | Request::PoolImportCheckpoint { .. }) => {
                 self.handle_trim(request)
             }
+            Request::TunableGet { name } => Ok(self.tunable_get(name.as_deref())),
+            Request::TunableSet { assignments, persist } => Ok(self.tunable_set(&assignments, persist)),
+            Request::Arcstat => Ok(self.arcstat()),
             other => self.handle_health(other),
         };
         result.unwrap_or_else(Response::error)
@@ -334,7 +344,7 @@ impl Daemon {
             hostname: hostname(),
         })
         .map_err(|e| fail(e.to_string()))?;
-        obj.set_tunables(self.tunables);
+        obj.set_tunables(self.tuning.get());
         let ds = match tarn_ds::Pool::create(obj.clone(), &root_props, &mount::format) {
             Ok(ds) => ds,
             Err(e) => {
@@ -427,7 +437,7 @@ impl Daemon {
             tarn_obj::ObjError::Invalid(m) if to_checkpoint => fail(m),
             e => fail(e.to_string()),
         })?;
-        obj.set_tunables(self.tunables);
+        obj.set_tunables(self.tuning.get());
         let ds = tarn_ds::Pool::open(obj).map_err(|e| fail(e.to_string()))?;
         let mut imported = Imported { ds, devices: device_paths.clone(), altroot, mounts: BTreeMap::new(), busy: BTreeSet::new() };
         let mut warnings = mount_all(&mut imported);
@@ -469,6 +479,10 @@ impl Daemon {
         let mut cache = self.cache.lock();
         cache.forget(pool);
         let warnings = self.save_cache(&cache);
+        drop(pools);
+        // The pool's cached blocks, handles and buffers are freed: give
+        // the memory back (memory.rs).
+        crate::memory::release_memory();
         Ok(Response { stderr: warnings, ..Response::text("") })
     }
 

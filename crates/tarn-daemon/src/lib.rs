@@ -28,7 +28,9 @@
 //! alerts), [`events`] (the event log), [`alerts`] (e-mail, webhook and
 //! command delivery), [`history`] (recording each changing command in the
 //! pool's history; `pool history`), `iostat` (`pool iostat`, `pool list
-//! -v`), `diff` (`tarn diff`), `trim` (pool trim, checkpoints).
+//! -v`), `diff` (`tarn diff`), `trim` (pool trim, checkpoints),
+//! [`tunables`] (`tunable get|set`, `arcstat`), `memory` (giving memory
+//! back to the system).
 
 pub mod alerts;
 mod bookmarks;
@@ -44,6 +46,8 @@ pub mod history;
 mod iostat;
 mod diff;
 pub mod fdpass;
+mod memory;
+pub use memory::set_release_hook;
 mod mount;
 mod replication;
 mod stale;
@@ -51,6 +55,7 @@ pub mod proto;
 pub mod scan;
 pub mod server;
 mod trim;
+pub mod tunables;
 
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
@@ -133,7 +138,7 @@ pub fn run(options: DaemonOptions) -> Result<(), String> {
         }
         std::fs::remove_file(&socket).map_err(|e| format!("cannot remove stale socket {}: {e}", socket.display()))?;
     }
-    let daemon = Arc::new(Daemon::new(state_dir.clone(), socket.clone(), config)?);
+    let daemon = Arc::new(Daemon::new(state_dir.clone(), socket.clone(), config)?.with_config_path(options.config.clone()));
     install_signal_thread(daemon.clone())?;
     let listener = UnixListener::bind(&socket).map_err(|e| format!("cannot listen at {}: {e}", socket.display()))?;
     // Mounts left by a daemon that died: gone before anything mounts.
@@ -144,6 +149,7 @@ pub fn run(options: DaemonOptions) -> Result<(), String> {
         eprintln!("tarn daemon: {line}");
     }
     health::spawn_monitor(daemon.clone());
+    memory::spawn_monitor();
     eprintln!("tarn daemon: listening at {} (state in {})", socket.display(), state_dir.display());
     server::serve(daemon, listener);
     Ok(())

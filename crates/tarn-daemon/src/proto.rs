@@ -229,6 +229,13 @@ pub enum Request {
     /// pool, opened as it was at its checkpoint (every later change and
     /// the checkpoint itself are discarded).
     PoolImportCheckpoint { dirs: Vec<String>, force: bool, altroot: Option<String>, pool: String },
+    /// `tunable get [NAME]`: data `Vec<tunables::TunableRow>`.
+    TunableGet { name: Option<String> },
+    /// `tunable set NAME=VALUE... [--persist]`: all or none; `persist`
+    /// also writes them into the daemon's config file.
+    TunableSet { assignments: Vec<(String, String)>, persist: bool },
+    /// `arcstat`: data `tunables::ArcstatData`.
+    Arcstat,
 }
 
 /// Splits a request line into the request and its optional `argv` (the

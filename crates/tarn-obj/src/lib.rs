@@ -193,7 +193,10 @@ impl CheckReport {
 
 #[derive(Clone, Copy, Debug)]
 pub struct Tunables {
+    /// Cap of the process's ARC (one for all pools; tarn-block's arc.rs).
     pub arc_max: u64,
+    /// Floor the ARC's target `c` never goes below under memory pressure.
+    pub arc_min: u64,
     pub dirty_data_max: u64,
     pub txg_timeout_ms: u64,
     /// Memory for block pointers a scan sorts before issuing them.
@@ -203,7 +206,10 @@ pub struct Tunables {
 }
 impl Default for Tunables {
     fn default() -> Self {
-        Tunables { arc_max: 1 << 30, dirty_data_max: 512 << 20, txg_timeout_ms: 5000, scan_mem_max: 64 << 20, scan_rate_max: 0 }
+        Tunables {
+            arc_max: tarn_block::arc::ARC_MAX_DEFAULT,
+            arc_min: tarn_block::arc::ARC_MIN_DEFAULT,
+            dirty_data_max: 512 << 20, txg_timeout_ms: 5000, scan_mem_max: 64 << 20, scan_rate_max: 0 }
     }
 }
 

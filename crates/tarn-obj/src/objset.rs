@@ -127,6 +127,11 @@ pub(crate) struct ObjsetInner {
 }
 
 pub(crate) const HANDLE_CACHE_MAX: usize = 65536;
+/// An object set prunes its handles for the ARC's sake only past this many.
+const HANDLE_PRUNE_MIN: usize = 64;
+/// Memory one cached dnode handle takes (the handle, its `Arc`, its slot
+/// in the map), charged to the ARC.
+const HANDLE_BYTES: u64 = std::mem::size_of::<Dnode>() as u64 + 64;
 const PREFETCH_BYTES: u64 = 8 << 20;
 
 impl ObjsetInner {
@@ -171,8 +176,12 @@ impl ObjsetInner {
         if let Some(h) = map.get(&id) {
             return Ok(h.clone());
         }
-        if map.len() >= HANDLE_CACHE_MAX {
+        // Handles are charged to the ARC; past their share of it (or the
+        // per-object-set cap) the ones nobody uses are dropped.
+        if map.len() >= HANDLE_CACHE_MAX || (map.len() >= HANDLE_PRUNE_MIN && tarn_block::arc().meta_over_budget()) {
+            let before = map.len();
             map.retain(|_, h| Arc::strong_count(h) > 1 || !h.st.lock().dirty.is_empty());
+            tarn_block::arc().charge_meta(-(((before - map.len()) as u64 * HANDLE_BYTES) as i64));
         }
         let phys = self.load_phys(io, gate, id)?;
         let h = Arc::new(Dnode {
@@ -183,7 +192,15 @@ impl ObjsetInner {
             seq_hits: AtomicU64::new(0),
         });
         map.insert(id, h.clone());
+        tarn_block::arc().charge_meta(HANDLE_BYTES as i64);
         Ok(h)
+    }
+}
+
+impl Drop for ObjsetInner {
+    fn drop(&mut self) {
+        let n = self.handles.get_mut().len() as u64;
+        tarn_block::arc().charge_meta(-((n * HANDLE_BYTES) as i64));
     }
 }
 
@@ -445,13 +462,18 @@ impl ObjectSet {
     }
 
     fn read_committed(&self, phys: &DnodePhys, blkid: u64) -> Result<Option<Arc<Vec<u8>>>> {
+        self.read_committed_as(phys, blkid, false)
+    }
+
+    fn read_committed_as(&self, phys: &DnodePhys, blkid: u64, prefetch: bool) -> Result<Option<Arc<Vec<u8>>>> {
         // Frees are not released while a reader walks a committed snapshot.
         let _gate = self.shared.reader_gate.read();
         let bp = tree::lookup(self.io(), phys, blkid)?;
         if bp.is_hole() {
             return Ok(None);
         }
-        Ok(Some(self.io().read(&bp).map_err(block_err)?))
+        let data = if prefetch { self.io().read_prefetch(&bp) } else { self.io().read(&bp) };
+        Ok(Some(data.map_err(block_err)?))
     }
 
     pub fn read(&self, id: ObjectId, offset: u64, buf: &mut [u8]) -> Result<()> {
@@ -541,7 +563,7 @@ impl ObjectSet {
                         _ => continue,
                     }
                 };
-                match os.read_committed(&phys, blkid) {
+                match os.read_committed_as(&phys, blkid, true) {
                     Ok(Some(_)) => {
                         os.shared.prefetched_blocks.fetch_add(1, Ordering::Relaxed);
                     }

@@ -226,7 +226,7 @@ impl ObjPool {
             tops.push(Arc::new(TopVdev::new(tc.clone(), devs.iter().map(|(_, d)| Some(d.clone())).collect())?));
         }
         let asizes: Vec<u64> = tops.iter().map(|t| t.asize()).collect();
-        let io = BlockIo::new(tops, Allocator::new(&asizes), Tunables::default().arc_max);
+        let io = BlockIo::new(tops, Allocator::new(&asizes));
         let mos = ObjsetInner::new(MOS_OBJSET_ID, ObjsetPhys::new(0), default_props(), BlockPtr::HOLE);
         let shared = Self::shared(io, config, vec![], mos, 1, RootState { spacemap_head: BlockPtr::HOLE, spacemap_records: 0, spacemap_blocks: vec![] }, false);
         let pool = Self::start(shared);
@@ -353,7 +353,7 @@ impl ObjPool {
             )));
         }
         let asizes: Vec<u64> = tops.iter().map(|t| t.asize()).collect();
-        let io = BlockIo::new(tops, Allocator::new(&asizes), Tunables::default().arc_max);
+        let io = BlockIo::new(tops, Allocator::new(&asizes));
         // Slots poisoned by an earlier rewind are not candidates (but their
         // txg numbers still count in `newest_seen`).
         let rewound: Vec<Uberblock> = target.map(|t| t.uberblock(newest_seen, guid)).into_iter().collect();
@@ -623,8 +623,9 @@ impl ObjPool {
 
     pub fn set_tunables(&self, t: Tunables) {
         let old = std::mem::replace(&mut *self.shared.tunables.lock(), t);
-        if old.arc_max != t.arc_max {
-            self.shared.io.set_cache_size(t.arc_max);
+        if (old.arc_max, old.arc_min) != (t.arc_max, t.arc_min) {
+            // The ARC is one for the process (tarn-block's arc.rs).
+            tarn_block::arc().set_limits(t.arc_max, t.arc_min);
         }
         self.shared.cv_sync.notify_all();
     }

@@ -422,6 +422,44 @@ pub enum Command {
         #[arg(value_name = "SNAPSHOT|FILESYSTEM")]
         target: Option<String>,
     },
+    /// The daemon's tunables at run time (ZFS's module parameters).
+    #[command(subcommand)]
+    Tunable(TunableCommand),
+    /// ARC statistics: size, target (c), arc_max, hits, misses, hit ratio
+    /// (since the daemon started, then every INTERVAL seconds, COUNT times).
+    Arcstat {
+        #[arg(short = 'j')]
+        json: bool,
+        /// Exact numbers (bytes) instead of 1.5G.
+        #[arg(short = 'p')]
+        parsable: bool,
+        #[arg(value_name = "INTERVAL", value_parser = interval)]
+        interval: Option<std::time::Duration>,
+        #[arg(value_name = "COUNT", value_parser = clap::value_parser!(u64).range(1..))]
+        count: Option<u64>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum TunableCommand {
+    /// Show one tunable, or all: NAME, VALUE (bytes or seconds), SOURCE
+    /// (default, config, set).
+    Get {
+        #[arg(short = 'j')]
+        json: bool,
+        /// Scripted: no header, tab-separated.
+        #[arg(short = 'H')]
+        scripted: bool,
+        name: Option<String>,
+    },
+    /// Set tunables for every pool at once (all or none).
+    Set {
+        /// Also write them into the daemon's config file.
+        #[arg(long)]
+        persist: bool,
+        #[arg(value_name = "NAME=VALUE", required = true, value_parser = assignment)]
+        assignments: Vec<(String, String)>,
+    },
 }
 
 #[derive(Subcommand, Debug)]

@@ -359,6 +359,8 @@ pub fn run(cli: Cli) -> Result<i32, Failure> {
             let options = crate::diff::DiffOptions { classify, scripted, timestamps, no_mangle };
             crate::diff::run(&socket, &snapshot, target.as_deref(), options)
         }
+        Command::Tunable(command) => crate::tunable::run(&socket, command),
+        Command::Arcstat { json, parsable, interval, count } => crate::tunable::arcstat(&socket, json, parsable, interval, count),
         Command::Alert(AlertCommand::Test { json, pool }) => {
             let rows: Vec<AlertTestRow> = data(send(&socket, &Request::AlertTest { pool })?)?;
             if json {
