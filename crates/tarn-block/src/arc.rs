@@ -185,6 +185,11 @@ impl ArcCache {
         found
     }
 
+    /// Whether the block is cached (no hit or miss counted, no recency change).
+    pub(crate) fn contains(&self, key: &CacheKey) -> bool {
+        self.cache.peek(key).is_some()
+    }
+
     pub(crate) fn insert(&self, key: CacheKey, data: Arc<Vec<u8>>) {
         self.cache.insert(key, data);
     }

@@ -305,7 +305,7 @@ impl BlockIo {
 
     /// Whether `bp`'s data is in the cache (no read, no hit counted).
     pub fn is_cached(&self, bp: &BlockPtr) -> bool {
-        self.cache.lock().contains_key(&Self::key(bp))
+        arc().contains(&self.key(bp))
     }
 
     /// Drop a block from the cache (it was freed).
