@@ -215,7 +215,9 @@ impl Shared {
     pub(crate) fn reserve_space(self: &std::sync::Arc<Self>, asize: u64) -> Result<()> {
         let mut synced_pending = false;
         let mut waited_for: Option<u64> = None;
-        for _ in 0..crate::pool::DEFER_TXGS + 3 {
+        // Room for a wait on a returning delete and then a whole defer window:
+        // the loop ends early when the room is there or cannot come.
+        for _ in 0..2 * (crate::pool::DEFER_TXGS + 2) {
             self.check_suspended()?;
             let (size, free, deferred) = self.raw_space();
             let slop = slop_bytes(size);
