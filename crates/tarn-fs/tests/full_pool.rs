@@ -6,32 +6,17 @@
 
 use std::sync::Arc;
 
-use tarn_dev::{Device, MemDevice};
 use tarn_fs::*;
-use tarn_obj::{ObjPool, PoolCreate, TopKind};
+use tarn_obj::{ObjPool, TopKind};
+
+mod support;
 
 const C: Cred = Cred::ROOT;
 
 fn pool(kind: TopKind, devices: usize, size: u64) -> (Arc<ObjPool>, Arc<Fs>) {
-    let devs: Vec<(String, Arc<dyn Device>)> =
-        (0..devices).map(|i| (format!("m{i}"), MemDevice::new(&format!("m{i}"), size) as Arc<dyn Device>)).collect();
-    let pool = ObjPool::create(PoolCreate {
-        name: "full".into(),
-        tops: vec![(kind, devs)],
-        ashift: 12,
-        properties: Default::default(),
-        hostname: "test".into(),
-    })
-    .expect("create pool");
-    let tx = pool.begin();
-    let osid = pool.create_objset(&tx).unwrap();
-    drop(tx);
-    let os = pool.open_objset(osid).unwrap();
-    let tx = pool.begin();
-    Fs::format(&os, &tx).unwrap();
-    drop(tx);
+    let (pool, _) = support::mem_pool("full", kind, devices, size);
+    let fs = support::new_fs(&pool, FsOptions::default());
     pool.sync().unwrap();
-    let fs = Fs::open(pool.clone(), os, FsOptions::default()).unwrap();
     (pool, fs)
 }
 

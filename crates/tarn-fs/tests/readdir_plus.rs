@@ -9,30 +9,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use rand::Rng;
-use tarn_dev::{Device, MemDevice};
 use tarn_fs::*;
-use tarn_obj::{ObjPool, PoolCreate, TopKind};
+
+mod support;
 
 const C: Cred = Cred::ROOT;
 
 fn new_fs(name: &str) -> Arc<Fs> {
-    let dev = MemDevice::new("mem0", 256 << 20);
-    let pool = ObjPool::create(PoolCreate {
-        name: name.into(),
-        tops: vec![(TopKind::Disk, vec![("mem0".into(), dev as Arc<dyn Device>)])],
-        ashift: 12,
-        properties: Default::default(),
-        hostname: "test".into(),
-    })
-    .expect("create pool");
-    let tx = pool.begin();
-    let osid = pool.create_objset(&tx).unwrap();
-    drop(tx);
-    let os = pool.open_objset(osid).unwrap();
-    let tx = pool.begin();
-    Fs::format(&os, &tx).unwrap();
-    drop(tx);
-    Fs::open(pool, os, FsOptions::default()).unwrap()
+    support::single_fs(name)
 }
 
 /// A directory `d` under the root holding `files` files, `dirs`

@@ -2,10 +2,11 @@
 
 use rand::{Rng, RngCore};
 use std::sync::Arc;
-use tarn_dev::{Device, MemDevice};
 use tarn_fs::falloc::{FALLOC_FL_KEEP_SIZE as KEEP, FALLOC_FL_PUNCH_HOLE as PUNCH, FALLOC_FL_ZERO_RANGE as ZERO, SEEK_DATA, SEEK_HOLE};
 use tarn_fs::*;
-use tarn_obj::{ChecksumKind, Compression, ObjPool, ObjectId, PoolCreate, TopKind, WriteProps};
+use tarn_obj::{ChecksumKind, Compression, ObjPool, ObjectId, TopKind, WriteProps};
+
+mod support;
 
 const C: Cred = Cred::ROOT;
 const MIB: u64 = 1 << 20;
@@ -16,23 +17,8 @@ struct Env {
 }
 
 fn setup(name: &str, size: u64, opts: FsOptions) -> Env {
-    let dev = MemDevice::new("mem0", size);
-    let pool = ObjPool::create(PoolCreate {
-        name: name.into(),
-        tops: vec![(TopKind::Disk, vec![("mem0".into(), dev as Arc<dyn Device>)])],
-        ashift: 12,
-        properties: Default::default(),
-        hostname: "test".into(),
-    })
-    .expect("create pool");
-    let tx = pool.begin();
-    let osid = pool.create_objset(&tx).unwrap();
-    drop(tx);
-    let os = pool.open_objset(osid).unwrap();
-    let tx = pool.begin();
-    Fs::format(&os, &tx).unwrap();
-    drop(tx);
-    let fs = Fs::open(pool.clone(), os, opts).unwrap();
+    let (pool, _) = support::mem_pool(name, TopKind::Disk, 1, size);
+    let fs = support::new_fs(&pool, opts);
     Env { pool, fs }
 }
 

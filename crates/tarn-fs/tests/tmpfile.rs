@@ -2,31 +2,20 @@
 //! forget or at the next mount, given a name by `link`.
 
 use std::sync::Arc;
-use tarn_dev::{Device, MemDevice};
+use tarn_dev::Device;
 use tarn_fs::*;
-use tarn_obj::{ImportOptions, ObjPool, ObjectId, PoolCreate, TopKind};
+use tarn_obj::{ImportOptions, ObjPool, ObjectId, TopKind};
+
+mod support;
 
 const C: Cred = Cred::ROOT;
 
 #[test]
 fn tmpfiles_are_unnamed_until_linked_and_freed_otherwise() {
-    let dev = MemDevice::new("mem0", 256 << 20);
-    let pool = ObjPool::create(PoolCreate {
-        name: "ftmp".into(),
-        tops: vec![(TopKind::Disk, vec![("mem0".into(), dev.clone() as Arc<dyn Device>)])],
-        ashift: 12,
-        properties: Default::default(),
-        hostname: "test".into(),
-    })
-    .unwrap();
-    let tx = pool.begin();
-    let osid = pool.create_objset(&tx).unwrap();
-    drop(tx);
-    let os = pool.open_objset(osid).unwrap();
-    let tx = pool.begin();
-    Fs::format(&os, &tx).unwrap();
-    drop(tx);
-    let fs = Fs::open(pool.clone(), os, FsOptions::default()).unwrap();
+    let (pool, devs) = support::mem_pool("ftmp", TopKind::Disk, 1, 256 << 20);
+    let dev = devs[0].clone();
+    let fs = support::new_fs(&pool, FsOptions::default());
+    let osid = fs.objset().id();
     let root = fs.root_ino();
     let d = fs.mkdir(root, b"d", 0o2775, Cred { uid: 1, gid: 7 }).unwrap();
     let dir_before = fs.getattr(d.ino).unwrap();

@@ -4,29 +4,13 @@ use std::fs;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::sync::Arc;
-use tarn_dev::{Device, MemDevice};
 use tarn_fs::{Fs, FsOptions};
 use tarn_fuse::{mount, MountOptions};
-use tarn_obj::{ObjPool, PoolCreate, TopKind};
+#[path = "../../tarn-fs/tests/support/mod.rs"]
+mod support;
 
 fn new_fs(name: &str) -> Arc<Fs> {
-    let dev = MemDevice::new("mem0", 256 << 20);
-    let pool = ObjPool::create(PoolCreate {
-        name: name.into(),
-        tops: vec![(TopKind::Disk, vec![("mem0".into(), dev as Arc<dyn Device>)])],
-        ashift: 12,
-        properties: Default::default(),
-        hostname: "test".into(),
-    })
-    .expect("create pool");
-    let tx = pool.begin();
-    let id = pool.create_objset(&tx).unwrap();
-    drop(tx);
-    let os = pool.open_objset(id).unwrap();
-    let tx = pool.begin();
-    Fs::format(&os, &tx).unwrap();
-    drop(tx);
-    Fs::open(pool, os, FsOptions::default()).unwrap()
+    support::single_fs(name)
 }
 
 fn opts() -> MountOptions {

@@ -13,31 +13,15 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
-use tarn_dev::{Device, MemDevice};
-use tarn_fs::{Fs, FsOptions};
+use tarn_fs::Fs;
 use tarn_fuse::{mount, MountOptions};
-use tarn_obj::{ObjPool, PoolCreate, TopKind};
+#[path = "../../tarn-fs/tests/support/mod.rs"]
+mod support;
 
 const NOBODY: u32 = 65534;
 
 fn new_fs() -> Arc<Fs> {
-    let dev = MemDevice::new("mem0", 256 << 20);
-    let pool = ObjPool::create(PoolCreate {
-        name: "fuseprivs".into(),
-        tops: vec![(TopKind::Disk, vec![("mem0".into(), dev as Arc<dyn Device>)])],
-        ashift: 12,
-        properties: Default::default(),
-        hostname: "test".into(),
-    })
-    .expect("create pool");
-    let tx = pool.begin();
-    let id = pool.create_objset(&tx).unwrap();
-    drop(tx);
-    let os = pool.open_objset(id).unwrap();
-    let tx = pool.begin();
-    Fs::format(&os, &tx).unwrap();
-    drop(tx);
-    Fs::open(pool, os, FsOptions::default()).unwrap()
+    support::single_fs("fuseprivs")
 }
 
 fn mode(p: &Path) -> u32 {
