@@ -12,8 +12,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// The file system type of every tarn mount (tarn-fuse mounts with it).
-pub const FSTYPE: &str = "fuse.tarn";
+use tarn_fuse::FSTYPE;
 
 /// How long a `statfs` of a mount may take before the mount counts as hung.
 const STAT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -115,17 +114,6 @@ pub fn liveness(path: &Path) -> Liveness {
     }
 }
 
-fn detach(path: &Path) -> std::io::Result<()> {
-    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
-    // SAFETY: `c` is a valid NUL-terminated path that outlives the call.
-    if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
-}
-
 /// At start: detach every dead tarn mount. Returns log lines.
 pub fn detach_dead_mounts() -> Vec<String> {
     let mut log = Vec::new();
@@ -133,7 +121,7 @@ pub fn detach_dead_mounts() -> Vec<String> {
         if liveness(&entry.path) != Liveness::Dead {
             continue;
         }
-        match detach(&entry.path) {
+        match tarn_fuse::detach(&entry.path) {
             Ok(()) => log.push(format!("detached the dead mount of '{}' at {}", entry.source, entry.path.display())),
             // A submount goes with its parent when the parent goes first.
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) || e.raw_os_error() == Some(libc::ENOENT) => {}
@@ -149,7 +137,7 @@ pub fn detach_dead_mounts() -> Vec<String> {
 pub fn prepare_mountpoint(dataset: &str, path: &Path) -> Result<(), String> {
     for entry in tarn_mounts().into_iter().filter(|m| m.path == path) {
         match liveness(path) {
-            Liveness::Dead => detach(path).map_err(|e| {
+            Liveness::Dead => tarn_fuse::detach(path).map_err(|e| {
                 format!("cannot mount '{dataset}': {} is a dead mount of '{}' that cannot be detached: {e}", path.display(), entry.source)
             })?,
             Liveness::Alive => {

@@ -65,6 +65,9 @@ mod readdir;
 pub const TTL: Duration = Duration::from_secs(10);
 /// Largest write and readahead the kernel is asked to use.
 pub const MAX_IO: u32 = 1 << 20;
+/// The file system type of every tarn mount in /proc/self/mountinfo (how
+/// the daemon knows its own mounts, e.g. the dead ones a killed daemon left).
+pub const FSTYPE: &str = "fuse.tarn";
 /// Worker threads serving requests.
 pub const WORKER_THREADS: usize = 4;
 
@@ -78,6 +81,12 @@ pub struct MountOptions {
 pub struct MountHandle {
     session: Option<fuser::BackgroundSession>,
     mountpoint: PathBuf,
+}
+
+/// Detach the mount at `path` lazily (`umount2(MNT_DETACH)`): gone from
+/// the namespace at once, released when nothing uses it any more.
+pub fn detach(path: &Path) -> std::io::Result<()> {
+    umount2(path, libc::MNT_DETACH)
 }
 
 fn umount2(path: &Path, flags: i32) -> std::io::Result<()> {
@@ -199,7 +208,7 @@ pub fn mount_with_snapshots(
     let bad = |_| std::io::Error::from_raw_os_error(libc::EINVAL);
     let src = CString::new(opts.fsname.as_bytes()).map_err(bad)?;
     let target = CString::new(mountpoint.as_os_str().as_bytes()).map_err(bad)?;
-    let fstype = CString::new("fuse.tarn").map_err(bad)?;
+    let fstype = CString::new(FSTYPE).map_err(bad)?;
     let cdata = CString::new(data).map_err(bad)?;
     // SAFETY: all pointers are valid NUL-terminated strings that outlive the call.
     let r = unsafe {

@@ -9,16 +9,7 @@ use std::io::Write;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{path_str, wait_mounted, Harness};
-
-/// How many mounts of any kind sit exactly at `path`.
-fn mounts_at(path: &Path) -> usize {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    info.lines()
-        .filter_map(|line| line.split(' ').nth(4))
-        .filter(|field| Path::new(&field.replace("\\040", " ")) == path)
-        .count()
-}
+use common::{mounts_at, path_str, wait_mounted, Harness};
 
 /// statfs always reaches the FUSE server (stat may be answered from the
 /// kernel's attribute cache): None when it answers, else the errno.

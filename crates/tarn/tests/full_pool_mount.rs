@@ -10,20 +10,16 @@ mod common;
 use std::io::Write;
 use std::path::Path;
 
-use common::{path_str, Harness};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+use common::{path_str, random_bytes, Harness};
 
 const CHUNK: usize = 1 << 20;
 
+/// Incompressible bytes, the same every run.
 fn noise(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    random_bytes(&mut ChaCha8Rng::seed_from_u64(seed), len)
 }
 
 fn prop(harness: &Harness, name: &str, dataset: &str) -> u64 {

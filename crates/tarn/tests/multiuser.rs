@@ -87,26 +87,11 @@ fn open_path_to(path: &Path) {
     }
 }
 
-struct TmpfsMount(std::path::PathBuf);
-
-impl Drop for TmpfsMount {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-    }
-}
-
 #[test]
 fn pjdfstest_on_tmpfs_reference() {
     let tmp = tempfile::Builder::new().prefix("tarn-pjd-ref-").tempdir().expect("temp dir");
     let root = tmp.path().join("tmpfs");
-    std::fs::create_dir(&root).unwrap();
-    let status = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=1g,mode=0755", "tarn-pjd-ref"])
-        .arg(&root)
-        .status()
-        .expect("run mount");
-    assert!(status.success(), "mount -t tmpfs failed (the tests run as root)");
-    let _mount = TmpfsMount(root.clone());
+    let _mount = common::mount_tmpfs(&root, "tarn-pjd-ref", "1g");
     open_path_to(&root);
     pjdfstest(&root, tmp.path());
 }

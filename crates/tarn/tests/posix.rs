@@ -8,31 +8,13 @@ mod common;
 #[path = "posix/suite.rs"]
 mod suite;
 
-use std::process::Command;
-
 use common::{path_str, Harness};
-
-/// Unmounts the reference tmpfs even when the suite fails.
-struct TmpfsMount(std::path::PathBuf);
-
-impl Drop for TmpfsMount {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-    }
-}
 
 #[test]
 fn posix_suite_on_tmpfs_reference() {
     let tmp = tempfile::Builder::new().prefix("tarn-posix-ref-").tempdir().expect("temp dir");
     let root = tmp.path().join("tmpfs");
-    std::fs::create_dir(&root).unwrap();
-    let status = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=8g,mode=0755", "tarn-posix-ref"])
-        .arg(&root)
-        .status()
-        .expect("run mount");
-    assert!(status.success(), "mount -t tmpfs failed (the tests run as root)");
-    let _mount = TmpfsMount(root.clone());
+    let _mount = common::mount_tmpfs(&root, "tarn-posix-ref", "8g");
     suite::run_posix_suite(&root);
 }
 

@@ -20,23 +20,6 @@ use common::{path_str, random_bytes, Harness};
 const K: u64 = 1024;
 const M: u64 = 1024 * 1024;
 
-struct TmpfsMount(std::path::PathBuf);
-impl Drop for TmpfsMount {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-    }
-}
-
-fn mount_tmpfs(dir: &Path) -> TmpfsMount {
-    fs::create_dir_all(dir).unwrap();
-    let status = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=1g,mode=0755", "tarn-sparse-ref"])
-        .arg(dir)
-        .status()
-        .expect("run mount");
-    assert!(status.success(), "mount -t tmpfs failed (the tests run as root)");
-    TmpfsMount(dir.to_path_buf())
-}
 
 /// Run util-linux `fallocate ARGS FILE`; Err(stderr) if it fails.
 fn fallocate(args: &[&str], file: &Path) -> Result<(), String> {
@@ -147,7 +130,7 @@ fn fallocate_and_seek_agree_with_tmpfs() {
     spec.extend(devices.iter().map(|p| path_str(p)));
     let root = harness.create_pool("tank", &spec);
     let reference = harness.dir.join("tmpfs");
-    let _tmpfs = mount_tmpfs(&reference);
+    let _tmpfs = common::mount_tmpfs(&reference, "tarn-sparse-ref", "1g");
 
     let on_tmpfs = scenario(&reference, &data);
     let on_tarn = scenario(&root, &data);
@@ -294,7 +277,7 @@ fn o_tmpfile_matches_tmpfs_and_frees_on_close() {
     let devices = harness.vdev_files("vdevs", 1, 512 << 20);
     let root = harness.create_pool("tank", &[path_str(&devices[0])]);
     let reference = harness.dir.join("tmpfs");
-    let _tmpfs = mount_tmpfs(&reference);
+    let _tmpfs = common::mount_tmpfs(&reference, "tarn-sparse-ref", "1g");
     assert_eq!(tmpfile_scenario(&root, &data), tmpfile_scenario(&reference, &data));
 
     let used = || -> u64 { harness.tarn_ok(&["list", "-Hp", "-o", "used", "tank"]).trim().parse().expect("used is a number") };

@@ -420,6 +420,37 @@ pub fn mounts_under(dir: &Path) -> Vec<PathBuf> {
     found
 }
 
+/// How many mounts of any kind sit exactly at `path`.
+pub fn mounts_at(path: &Path) -> usize {
+    let info = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    info.lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .filter(|field| Path::new(&unescape_mountinfo(field)) == path)
+        .count()
+}
+
+/// A tmpfs mounted for a reference run, unmounted (lazily) when dropped,
+/// even when the test fails.
+pub struct TmpfsMount(PathBuf);
+
+impl Drop for TmpfsMount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// `mount -t tmpfs -o size=SIZE,mode=0755 NAME DIR` (DIR created first).
+pub fn mount_tmpfs(dir: &Path, name: &str, size: &str) -> TmpfsMount {
+    fs::create_dir_all(dir).unwrap();
+    let status = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", &format!("size={size},mode=0755"), name])
+        .arg(dir)
+        .status()
+        .expect("run mount");
+    assert!(status.success(), "mount -t tmpfs failed (the tests run as root)");
+    TmpfsMount(dir.to_path_buf())
+}
+
 /// The file system type of the mount at exactly `path`, if any.
 pub fn mount_type(path: &Path) -> Option<String> {
     let info = fs::read_to_string("/proc/self/mountinfo").ok()?;
