@@ -249,7 +249,7 @@ PY
     echo "### NFS run of $(date -u '+%Y-%m-%d %H:%M UTC')"
     echo
     echo "Command: \`$command_line\`  "
-    echo "Machine: $machine  "
+    echo "Machine: $machine; load average at the end $(cut -d' ' -f1-3 /proc/loadavg) (the machine is shared with other builds)  "
     echo "Client: bench/nfsload (NFSv3 over TCP loopback; --local for ext4 and the FUSE mount). File $size, $runtime s per random row, $files files."
     echo
     echo "$report"
