@@ -119,7 +119,8 @@ start_smbd() {
     read only = no
 EOF
     printf '%s\n%s\n' "$password" "$password" | smbpasswd -c "$d/smb.conf" -s -a root >/dev/null
-    smbd --foreground --no-process-group -s "$d/smb.conf" > "$d/log/smbd.out" 2>&1 & smbd_pid=$!; pids+=("$smbd_pid")
+    # its own session: smbd signals its whole process group when it stops
+    setsid smbd --foreground --no-process-group -s "$d/smb.conf" > "$d/log/smbd.out" 2>&1 & smbd_pid=$!; pids+=("$smbd_pid")
     wait_port 44445 || { echo "bench/smb.sh: smbd did not start" >&2; cat "$d/log/smbd.out" >&2; exit 1; }
 }
 
