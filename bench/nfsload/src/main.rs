@@ -120,7 +120,7 @@ fn main() {
 }
 
 fn run(a: &Args) -> Result<String, String> {
-    if a.bs == 0 || a.bs > 1 << 20 || a.bs % 4096 != 0 {
+    if a.bs == 0 || a.bs > 1 << 20 || !a.bs.is_multiple_of(4096) {
         return Err(format!("--bs {} must be a multiple of 4K up to 1M", a.bs));
     }
     if a.conns == 0 || a.qd == 0 {
