@@ -42,6 +42,8 @@ use tarn_obj::{ObjError, ObjPool, ObjectId, ObjectSet, Tx};
 
 pub mod falloc;
 pub mod format;
+pub mod snapshots;
+pub use snapshots::SnapshotSource;
 mod tmpfile;
 mod privileges;
 mod readdir;
