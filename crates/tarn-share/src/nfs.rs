@@ -202,6 +202,9 @@ const IGNORED: &[&str] = &[
 /// `Ok(None)` is `off`; `Err` is a one-line reason.
 pub fn parse_with_default(value: &str, default_hosts: &HostList) -> Result<Option<NfsRules>, String> {
     let value = value.trim();
+    if value.chars().any(char::is_control) {
+        return Err("sharenfs value holds a control character (a line break or tab?)".to_string());
+    }
     let mut rules = NfsRules::empty();
     match value {
         "off" => return Ok(None),
