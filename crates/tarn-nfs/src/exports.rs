@@ -67,7 +67,9 @@ impl Entry {
     }
 
     pub fn root_handle(&self) -> Handle {
-        self.handle_of(0, self.export.fs.root_ino(), 0)
+        let fs = &self.export.fs;
+        let generation = fs.getattr(fs.root_ino()).map_or(0, |a| a.generation);
+        self.handle_of(0, fs.root_ino(), generation)
     }
 
     /// The handle of `ino` (generation `generation`) in the dataset
