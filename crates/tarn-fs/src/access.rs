@@ -330,6 +330,9 @@ impl Checked<'_> {
     pub fn write(&self, ino: u64, offset: u64, data: &[u8]) -> Result<u32> {
         self.fs.writable()?;
         let p = self.fs.live(ino)?;
+        if is_dir(&p) {
+            return Err(FsError::IsDir); // as open(2) for writing answers, before permissions
+        }
         need(&p, &self.caller, MAY_WRITE)?;
         let n = self.fs.write(ino, offset, data)?;
         let kill = self.kill();
@@ -392,7 +395,10 @@ impl Checked<'_> {
             take_ref: false,
             check: Some(&check),
         };
-        self.fs.mkdir_how(dir, name, perm, self.caller.cred(), how)
+        // mkdir(2) keeps only the permission and sticky bits asked for;
+        // set-group-ID comes from a set-group-ID parent.
+        self.fs
+            .mkdir_how(dir, name, perm & 0o1777, self.caller.cred(), how)
     }
 
     /// `mode` carries the file type; devices need root (EPERM).

@@ -358,17 +358,18 @@ impl Fs {
             return Err(FsError::NotFound);
         }
         let mut p = self.inode(ino)?;
-        if is_dir(&p) {
-            return Err(FsError::Perm);
-        }
-        if p.nlink >= LINK_MAX {
-            return Err(FsError::TooManyLinks);
-        }
+        // Linux's order: the name, then permissions, then what the inode allows.
         if self.dir_lookup(dir, name)?.is_some() {
             return Err(FsError::Exists);
         }
         if let Some(check) = how.check {
             check(&dp, &p, 0)?;
+        }
+        if is_dir(&p) {
+            return Err(FsError::Perm);
+        }
+        if p.nlink >= LINK_MAX {
+            return Err(FsError::TooManyLinks);
         }
         if p.nlink == 0 && (p.flags & FLAG_UNLINKED == 0 || !is_reg(&p)) {
             return Err(FsError::NotFound);
