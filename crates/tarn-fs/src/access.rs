@@ -488,7 +488,17 @@ impl Checked<'_> {
                 may_delete(sdp, sp, c)?;
                 match victim {
                     None => need(ddp, c, MAY_WRITE | MAY_EXEC)?,
-                    Some(v) => may_delete(ddp, v, c)?,
+                    Some(v) => {
+                    may_delete(ddp, v, c)?;
+                    // may_delete's type checks come before the check of a
+                    // moved directory's own write permission.
+                    if !exchange && is_dir(sp) && !is_dir(v) {
+                        return Err(FsError::NotDir);
+                    }
+                    if !exchange && !is_dir(sp) && is_dir(v) {
+                        return Err(FsError::IsDir);
+                    }
+                }
                 }
                 if moved {
                     if is_dir(sp) {
