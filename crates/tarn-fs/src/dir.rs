@@ -10,6 +10,34 @@ use crate::{
     MIN_BLOCK, NAME_MAX,
 };
 
+/// How an entry-making operation runs: whether it takes a FUSE reference
+/// on the entry it returns, and a check run under the directory's lock.
+#[derive(Clone, Copy)]
+pub(crate) struct How<'a> {
+    pub(crate) take_ref: bool,
+    /// For a new inode: given the directory and the permission bits asked
+    /// for, once the name is known to be free, returns the bits to give
+    /// (or refuses). For `link`: given the directory and the inode.
+    pub(crate) check: Option<&'a dyn Fn(&InodePhys, &InodePhys, u32) -> Result<u32>>,
+}
+
+impl How<'_> {
+    /// What FUSE does: one reference per entry, no checks (the kernel's).
+    pub(crate) const FUSE: How<'static> = How { take_ref: true, check: None };
+    /// No reference, no checks.
+    pub(crate) const NOREF: How<'static> = How { take_ref: false, check: None };
+}
+
+/// What `make_node` makes.
+pub(crate) struct NewNode<'a> {
+    pub(crate) kind: FileKind,
+    pub(crate) perm: u32,
+    pub(crate) cred: Cred,
+    pub(crate) rdev: u64,
+    pub(crate) exclusive: bool,
+    pub(crate) target: Option<&'a [u8]>,
+}
+
 pub(crate) fn check_name(name: &[u8]) -> Result<()> {
     if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0)
     {
@@ -36,6 +64,17 @@ impl Fs {
 
     /// Look up `name` in `dir`; adds one reference (see `forget`).
     pub fn lookup(&self, dir: u64, name: &[u8]) -> Result<Attr> {
+        self.lookup_how(dir, name, true)
+    }
+
+    /// `lookup` without a reference, for front ends that have no `forget`
+    /// (NFS): the entry's lifetime is its links, and a handle to it turns
+    /// stale when the last goes (`attr_by_handle`).
+    pub fn lookup_noref(&self, dir: u64, name: &[u8]) -> Result<Attr> {
+        self.lookup_how(dir, name, false)
+    }
+
+    pub(crate) fn lookup_how(&self, dir: u64, name: &[u8], take_ref: bool) -> Result<Attr> {
         if name.len() > NAME_MAX {
             return Err(FsError::NameTooLong);
         }
@@ -58,26 +97,21 @@ impl Fs {
         } else {
             self.attr_of(ino, &self.inode(ino)?)?
         };
-        self.add_ref(ino);
+        if take_ref {
+            self.add_ref(ino);
+        }
         Ok(attr)
     }
 
     /// Common path for every operation that adds a new inode under `dir`.
-    #[expect(
-        clippy::too_many_arguments,
-        reason = "one private constructor shared by five public operations"
-    )]
     pub(crate) fn make_node(
         &self,
         dir: u64,
         name: &[u8],
-        kind: FileKind,
-        perm: u32,
-        cred: Cred,
-        rdev: u64,
-        exclusive: bool,
-        symlink_target: Option<&[u8]>,
+        node: &NewNode<'_>,
+        how: How<'_>,
     ) -> Result<(Attr, bool)> {
+        let NewNode { kind, perm, cred, rdev, exclusive, target: symlink_target } = *node;
         self.writable()?;
         check_name(name)?;
         self.make_room(4096 + symlink_target.map_or(0, |t| t.len() as u64))?;
@@ -97,9 +131,15 @@ impl Fs {
             // Non-exclusive create of an existing file opens it.
             let p = self.inode(ino)?;
             let a = self.attr_of(ino, &p)?;
-            self.add_ref(ino);
+            if how.take_ref {
+                self.add_ref(ino);
+            }
             return Ok((a, false));
         }
+        let perm = match how.check {
+            Some(check) => check(&dp, &dp, perm)?,
+            None => perm,
+        };
         let now = now_ns();
         let mut mode = kind.mode_bits() | (perm & 0o7777);
         let mut gid = cred.gid;
@@ -159,12 +199,15 @@ impl Fs {
         dp.ctime_ns = now;
         self.put_inode(&tx, dir, &dp)?;
         let a = self.attr_of(ino.0, &p)?;
-        self.add_ref(ino.0);
+        if how.take_ref {
+            self.add_ref(ino.0);
+        }
         Ok((a, true))
     }
 
     /// Create a regular file. With `exclusive` an existing name is EEXIST;
-    /// otherwise the existing file is returned (`.1 == false`).
+    /// otherwise the existing file is returned (`.1 == false`). Adds one
+    /// reference.
     pub fn create(
         &self,
         dir: u64,
@@ -173,61 +216,139 @@ impl Fs {
         cred: Cred,
         exclusive: bool,
     ) -> Result<(Attr, bool)> {
-        self.make_node(dir, name, FileKind::File, perm, cred, 0, exclusive, None)
+        self.create_how(dir, name, perm, cred, exclusive, How::FUSE)
     }
 
+    /// `create` without a reference (see `lookup_noref`).
+    pub fn create_noref(
+        &self,
+        dir: u64,
+        name: &[u8],
+        perm: u32,
+        cred: Cred,
+        exclusive: bool,
+    ) -> Result<(Attr, bool)> {
+        self.create_how(dir, name, perm, cred, exclusive, How::NOREF)
+    }
+
+    pub(crate) fn create_how(
+        &self,
+        dir: u64,
+        name: &[u8],
+        perm: u32,
+        cred: Cred,
+        exclusive: bool,
+        how: How<'_>,
+    ) -> Result<(Attr, bool)> {
+        let node = NewNode { kind: FileKind::File, perm, cred, rdev: 0, exclusive, target: None };
+        self.make_node(dir, name, &node, how)
+    }
+
+    /// Adds one reference.
     pub fn mkdir(&self, dir: u64, name: &[u8], perm: u32, cred: Cred) -> Result<Attr> {
-        Ok(self
-            .make_node(dir, name, FileKind::Dir, perm, cred, 0, true, None)?
-            .0)
+        self.mkdir_how(dir, name, perm, cred, How::FUSE)
     }
 
-    /// `mode` carries the file type (S_IFIFO, S_IFSOCK, S_IFCHR, S_IFBLK, S_IFREG).
+    /// `mkdir` without a reference.
+    pub fn mkdir_noref(&self, dir: u64, name: &[u8], perm: u32, cred: Cred) -> Result<Attr> {
+        self.mkdir_how(dir, name, perm, cred, How::NOREF)
+    }
+
+    pub(crate) fn mkdir_how(
+        &self,
+        dir: u64,
+        name: &[u8],
+        perm: u32,
+        cred: Cred,
+        how: How<'_>,
+    ) -> Result<Attr> {
+        let node = NewNode { kind: FileKind::Dir, perm, cred, rdev: 0, exclusive: true, target: None };
+        Ok(self.make_node(dir, name, &node, how)?.0)
+    }
+
+    /// `mode` carries the file type (S_IFIFO, S_IFSOCK, S_IFCHR, S_IFBLK,
+    /// S_IFREG). Adds one reference.
     pub fn mknod(&self, dir: u64, name: &[u8], mode: u32, rdev: u64, cred: Cred) -> Result<Attr> {
-        let kind = match FileKind::from_mode(mode) {
-            Some(
-                k @ (FileKind::Fifo
-                | FileKind::Socket
-                | FileKind::CharDev
-                | FileKind::BlockDev
-                | FileKind::File),
-            ) => k,
-            Some(FileKind::Dir) => return Err(FsError::Perm),
-            _ => return Err(FsError::Invalid("mknod type")),
-        };
+        self.mknod_how(dir, name, mode, rdev, cred, How::FUSE)
+    }
+
+    /// `mknod` without a reference.
+    pub fn mknod_noref(
+        &self,
+        dir: u64,
+        name: &[u8],
+        mode: u32,
+        rdev: u64,
+        cred: Cred,
+    ) -> Result<Attr> {
+        self.mknod_how(dir, name, mode, rdev, cred, How::NOREF)
+    }
+
+    pub(crate) fn mknod_how(
+        &self,
+        dir: u64,
+        name: &[u8],
+        mode: u32,
+        rdev: u64,
+        cred: Cred,
+        how: How<'_>,
+    ) -> Result<Attr> {
+        let kind = mknod_kind(mode)?;
         let rdev = if matches!(kind, FileKind::CharDev | FileKind::BlockDev) {
             rdev
         } else {
             0
         };
-        Ok(self
-            .make_node(dir, name, kind, mode, cred, rdev, true, None)?
-            .0)
+        let node = NewNode { kind, perm: mode, cred, rdev, exclusive: true, target: None };
+        Ok(self.make_node(dir, name, &node, how)?.0)
     }
 
+    /// Adds one reference.
     pub fn symlink(&self, dir: u64, name: &[u8], target: &[u8], cred: Cred) -> Result<Attr> {
+        self.symlink_how(dir, name, target, cred, How::FUSE)
+    }
+
+    /// `symlink` without a reference.
+    pub fn symlink_noref(&self, dir: u64, name: &[u8], target: &[u8], cred: Cred) -> Result<Attr> {
+        self.symlink_how(dir, name, target, cred, How::NOREF)
+    }
+
+    pub(crate) fn symlink_how(
+        &self,
+        dir: u64,
+        name: &[u8],
+        target: &[u8],
+        cred: Cred,
+        how: How<'_>,
+    ) -> Result<Attr> {
         if target.is_empty() {
             return Err(FsError::NotFound);
         }
         if target.len() > 4096 {
             return Err(FsError::NameTooLong);
         }
-        Ok(self
-            .make_node(
-                dir,
-                name,
-                FileKind::Symlink,
-                0o777,
-                cred,
-                0,
-                true,
-                Some(target),
-            )?
-            .0)
+        let node = NewNode {
+            kind: FileKind::Symlink,
+            perm: 0o777,
+            cred,
+            rdev: 0,
+            exclusive: true,
+            target: Some(target),
+        };
+        Ok(self.make_node(dir, name, &node, how)?.0)
     }
 
     /// New hard link `dir/name` to `ino`; adds one reference.
     pub fn link(&self, ino: u64, dir: u64, name: &[u8]) -> Result<Attr> {
+        self.link_how(ino, dir, name, How::FUSE)
+    }
+
+    /// `link` without a reference.
+    pub fn link_noref(&self, ino: u64, dir: u64, name: &[u8]) -> Result<Attr> {
+        self.link_how(ino, dir, name, How::NOREF)
+    }
+
+    pub(crate) fn link_how(&self, ino: u64, dir: u64, name: &[u8], how: How<'_>) -> Result<Attr> {
         self.writable()?;
         check_name(name)?;
         let tx = self.pool.begin();
@@ -237,14 +358,18 @@ impl Fs {
             return Err(FsError::NotFound);
         }
         let mut p = self.inode(ino)?;
+        // Linux's order: the name, then permissions, then what the inode allows.
+        if self.dir_lookup(dir, name)?.is_some() {
+            return Err(FsError::Exists);
+        }
+        if let Some(check) = how.check {
+            check(&dp, &p, 0)?;
+        }
         if is_dir(&p) {
             return Err(FsError::Perm);
         }
         if p.nlink >= LINK_MAX {
             return Err(FsError::TooManyLinks);
-        }
-        if self.dir_lookup(dir, name)?.is_some() {
-            return Err(FsError::Exists);
         }
         if p.nlink == 0 && (p.flags & FLAG_UNLINKED == 0 || !is_reg(&p)) {
             return Err(FsError::NotFound);
@@ -269,17 +394,30 @@ impl Fs {
         dp.ctime_ns = now;
         self.put_inode(&tx, dir, &dp)?;
         let a = self.attr_of(ino, &p)?;
-        self.add_ref(ino);
+        if how.take_ref {
+            self.add_ref(ino);
+        }
         Ok(a)
     }
 
-    pub(crate) fn remove_entry(&self, dir: u64, name: &[u8], want_dir: bool) -> Result<()> {
+    /// Remove `dir/name`; `check` (permissions, given the directory and
+    /// the inode) runs under their locks before anything else is checked.
+    pub(crate) fn remove_entry(
+        &self,
+        dir: u64,
+        name: &[u8],
+        want_dir: bool,
+        check: Option<&dyn Fn(&InodePhys, &InodePhys) -> Result<()>>,
+    ) -> Result<()> {
         self.writable()?;
         check_name(name)?;
         let tx = self.pool.begin();
         let (_g, ino, _) = self.lock_child(dir, name)?;
         let mut dp = self.dir(dir)?;
         let mut p = self.inode(ino)?;
+        if let Some(check) = check {
+            check(&dp, &p)?;
+        }
         if want_dir {
             if !is_dir(&p) {
                 return Err(FsError::NotDir);
@@ -306,17 +444,12 @@ impl Fs {
     }
 
     pub fn unlink(&self, dir: u64, name: &[u8]) -> Result<()> {
-        self.remove_entry(dir, name, false)
+        self.remove_entry(dir, name, false, None)
     }
 
     pub fn rmdir(&self, dir: u64, name: &[u8]) -> Result<()> {
-        if name == b"." {
-            return Err(FsError::Invalid("rmdir ."));
-        }
-        if name == b".." {
-            return Err(FsError::NotEmpty);
-        }
-        self.remove_entry(dir, name, true)
+        check_rmdir_name(name)?;
+        self.remove_entry(dir, name, true, None)
     }
 
     /// The path of `ino` below the root (`/a/b`), found by following its
@@ -358,4 +491,30 @@ impl Fs {
         self.dir(dir)?;
         Ok(Zap::count(&self.os, ObjectId(dir))?)
     }
+}
+
+/// The kind `mknod` makes from `mode`'s file type.
+fn mknod_kind(mode: u32) -> Result<FileKind> {
+    match FileKind::from_mode(mode) {
+        Some(
+            k @ (FileKind::Fifo
+            | FileKind::Socket
+            | FileKind::CharDev
+            | FileKind::BlockDev
+            | FileKind::File),
+        ) => Ok(k),
+        Some(FileKind::Dir) => Err(FsError::Perm),
+        _ => Err(FsError::Invalid("mknod type")),
+    }
+}
+
+/// rmdir of `.` is EINVAL and of `..` ENOTEMPTY, as Linux answers.
+pub(crate) fn check_rmdir_name(name: &[u8]) -> Result<()> {
+    if name == b"." {
+        return Err(FsError::Invalid("rmdir ."));
+    }
+    if name == b".." {
+        return Err(FsError::NotEmpty);
+    }
+    Ok(())
 }

@@ -42,6 +42,14 @@ pub enum FsError {
     Corrupt(String),
     #[error(transparent)]
     Obj(#[from] ObjError),
+    /// A file handle (inode number and generation) that names no live
+    /// inode: freed, reused, unlinked, or not an inode at all.
+    #[error("stale file handle")]
+    Stale,
+    /// The permission bits refuse the caller (`access.rs`); EPERM
+    /// (`Perm`) is for what only an owner or root may do.
+    #[error("permission denied")]
+    Access,
 }
 
 impl FsError {
@@ -66,6 +74,8 @@ impl FsError {
             FsError::NoSuchOffset => libc::ENXIO,
             FsError::Corrupt(_) => libc::EIO,
             FsError::Obj(e) => e.errno(),
+            FsError::Stale => libc::ESTALE,
+            FsError::Access => libc::EACCES,
         }
     }
 }

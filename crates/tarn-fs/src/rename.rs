@@ -3,10 +3,15 @@
 use tarn_obj::zap::Zap;
 use tarn_obj::ObjectId;
 
-use crate::format::encode_dirent;
+use crate::format::{encode_dirent, InodePhys};
 use crate::{
     dir::check_name, now_ns, FileKind, Fs, FsError, Result, RENAME_EXCHANGE, RENAME_NOREPLACE,
 };
+
+/// A permission check of a rename: given the source directory, the
+/// source, the target directory and the inode the target name holds.
+pub(crate) type RenameCheck<'a> =
+    dyn Fn(&InodePhys, &InodePhys, &InodePhys, Option<&InodePhys>) -> Result<()> + 'a;
 
 impl Fs {
     /// Is `anc` an ancestor of (or equal to) `ino`? Walks parent pointers;
@@ -35,6 +40,22 @@ impl Fs {
         dst_dir: u64,
         dst_name: &[u8],
         flags: u32,
+    ) -> Result<()> {
+        self.rename_checked(src_dir, src_name, dst_dir, dst_name, flags, None)
+    }
+
+    /// `rename`, with `check` (permissions) run under the locks of both
+    /// directories and both inodes, after the checks Linux makes before
+    /// asking for permission (missing source, `RENAME_NOREPLACE` target,
+    /// same inode, a directory into its own subtree) and before the rest.
+    pub(crate) fn rename_checked(
+        &self,
+        src_dir: u64,
+        src_name: &[u8],
+        dst_dir: u64,
+        dst_name: &[u8],
+        flags: u32,
+        check: Option<&RenameCheck<'_>>,
     ) -> Result<()> {
         self.writable()?;
         check_name(src_name)?;
@@ -91,6 +112,13 @@ impl Fs {
             if exchange && dst_is_dir && self.is_ancestor(dst.map(|d| d.0).unwrap_or(0), src_dir)? {
                 return Err(FsError::Invalid("directory into its own subtree"));
             }
+        }
+        if let Some(check) = check {
+            let victim = match dst {
+                Some(d) => Some(self.inode(d.0)?),
+                None => None,
+            };
+            check(&sdp, &self.inode(src.0)?, &self.dir(dst_dir)?, victim.as_ref())?;
         }
         let now = now_ns();
         let mut sp = self.inode(src.0)?;
