@@ -1,112 +1,101 @@
 //! The one place where tarn-nfs calls tarn-fs on behalf of a client:
-//! every call that a caller's permissions could refuse goes through here
-//! with the squashed credentials. tarn-nfs checks no permission itself;
-//! tarn-fs does, so FUSE and NFS share one implementation.
-//!
-//! Entry-returning tarn-fs calls take a reference (the FUSE lookup
-//! count); NFS has no such thing (handles outlive everything), so each is
-//! given back at once.
+//! every call goes through `Fs::checked` with the squashed credentials,
+//! so tarn-fs checks the permissions exactly as it does for FUSE callers
+//! (tarn-nfs checks none itself), and no call takes a FUSE reference
+//! (handles outlive everything; there is no FORGET in NFS).
 
-use tarn_fs::{Attr, Cred, DirEntry, Fs, Result, SetAttr};
+use nfs3_types::nfs3::{ACCESS3_DELETE, ACCESS3_EXECUTE, ACCESS3_EXTEND, ACCESS3_LOOKUP, ACCESS3_MODIFY, ACCESS3_READ};
+use tarn_fs::{Attr, Caller, DirEntry, FileKind, Fs, Result, SetAttr, MAY_EXEC, MAY_READ, MAY_WRITE};
 
 use crate::exports::Creds;
 
-fn cred(c: &Creds) -> Cred {
-    Cred { uid: c.uid, gid: c.gid }
+fn caller(c: &Creds) -> Caller {
+    Caller { uid: c.uid, gid: c.gid, groups: c.groups.clone() }
 }
 
-/// The subset of `mask` (ACCESS3 bits) the caller is granted on `ino`.
-pub fn access_mask(_fs: &Fs, _ino: u64, _c: &Creds, mask: u32) -> u32 {
-    mask
+/// The ACCESS3 bits of `mask` that tarn-fs's permission bits grant
+/// (translated from its MAY_* answer, as knfsd does).
+pub fn access_mask(fs: &Fs, attr: &Attr, c: &Creds, mask: u32) -> u32 {
+    let may = fs.access_mask(attr, &caller(c));
+    let dir = attr.kind == FileKind::Dir;
+    let mut granted = 0;
+    if may & MAY_READ != 0 {
+        granted |= ACCESS3_READ;
+    }
+    if may & MAY_WRITE != 0 {
+        granted |= ACCESS3_MODIFY | ACCESS3_EXTEND | if dir { ACCESS3_DELETE } else { 0 };
+    }
+    if may & MAY_EXEC != 0 {
+        granted |= if dir { ACCESS3_LOOKUP } else { ACCESS3_EXECUTE };
+    }
+    granted & mask
 }
 
-pub fn lookup(fs: &Fs, dir: u64, name: &[u8], _c: &Creds) -> Result<Attr> {
-    let a = fs.lookup(dir, name)?;
-    fs.forget(a.ino, 1);
-    Ok(a)
+/// Attributes of the inode a handle names (`Stale` if it is gone).
+pub fn by_handle(fs: &Fs, ino: u64, generation: u64) -> Result<Attr> {
+    fs.attr_by_handle(ino, generation)
 }
 
-pub fn readlink(fs: &Fs, ino: u64, _c: &Creds) -> Result<Vec<u8>> {
-    fs.readlink(ino)
+pub fn lookup(fs: &Fs, dir: u64, name: &[u8], c: &Creds) -> Result<Attr> {
+    fs.checked(&caller(c)).lookup(dir, name)
 }
 
-pub fn read(fs: &Fs, ino: u64, _c: &Creds, offset: u64, count: u32) -> Result<Vec<u8>> {
-    fs.read(ino, offset, count)
+pub fn readlink(fs: &Fs, ino: u64, c: &Creds) -> Result<Vec<u8>> {
+    fs.checked(&caller(c)).readlink(ino)
 }
 
-pub fn write(fs: &Fs, ino: u64, _c: &Creds, offset: u64, data: &[u8]) -> Result<u32> {
-    fs.write(ino, offset, data)
+pub fn read(fs: &Fs, ino: u64, c: &Creds, offset: u64, count: u32) -> Result<Vec<u8>> {
+    fs.checked(&caller(c)).read(ino, offset, count)
 }
 
-pub fn setattr(fs: &Fs, ino: u64, _c: &Creds, sa: &SetAttr) -> Result<Attr> {
-    fs.setattr(ino, sa)
+pub fn write(fs: &Fs, ino: u64, c: &Creds, offset: u64, data: &[u8]) -> Result<u32> {
+    fs.checked(&caller(c)).write(ino, offset, data)
+}
+
+pub fn fsync(fs: &Fs, ino: u64, c: &Creds) -> Result<()> {
+    fs.checked(&caller(c)).fsync(ino)
+}
+
+pub fn setattr(fs: &Fs, ino: u64, c: &Creds, sa: &SetAttr) -> Result<Attr> {
+    fs.checked(&caller(c)).setattr(ino, sa)
 }
 
 pub fn create(fs: &Fs, dir: u64, name: &[u8], perm: u32, c: &Creds, exclusive: bool) -> Result<(Attr, bool)> {
-    let (a, created) = fs.create(dir, name, perm, cred(c), exclusive)?;
-    fs.forget(a.ino, 1);
-    Ok((a, created))
+    fs.checked(&caller(c)).create(dir, name, perm, exclusive)
 }
 
 pub fn mkdir(fs: &Fs, dir: u64, name: &[u8], perm: u32, c: &Creds) -> Result<Attr> {
-    let a = fs.mkdir(dir, name, perm, cred(c))?;
-    fs.forget(a.ino, 1);
-    Ok(a)
+    fs.checked(&caller(c)).mkdir(dir, name, perm)
 }
 
 pub fn symlink(fs: &Fs, dir: u64, name: &[u8], target: &[u8], c: &Creds) -> Result<Attr> {
-    let a = fs.symlink(dir, name, target, cred(c))?;
-    fs.forget(a.ino, 1);
-    Ok(a)
+    fs.checked(&caller(c)).symlink(dir, name, target)
 }
 
 pub fn mknod(fs: &Fs, dir: u64, name: &[u8], mode: u32, rdev: u64, c: &Creds) -> Result<Attr> {
-    let a = fs.mknod(dir, name, mode, rdev, cred(c))?;
-    fs.forget(a.ino, 1);
-    Ok(a)
+    fs.checked(&caller(c)).mknod(dir, name, mode, rdev)
 }
 
-pub fn link(fs: &Fs, ino: u64, dir: u64, name: &[u8], _c: &Creds) -> Result<Attr> {
-    let a = fs.link(ino, dir, name)?;
-    fs.forget(a.ino, 1);
-    Ok(a)
+pub fn link(fs: &Fs, ino: u64, dir: u64, name: &[u8], c: &Creds) -> Result<Attr> {
+    fs.checked(&caller(c)).link(ino, dir, name)
 }
 
-pub fn unlink(fs: &Fs, dir: u64, name: &[u8], _c: &Creds) -> Result<()> {
-    fs.unlink(dir, name)
+pub fn unlink(fs: &Fs, dir: u64, name: &[u8], c: &Creds) -> Result<()> {
+    fs.checked(&caller(c)).unlink(dir, name)
 }
 
-pub fn rmdir(fs: &Fs, dir: u64, name: &[u8], _c: &Creds) -> Result<()> {
-    fs.rmdir(dir, name)
+pub fn rmdir(fs: &Fs, dir: u64, name: &[u8], c: &Creds) -> Result<()> {
+    fs.checked(&caller(c)).rmdir(dir, name)
 }
 
-pub fn rename(fs: &Fs, from: u64, from_name: &[u8], to: u64, to_name: &[u8], _c: &Creds) -> Result<()> {
-    fs.rename(from, from_name, to, to_name, 0)
+pub fn rename(fs: &Fs, from: u64, from_name: &[u8], to: u64, to_name: &[u8], c: &Creds) -> Result<()> {
+    fs.checked(&caller(c)).rename(from, from_name, to, to_name, 0)
 }
 
-pub fn readdir(fs: &Fs, dir: u64, offset: u64, _c: &Creds, f: &mut dyn FnMut(&DirEntry) -> bool) -> Result<()> {
-    fs.readdir(dir, offset, f)
+pub fn readdir(fs: &Fs, dir: u64, offset: u64, c: &Creds, f: &mut dyn FnMut(&DirEntry) -> bool) -> Result<()> {
+    fs.checked(&caller(c)).readdir(dir, offset, f)
 }
 
-/// `readdir_plus` without references: the entries taken are given back
-/// after the listing (the callback must not call into `fs`).
-pub fn readdir_plus(
-    fs: &Fs,
-    dir: u64,
-    offset: u64,
-    _c: &Creds,
-    f: &mut dyn FnMut(&DirEntry, &Attr) -> bool,
-) -> Result<()> {
-    let mut taken = Vec::new();
-    let res = fs.readdir_plus(dir, offset, &mut |e, a| {
-        let t = f(e, a);
-        if t && e.name != b"." && e.name != b".." {
-            taken.push(e.ino);
-        }
-        t
-    });
-    for ino in taken {
-        fs.forget(ino, 1);
-    }
-    res
+pub fn readdir_plus(fs: &Fs, dir: u64, offset: u64, c: &Creds, f: &mut dyn FnMut(&DirEntry, &Attr) -> bool) -> Result<()> {
+    fs.checked(&caller(c)).readdir_plus(dir, offset, f)
 }

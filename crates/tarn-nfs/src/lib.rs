@@ -6,7 +6,7 @@
 //!
 //! # API (what the daemon calls)
 //!
-//! ```ignore
+//! ```text
 //! let server = NfsServer::start("0.0.0.0:2049".parse()?, verifier_seed)?;
 //! server.set_exports(vec![Export { path: "/tank/media".into(), mountpoint: Some("/tank/media".into()),
 //!     fs, pool_guid, objset, rules, snapshots: Some(source) }]);
@@ -131,7 +131,12 @@ impl NfsServer {
     /// tarn-fs get up to 5 s to finish. Idempotent.
     pub fn shutdown(&self) {
         if let Some(rt) = self.runtime.lock().take() {
-            rt.shutdown_timeout(Duration::from_secs(5));
+            if tokio::runtime::Handle::try_current().is_ok() {
+                // Called from async code (waiting here would panic).
+                rt.shutdown_background();
+            } else {
+                rt.shutdown_timeout(Duration::from_secs(5));
+            }
         }
     }
 }

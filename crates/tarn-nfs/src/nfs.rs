@@ -67,15 +67,7 @@ impl Ctx<'_> {
 
 /// STALE unless `ino` is a live inode of `fs` created as `generation`.
 fn check_generation(fs: &Fs, ino: u64, generation: u64) -> NfsResult<()> {
-    if ino == tarn_fs::MASTER_OBJECT {
-        return Err(nfsstat3::NFS3ERR_STALE);
-    }
-    match fs.getattr(ino) {
-        Ok(a) if a.generation == generation && a.nlink > 0 => Ok(()),
-        Ok(_) => Err(nfsstat3::NFS3ERR_STALE),
-        Err(e) if e.errno() == libc::EIO && !matches!(e, FsError::Corrupt(_)) => Err(nfsstat3::NFS3ERR_IO),
-        Err(_) => Err(nfsstat3::NFS3ERR_STALE),
-    }
+    crate::caller::by_handle(fs, ino, generation).map(|_| ()).map_err(|e| status(&e))
 }
 
 impl Target {

@@ -32,11 +32,16 @@ pub const CTL_COOKIE: u64 = u64::MAX - 1;
 /// verifier, the end-of-list marker and eof.
 const OVERHEAD: usize = 4 + 4 + 84 + 8 + 4 + 4;
 
+/// An entry's attributes and handle (READDIRPLUS only).
+type Plus = Option<(fattr3, nfs_fh3)>;
+/// A listing: the directory, its entries, eof; or a status.
+type Listing = Result<(Target, Vec<Item>, bool), (nfsstat3, Option<Target>)>;
+
 struct Item {
     fileid: u64,
     name: Vec<u8>,
     cookie: u64,
-    plus: Option<(fattr3, nfs_fh3)>,
+    plus: Plus,
 }
 
 impl Item {
@@ -110,7 +115,7 @@ fn list(t: &Target, cookie: u64, plus: bool, b: &mut Budget) -> NfsResult<bool> 
             } else {
                 (Kind::SnapDir, Some(Kind::Ctl), SNAPDIR_FILEID)
             };
-            let mut names: Vec<(Vec<u8>, u64, Option<(fattr3, nfs_fh3)>)> = Vec::new();
+            let mut names: Vec<(Vec<u8>, u64, Plus)> = Vec::new();
             let virt = |k: Kind, id: u64| -> NfsResult<(fattr3, nfs_fh3)> { Ok((virtual_attr(entry, id)?, fh(&entry.virtual_handle(k)))) };
             names.push((b".".to_vec(), mine, if plus { Some(virt(me, mine)?) } else { None }));
             let up = match parent {
@@ -153,7 +158,7 @@ fn check_verf(cookie: u64, verf: [u8; 8]) -> NfsResult<()> {
     Ok(())
 }
 
-fn run(ctx: &Ctx, fh: &nfs_fh3, cookie: u64, verf: [u8; 8], plus: bool, dir_max: usize, max: usize) -> Result<(Target, Vec<Item>, bool), (nfsstat3, Option<Target>)> {
+fn run(ctx: &Ctx, fh: &nfs_fh3, cookie: u64, verf: [u8; 8], plus: bool, dir_max: usize, max: usize) -> Listing {
     let t = ctx.resolve(fh).map_err(|s| (s, None))?;
     if let Err(s) = check_verf(cookie, verf) {
         return Err((s, Some(t)));

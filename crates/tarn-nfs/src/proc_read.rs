@@ -113,7 +113,13 @@ pub fn access(ctx: &Ctx, r: &mut Reader) -> Reply {
         granted &= !(ACCESS3_MODIFY | ACCESS3_EXTEND | ACCESS3_DELETE);
     }
     if let Some((fs, ino)) = t.inode() {
-        granted &= crate::caller::access_mask(fs, ino, &t.creds, granted);
+        match fs.getattr(ino) {
+            Ok(a) => granted = crate::caller::access_mask(fs, &a, &t.creds, granted),
+            Err(e) => return ok(Nfs3Result::<ACCESS3resok, _>::Err((status(&e), ACCESS3resfail::default()))),
+        }
+    } else {
+        // `.zfs` directories: read and search for everyone.
+        granted &= ACCESS3_READ | ACCESS3_LOOKUP;
     }
     ok(Nfs3Result::<_, ACCESS3resfail>::Ok(ACCESS3resok { obj_attributes: Nfs3Option::Some(attr), access: granted }))
 }

@@ -115,7 +115,7 @@ pub fn write(ctx: &Ctx, r: &mut Reader) -> Reply {
         if stable == stable_how::UNSTABLE {
             return Ok((n, stable_how::UNSTABLE));
         }
-        fs.fsync(ino).map_err(|e| status(&e))?;
+        caller::fsync(fs, ino, &t.creds).map_err(|e| status(&e))?;
         Ok((n, stable_how::FILE_SYNC))
     })();
     reply(match res {
@@ -135,7 +135,7 @@ pub fn commit(ctx: &Ctx, r: &mut Reader) -> Reply {
     let before = t.pre_op();
     // A read-only client or a snapshot has nothing to commit: OK.
     let res = match t.inode() {
-        Some((fs, ino)) if t.writable().is_ok() => fs.fsync(ino).map_err(|e| status(&e)),
+        Some((fs, ino)) if t.writable().is_ok() => caller::fsync(fs, ino, &t.creds).map_err(|e| status(&e)),
         _ => Ok(()),
     };
     reply(match res {

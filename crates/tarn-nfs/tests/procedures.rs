@@ -187,3 +187,38 @@ fn readonly_dataset_is_erofs() {
         assert_eq!(status(&r), nfsstat3::NFS3ERR_ROFS);
     });
 }
+
+#[test]
+fn unprivileged_caller_gets_eacces() {
+    let fs = fs_support::single_fs("eacces");
+    let srv = server(&fs, "rw,no_root_squash", 4);
+    let addr = srv.local_addr();
+    rt().block_on(async {
+        let (mut root_c, root) = connect(addr, "127.0.0.1", 0, 0).await;
+        let private = c_mkdir(&mut root_c, &root, "private", 0o700).await;
+        let f = obj_fh(create(&mut root_c, &root, "root-file").await);
+        let mut user = nfs_client(addr, "127.0.0.1", 1000, 1000).await;
+        // The root directory is root's 0755: no create, no remove.
+        assert_eq!(status(&create(&mut user, &root, "mine").await), nfsstat3::NFS3ERR_ACCES);
+        let r = user.remove(&REMOVE3args { object: dirop(&root, "root-file") }).await.unwrap();
+        assert_eq!(status(&r), nfsstat3::NFS3ERR_ACCES);
+        // A 0700 directory cannot be searched or listed.
+        assert_eq!(lookup(&mut user, &private, "x").await.unwrap_err(), nfsstat3::NFS3ERR_ACCES);
+        let r = user.readdir(&READDIR3args { dir: private.clone(), cookie: 0, cookieverf: cookieverf3::default(), count: 4096 }).await.unwrap();
+        assert_eq!(status(&r), nfsstat3::NFS3ERR_ACCES);
+        // A 0644 file of root's: readable, not writable; ACCESS says so.
+        assert_eq!(status(&write(&mut user, &f, 0, b"x", stable_how::FILE_SYNC).await), nfsstat3::NFS3ERR_ACCES);
+        let acc = user.access(&ACCESS3args { object: f.clone(), access: ACCESS3_READ | ACCESS3_MODIFY }).await.unwrap().unwrap();
+        assert_eq!(acc.access, ACCESS3_READ);
+        // A user in the file's group (supplementary) may write a 0664 file.
+        let sa = sattr3 { mode: Nfs3Option::Some(0o664), gid: Nfs3Option::Some(50), ..Default::default() };
+        root_c.setattr(&SETATTR3args { object: f.clone(), new_attributes: sa, guard: Nfs3Option::None }).await.unwrap().unwrap();
+        let s = tcp_from("127.0.0.1".parse().unwrap(), addr).await;
+        let mut member = nfs3_client::Nfs3Client::new_with_auth(nfs3_client::tokio::TokioIo::new(s), auth(1000, 1000, vec![50]), Default::default());
+        write(&mut member, &f, 0, b"x", stable_how::FILE_SYNC).await.unwrap();
+    });
+}
+
+async fn c_mkdir(c: &mut nfs3_client::Nfs3Client<Io>, dir: &nfs_fh3, name: &str, mode: u32) -> nfs_fh3 {
+    c.mkdir(&MKDIR3args { where_: dirop(dir, name), attributes: sattr_mode(mode) }).await.unwrap().unwrap().obj.unwrap()
+}
