@@ -50,6 +50,8 @@ pub const PROPERTIES: &[PropDef] = &[
     settable("copies", true, "1"),
     settable("readonly", true, "off"),
     settable("snapdir", true, "hidden"),
+    settable("sharenfs", true, "off"),
+    settable("sharesmb", true, "off"),
     readonly("logicalused"),
     readonly("usedbysnapshots"),
     readonly("usedbydataset"),
@@ -115,8 +117,6 @@ pub const NOT_YET_SUPPORTED: &[&str] = &[
     "keystatus",
     "encryptionroot",
     "pbkdf2iters",
-    "sharenfs",
-    "sharesmb",
     "primarycache",
     "secondarycache",
     "logbias",
@@ -298,6 +298,16 @@ fn validate_native(prop: &str, value: &str) -> Result<(&'static str, String), Pr
                     bytes.to_string()
                 }
             }
+        }
+        // The share rules' own parsers decide (crates/tarn-share); the
+        // value is stored as written.
+        "sharenfs" => {
+            tarn_share::nfs::parse(value).map_err(|why| bad(name, value, &why))?;
+            value.to_string()
+        }
+        "sharesmb" => {
+            tarn_share::smb::parse(value).map_err(|why| bad(name, value, &why))?;
+            value.to_string()
         }
         "mountpoint" => match value {
             "none" | "legacy" => value.to_string(),
@@ -598,7 +608,14 @@ mod tests {
         assert!(matches!(check_name("Bad:Name"), Err(PropError::BadUserName(_))));
         assert!(check_name("com.example:note").is_ok());
         assert_eq!(lookup("sync").unwrap_err(), PropError::NotYetSupported("sync".into()));
-        assert_eq!(validate("sharenfs", "on").unwrap_err().to_string(), "property 'sharenfs' is not yet supported");
+        assert_eq!(validate("sharenfs", "rw=@10.0.0.0/8").unwrap(), ("sharenfs".into(), "rw=@10.0.0.0/8".into()));
+        assert_eq!(
+            validate("sharenfs", "rw=@10.0.0.0/33").unwrap_err().to_string(),
+            "bad value 'rw=@10.0.0.0/33' for property 'sharenfs': rw=: host '@10.0.0.0/33': bad network length '33'"
+        );
+        assert_eq!(validate("sharesmb", "name=photos").unwrap(), ("sharesmb".into(), "name=photos".into()));
+        assert!(validate("sharesmb", "name=global").is_err());
+        assert!(lookup("sharenfs").unwrap().inheritable && lookup("sharesmb").unwrap().inheritable);
         assert_eq!(lookup("bogus").unwrap_err(), PropError::Unknown("bogus".into()));
         assert_eq!(canonical_name("avail"), "available");
         assert_eq!(canonical_name("com.example:x"), "com.example:x");

@@ -9,10 +9,11 @@
 //!
 //! The set-ID bits are dropped only when the caller says so (`kill` is
 //! the caller's identity): on a write or truncate by a process without
-//! CAP_FSETID, and on every change of owner of a non-directory. Only the
-//! caller's primary group is known here, so a caller whose supplementary
-//! groups include the file's loses set-group-ID where Linux would keep it
-//! (the safe side: a privilege dropped, never one kept). The FUSE front end negotiates
+//! CAP_FSETID, and on every change of owner of a non-directory. Through
+//! FUSE only the caller's primary group is known, so a caller whose
+//! supplementary groups include the file's loses set-group-ID where Linux
+//! would keep it (the safe side: a privilege dropped, never one kept);
+//! `Checked` (access.rs) knows all of them. The FUSE front end negotiates
 //! `FUSE_HANDLE_KILLPRIV_V2`, which hands this job to the file system so
 //! the kernel need not ask for `security.capability` before every write
 //! (one GETXATTR round trip per write otherwise).
@@ -29,10 +30,17 @@ impl Fs {
     /// None for one that keeps them. Costs one attribute read when there is
     /// nothing to drop. Directories keep everything.
     pub fn drop_privileges(&self, ino: u64, kill: Option<Cred>) -> Result<()> {
+        let groups = kill.map(|c| [c.gid]);
+        self.drop_privileges_of(ino, kill.map(|c| c.uid).zip(groups.as_ref().map(|g| &g[..])))
+    }
+
+    /// `drop_privileges` for a caller known by its uid and all its groups
+    /// (`Checked`, which knows the supplementary groups too).
+    pub(crate) fn drop_privileges_of(&self, ino: u64, kill: Option<(u32, &[u32])>) -> Result<()> {
         let drops = |p: &InodePhys| -> u32 {
-            let Some(c) = kill else { return 0 };
+            let Some((uid, groups)) = kill else { return 0 };
             let mut bits = p.mode & libc::S_ISUID;
-            let in_group = c.uid == 0 || c.gid == p.gid;
+            let in_group = uid == 0 || groups.contains(&p.gid);
             if p.mode & libc::S_ISGID != 0 && (p.mode & libc::S_IXGRP != 0 || !in_group) {
                 bits |= libc::S_ISGID;
             }

@@ -121,6 +121,26 @@ impl Fs {
         offset: u64,
         f: &mut dyn FnMut(&DirEntry, &Attr) -> bool,
     ) -> Result<()> {
+        self.readdir_plus_how(dir, offset, true, f)
+    }
+
+    /// `readdir_plus` without references (see `lookup_noref`).
+    pub fn readdir_plus_noref(
+        &self,
+        dir: u64,
+        offset: u64,
+        f: &mut dyn FnMut(&DirEntry, &Attr) -> bool,
+    ) -> Result<()> {
+        self.readdir_plus_how(dir, offset, false, f)
+    }
+
+    fn readdir_plus_how(
+        &self,
+        dir: u64,
+        offset: u64,
+        take_refs: bool,
+        f: &mut dyn FnMut(&DirEntry, &Attr) -> bool,
+    ) -> Result<()> {
         let _g = self.read_lock(dir);
         let dp = self.dir(dir)?;
         if offset == 0 {
@@ -168,7 +188,9 @@ impl Fs {
                 if !f(e, &attr) {
                     return Ok(());
                 }
-                self.add_ref(e.ino);
+                if take_refs {
+                    self.add_ref(e.ino);
+                }
                 cookie = e.next_offset - DIR_OFFSET_BIAS;
             }
             if let Some(e) = err {

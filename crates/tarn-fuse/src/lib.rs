@@ -251,16 +251,9 @@ pub fn mount_with_snapshots(
     }
 }
 
-/// Where `.zfs/snapshot` gets its contents (the daemon: the dataset's
-/// snapshots, each opened read-only).
-pub trait SnapshotSource: Send + Sync {
-    /// Snapshot names (the part after `@`), oldest first.
-    fn names(&self) -> Vec<String>;
-    /// The named snapshot's file system, read-only.
-    fn open(&self, name: &str) -> Option<Arc<Fs>>;
-    /// `snapdir=visible`: list `.zfs` in the root directory.
-    fn visible(&self) -> bool;
-}
+/// Where `.zfs/snapshot` gets its contents: defined in tarn-fs (shared with
+/// tarn-nfs), re-exported here so callers keep `tarn_fuse::SnapshotSource`.
+pub use tarn_fs::SnapshotSource;
 
 const SNAP_SHIFT: u32 = 48;
 const CTL_INO: u64 = (0x7fff << SNAP_SHIFT) | 1;

@@ -1,0 +1,127 @@
+//! File data: read, write, fsync; statfs.
+
+use tarn_obj::ObjectId;
+
+use crate::{
+    is_dir, is_reg, now_ns, Fs, FsError, Result, StatFs, MAX_FILE_SIZE, MIN_BLOCK, NAME_MAX,
+};
+
+impl Fs {
+    /// Read up to `size` bytes at `offset` (short at end of file).
+    pub fn read(&self, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
+        let (buf, p) = {
+            let _g = self.read_lock(ino);
+            let p = self.inode(ino)?;
+            if is_dir(&p) {
+                return Err(FsError::IsDir);
+            }
+            if !is_reg(&p) {
+                return Err(FsError::Invalid("read of a non-regular file"));
+            }
+            let end = offset.saturating_add(size as u64).min(p.size);
+            let mut buf = vec![0u8; end.saturating_sub(offset) as usize];
+            if !buf.is_empty() {
+                self.os.read(ObjectId(ino), offset, &mut buf)?;
+            }
+            (buf, p)
+        };
+        let opts = *self.opts.read();
+        if opts.atime && !opts.readonly {
+            // relatime: update when atime is not newer than mtime/ctime, or older than a day.
+            let now = now_ns();
+            if p.atime_ns <= p.mtime_ns
+                || p.atime_ns <= p.ctime_ns
+                || now.saturating_sub(p.atime_ns) > 86_400_000_000_000
+            {
+                let tx = self.pool.begin();
+                let _g = self.lock_set(&[ino]);
+                if let Ok(mut p) = self.inode(ino) {
+                    p.atime_ns = now;
+                    let _ = self.put_inode(&tx, ino, &p);
+                }
+            }
+        }
+        Ok(buf)
+    }
+
+    /// Write `data` at `offset`; returns bytes written (all of it).
+    pub fn write(&self, ino: u64, offset: u64, data: &[u8]) -> Result<u32> {
+        self.writable()?;
+        let end = offset
+            .checked_add(data.len() as u64)
+            .ok_or(FsError::FileTooBig)?;
+        if end > MAX_FILE_SIZE {
+            return Err(FsError::FileTooBig);
+        }
+        self.make_room(data.len() as u64)?;
+        let recordsize = self
+            .opts
+            .read()
+            .recordsize
+            .clamp(MIN_BLOCK, tarn_obj::MAX_BLOCK_SIZE);
+        let tx = self.pool.begin();
+        let _g = self.lock_set(&[ino]);
+        let mut p = self.inode(ino)?;
+        if is_dir(&p) {
+            return Err(FsError::IsDir);
+        }
+        if !is_reg(&p) {
+            return Err(FsError::Invalid("write to a non-regular file"));
+        }
+        if data.is_empty() {
+            return Ok(0);
+        }
+        let o = ObjectId(ino);
+        let info = self.os.info(o)?;
+        if info.block_size < recordsize
+            && end > info.block_size as u64
+            && info.length <= info.block_size as u64
+        {
+            // Still at most one block: grow it (ZFS-style single-block files).
+            let bs = if end <= recordsize as u64 {
+                (end as u32).div_ceil(MIN_BLOCK) * MIN_BLOCK
+            } else {
+                recordsize
+            };
+            self.os.set_block_size(&tx, o, bs)?;
+        }
+        self.os.write_data(&tx, o, offset, data)?;
+        let now = now_ns();
+        p.size = p.size.max(end);
+        p.mtime_ns = now;
+        p.ctime_ns = now;
+        self.put_inode(&tx, ino, &p)?;
+        Ok(data.len() as u32)
+    }
+
+    /// Make everything written so far durable (returns after a txg sync).
+    pub fn fsync(&self, _ino: u64) -> Result<()> {
+        // Always: data written before `readonly=on` was set must still be
+        // durable when its fsync returns (a no-op on a read-only pool).
+        self.pool.sync()?;
+        Ok(())
+    }
+
+    pub fn statfs(&self) -> Result<StatFs> {
+        let bs = 4096u64;
+        // Deflated like `tarn list`: raidz parity is not space users can fill.
+        let space = self.pool.space();
+        let used = self.pool.deflate(self.os.used_bytes());
+        let mut avail = self.pool.deflate(space.available);
+        let limit = self.limit.read().clone();
+        if let Some((remaining, _)) = limit.and_then(|l| l.remaining()) {
+            avail = avail.min(remaining);
+        }
+        let total = used.saturating_add(avail);
+        let files_free = avail / 512;
+        Ok(StatFs {
+            block_size: bs as u32,
+            blocks: total / bs,
+            blocks_free: avail / bs,
+            blocks_avail: avail / bs,
+            files: self.os.object_count().saturating_add(files_free),
+            files_free,
+            name_max: NAME_MAX as u32,
+        })
+    }
+}

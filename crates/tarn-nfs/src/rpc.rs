@@ -1,0 +1,198 @@
+//! ONC RPC (RFC 5531) over TCP: record marking, the call header, AUTH_SYS,
+//! and the reply header. Procedures never see any of it.
+//!
+//! Invariants:
+//! - A record is at most `MAX_RECORD` bytes summed over its fragments; the
+//!   connection is closed before more is buffered (a record's memory is
+//!   bounded before it is read, not after).
+//! - Every reply carries the xid of its call; a call whose header cannot
+//!   be decoded gets no reply (there is nothing to match it to) and closes
+//!   the connection, since the stream's framing can no longer be trusted.
+
+use std::io;
+
+use nfs3_types::rpc::{
+    accept_stat_data, accepted_reply, auth_stat, msg_body, opaque_auth, rejected_reply,
+    reply_body, rpc_msg,
+};
+use nfs3_types::xdr_codec::Pack;
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+use crate::xdr::{Garbage, Reader};
+
+/// Largest WRITE (1 MiB, our wtmax) plus room for its header and handle.
+pub const MAX_RECORD: usize = (1 << 20) + 4096;
+
+/// AUTH_SYS machine names and group lists are bounded by RFC 5531.
+const AUTH_BODY_MAX: usize = 400;
+const AUTH_SYS_GROUPS_MAX: usize = 16;
+
+/// Reads one record (all its fragments). `Ok(None)` at a clean end of
+/// stream between records; an error (and a closed connection) for a
+/// record over `MAX_RECORD` or a stream that ends inside one.
+pub async fn read_record<R: AsyncRead + Unpin>(r: &mut R) -> io::Result<Option<Vec<u8>>> {
+    let mut record = Vec::new();
+    loop {
+        let mut hdr = [0u8; 4];
+        match r.read_exact(&mut hdr).await {
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof && record.is_empty() => return Ok(None),
+            Err(e) => return Err(e),
+        }
+        let word = u32::from_be_bytes(hdr);
+        let last = word & 0x8000_0000 != 0;
+        let len = (word & 0x7fff_ffff) as usize;
+        if record.len() + len > MAX_RECORD {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("RPC record larger than {MAX_RECORD} bytes"),
+            ));
+        }
+        let start = record.len();
+        record.resize(start + len, 0);
+        r.read_exact(&mut record[start..]).await?;
+        if last {
+            return Ok(Some(record));
+        }
+    }
+}
+
+/// The caller's identity as AUTH_SYS (or AUTH_NONE) gave it, before the
+/// export's squash rules.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Auth {
+    None,
+    Sys { uid: u32, gid: u32, groups: Vec<u32> },
+}
+
+/// A decoded call header; `args` is the rest of the record.
+pub struct Call<'a> {
+    pub xid: u32,
+    pub prog: u32,
+    pub vers: u32,
+    pub proc_: u32,
+    pub auth: Result<Auth, auth_stat>,
+    pub args: Reader<'a>,
+}
+
+/// What a call header can be besides a call we can dispatch.
+pub enum Header<'a> {
+    Call(Call<'a>),
+    /// RPC version other than 2: MSG_DENIED / RPC_MISMATCH.
+    RpcMismatch { xid: u32 },
+    /// Not a call at all (a reply, or garbage after the xid).
+    Garbage { xid: Option<u32> },
+}
+
+pub fn parse_call(record: &[u8]) -> Header<'_> {
+    let mut r = Reader::new(record);
+    let Ok(xid) = r.u32() else {
+        return Header::Garbage { xid: None };
+    };
+    let parsed = (|| -> Result<Header<'_>, Garbage> {
+        if r.u32()? != 0 {
+            return Err(Garbage); // msg_type REPLY
+        }
+        if r.u32()? != 2 {
+            return Ok(Header::RpcMismatch { xid });
+        }
+        let prog = r.u32()?;
+        let vers = r.u32()?;
+        let proc_ = r.u32()?;
+        let flavor = r.u32()?;
+        let body = r.opaque(AUTH_BODY_MAX)?;
+        let _verf_flavor = r.u32()?;
+        let _verf = r.opaque(AUTH_BODY_MAX)?;
+        let auth = match flavor {
+            0 => Ok(Auth::None),
+            1 => parse_auth_sys(body).map_err(|_| auth_stat::AUTH_BADCRED),
+            _ => Err(auth_stat::AUTH_REJECTEDCRED),
+        };
+        Ok(Header::Call(Call { xid, prog, vers, proc_, auth, args: Reader::new(&[]) }))
+    })();
+    match parsed {
+        Ok(Header::Call(mut c)) => {
+            c.args = r;
+            Header::Call(c)
+        }
+        Ok(h) => h,
+        Err(Garbage) => Header::Garbage { xid: Some(xid) },
+    }
+}
+
+fn parse_auth_sys(body: &[u8]) -> Result<Auth, Garbage> {
+    let mut r = Reader::new(body);
+    let _stamp = r.u32()?;
+    let _machine = r.opaque(255)?;
+    let uid = r.u32()?;
+    let gid = r.u32()?;
+    let n = r.u32()? as usize;
+    if n > AUTH_SYS_GROUPS_MAX {
+        return Err(Garbage);
+    }
+    let mut groups = Vec::with_capacity(n);
+    for _ in 0..n {
+        groups.push(r.u32()?);
+    }
+    Ok(Auth::Sys { uid, gid, groups })
+}
+
+/// The reply to a call: accepted with a status, or denied.
+pub enum Status {
+    Success,
+    ProgUnavail,
+    ProgMismatch { low: u32, high: u32 },
+    ProcUnavail,
+    GarbageArgs,
+    SystemErr,
+    RpcMismatch,
+    AuthError(auth_stat),
+}
+
+/// A reply record with its record mark, the header for `status` and, for
+/// `Success`, `body` packed after it.
+pub fn reply(xid: u32, status: Status, body: Option<&dyn PackDyn>) -> Vec<u8> {
+    let reply_body = match status {
+        Status::RpcMismatch => reply_body::MSG_DENIED(rejected_reply::rpc_mismatch(2, 2)),
+        Status::AuthError(s) => reply_body::MSG_DENIED(rejected_reply::auth_error(s)),
+        other => reply_body::MSG_ACCEPTED(accepted_reply {
+            verf: opaque_auth::default(),
+            reply_data: match other {
+                Status::Success => accept_stat_data::SUCCESS,
+                Status::ProgUnavail => accept_stat_data::PROG_UNAVAIL,
+                Status::ProgMismatch { low, high } => accept_stat_data::PROG_MISMATCH { low, high },
+                Status::ProcUnavail => accept_stat_data::PROC_UNAVAIL,
+                Status::GarbageArgs => accept_stat_data::GARBAGE_ARGS,
+                _ => accept_stat_data::SYSTEM_ERR,
+            },
+        }),
+    };
+    let msg = rpc_msg { xid, body: msg_body::REPLY(reply_body) };
+    let body_len = body.map_or(0, |b| b.size());
+    let mut out = Vec::with_capacity(4 + msg.packed_size() + body_len);
+    out.extend_from_slice(&[0; 4]);
+    // Packing into a Vec cannot fail (the codec's only errors are the
+    // writer's and lengths over 4 GiB, which a reply never has).
+    let _ = msg.pack(&mut out);
+    if let Some(b) = body {
+        b.pack_into(&mut out);
+    }
+    let len = (out.len() - 4) as u32;
+    out[..4].copy_from_slice(&(len | 0x8000_0000).to_be_bytes());
+    out
+}
+
+/// `Pack` as a trait object (the codec's trait is generic over the writer).
+pub trait PackDyn {
+    fn size(&self) -> usize;
+    fn pack_into(&self, out: &mut Vec<u8>);
+}
+
+impl<T: Pack> PackDyn for T {
+    fn size(&self) -> usize {
+        self.packed_size()
+    }
+    fn pack_into(&self, out: &mut Vec<u8>) {
+        let _ = self.pack(out);
+    }
+}

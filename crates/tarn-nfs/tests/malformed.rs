@@ -1,0 +1,187 @@
+//! Bad input on the wire: garbage and truncated records, random handles,
+//! wrong programs and versions, an oversized record, a client that goes
+//! away mid-request. The server answers with an RPC or NFS error or
+//! closes that connection; it never panics, and another client keeps
+//! working throughout.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+use nfs3_client::nfs3_types::nfs3::ftype3;
+use rand::{Rng, RngCore};
+use support::*;
+
+fn call(xid: u32, prog: u32, vers: u32, proc_: u32, args: &[u8]) -> Vec<u8> {
+    let mut b = Vec::new();
+    for w in [xid, 0, 2, prog, vers, proc_] {
+        b.extend_from_slice(&w.to_be_bytes());
+    }
+    // AUTH_SYS: stamp, machine "t", uid 0, gid 0, no groups; verifier AUTH_NONE.
+    let body = [0u32, 1].iter().flat_map(|w| w.to_be_bytes()).chain(*b"t\0\0\0").chain([0u32, 0, 0].iter().flat_map(|w| w.to_be_bytes())).collect::<Vec<u8>>();
+    b.extend_from_slice(&1u32.to_be_bytes());
+    b.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    b.extend_from_slice(&body);
+    b.extend_from_slice(&[0; 8]);
+    b.extend_from_slice(args);
+    b
+}
+
+fn framed(record: &[u8]) -> Vec<u8> {
+    let mut b = ((record.len() as u32) | 0x8000_0000).to_be_bytes().to_vec();
+    b.extend_from_slice(record);
+    b
+}
+
+fn connect_raw(addr: SocketAddr) -> TcpStream {
+    let s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s
+}
+
+/// One reply record, or None if the server closed the connection.
+fn reply(s: &mut TcpStream) -> Option<Vec<u8>> {
+    let mut h = [0u8; 4];
+    s.read_exact(&mut h).ok()?;
+    let len = (u32::from_be_bytes(h) & 0x7fff_ffff) as usize;
+    let mut b = vec![0u8; len];
+    s.read_exact(&mut b).ok()?;
+    Some(b)
+}
+
+fn accept_stat(r: &[u8]) -> u32 {
+    assert_eq!(&r[4..12], &[0, 0, 0, 1, 0, 0, 0, 0], "accepted reply");
+    u32::from_be_bytes([r[20], r[21], r[22], r[23]])
+}
+
+#[test]
+fn rpc_errors() {
+    let fs = fs_support::single_fs("rpcerr");
+    let srv = server(&fs, "rw,no_root_squash", 1);
+    let mut s = connect_raw(srv.local_addr());
+    for (prog, vers, proc_, want) in [(1234, 1, 0, 1), (100_003, 4, 0, 2), (100_003, 3, 99, 3), (100_003, 3, 1, 4), (100_005, 1, 0, 2)] {
+        s.write_all(&framed(&call(7, prog, vers, proc_, &[]))).unwrap();
+        let r = reply(&mut s).expect("a reply");
+        assert_eq!(&r[..4], &7u32.to_be_bytes(), "xid echoed");
+        assert_eq!(accept_stat(&r), want, "prog {prog} vers {vers} proc {proc_}");
+    }
+    // RPC version 3: MSG_DENIED / RPC_MISMATCH.
+    let mut c = call(8, 100_003, 3, 0, &[]);
+    c[8..12].copy_from_slice(&3u32.to_be_bytes());
+    s.write_all(&framed(&c)).unwrap();
+    let r = reply(&mut s).unwrap();
+    assert_eq!(&r[4..16], &[0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 0]);
+    // PMAP GETPORT for NFS v3 over TCP answers this port.
+    let args: Vec<u8> = [100_003u32, 3, 6, 0].iter().flat_map(|w| w.to_be_bytes()).collect();
+    s.write_all(&framed(&call(9, 100_000, 2, 3, &args))).unwrap();
+    let r = reply(&mut s).unwrap();
+    assert_eq!(accept_stat(&r), 0);
+    assert_eq!(u32::from_be_bytes([r[24], r[25], r[26], r[27]]), srv.local_addr().port() as u32);
+}
+
+#[test]
+fn fuzzed_records_and_handles_never_hurt_another_client() {
+    let run = tarn_testkit::seeded!(400);
+    let mut rng = run.rng(0);
+    let fs = fs_support::single_fs("fuzz");
+    let srv = server(&fs, "rw,no_root_squash", 1);
+    let addr = srv.local_addr();
+    let rt = rt();
+    let (mut good, root) = rt.block_on(connect(addr, "127.0.0.1", 0, 0));
+    let valid = call(1, 100_003, 3, 1, &{
+        let mut a = (root.data.len() as u32).to_be_bytes().to_vec();
+        a.extend_from_slice(root.data.as_ref());
+        a
+    });
+    let mut s = connect_raw(addr);
+    for step in 0..run.count {
+        let record: Vec<u8> = match rng.gen_range(0..5) {
+            0 => {
+                let mut b = vec![0u8; rng.gen_range(0..200)];
+                rng.fill_bytes(&mut b);
+                b
+            }
+            1 => valid[..rng.gen_range(0..valid.len())].to_vec(),
+            2 => {
+                let mut b = valid.clone();
+                let i = rng.gen_range(0..b.len());
+                b[i] ^= 1 << rng.gen_range(0..8);
+                b
+            }
+            3 => {
+                // A random handle (random length, often the right one) for a random procedure.
+                let len = if rng.gen_bool(0.5) { 44 } else { rng.gen_range(0..80) };
+                let mut h = vec![0u8; len];
+                rng.fill_bytes(&mut h);
+                if len == 44 && rng.gen_bool(0.5) {
+                    h[..4].copy_from_slice(&[1, rng.gen_range(0..4), 0, 0]);
+                    h[4..20].copy_from_slice(&root.data.as_ref()[4..20]);
+                }
+                let mut a = (len as u32).to_be_bytes().to_vec();
+                a.extend_from_slice(&h);
+                let mut tail = vec![0u8; rng.gen_range(0..64)];
+                rng.fill_bytes(&mut tail);
+                a.extend_from_slice(&tail);
+                call(step as u32, 100_003, 3, rng.gen_range(0..22), &a)
+            }
+            _ => call(step as u32, [100_003, 100_005, 100_000][rng.gen_range(0..3)], 3, rng.gen_range(0..25), &{
+                let mut t = vec![0u8; rng.gen_range(0..300)];
+                rng.fill_bytes(&mut t);
+                t
+            }),
+        };
+        if s.write_all(&framed(&record)).is_err() || reply(&mut s).is_none() {
+            s = connect_raw(addr); // the server closed it: fine, start over
+        }
+        if step % 20 == 0 {
+            let a = rt.block_on(getattr(&mut good, &root)).expect("the other client still works");
+            assert_eq!(a.type_, ftype3::NF3DIR);
+        }
+    }
+    assert!(rt.block_on(getattr(&mut good, &root)).is_ok());
+}
+
+#[test]
+fn oversized_record_and_disconnect_mid_request() {
+    let fs = fs_support::single_fs("oversize");
+    let srv = server(&fs, "rw,no_root_squash", 1);
+    let addr = srv.local_addr();
+    let rt = rt();
+    let (mut good, root) = rt.block_on(connect(addr, "127.0.0.1", 0, 0));
+    // 2 GiB announced: closed at once, nothing buffered.
+    let mut s = connect_raw(addr);
+    s.write_all(&0xffff_ffffu32.to_be_bytes()).unwrap();
+    s.write_all(&[0u8; 1000]).ok();
+    let mut buf = [0u8; 16];
+    assert!(matches!(s.read(&mut buf), Ok(0) | Err(_)), "oversized record closes the connection");
+    // Fragments summing past the bound: closed too.
+    let mut s = connect_raw(addr);
+    let frag = vec![0u8; 600 * 1024];
+    let mut closed = false;
+    for _ in 0..4 {
+        let mut f = (frag.len() as u32).to_be_bytes().to_vec();
+        f.extend_from_slice(&frag);
+        if s.write_all(&f).is_err() {
+            closed = true;
+            break;
+        }
+    }
+    assert!(closed || matches!(s.read(&mut buf), Ok(0) | Err(_)));
+    // A client that sends half a record and leaves.
+    for _ in 0..20 {
+        let mut s = connect_raw(addr);
+        s.write_all(&(1000u32 | 0x8000_0000).to_be_bytes()).unwrap();
+        s.write_all(&[1u8; 10]).unwrap();
+        drop(s);
+    }
+    // Many calls in flight on one connection, the reply never read.
+    let mut slow = connect_raw(addr);
+    let rec = framed(&call(5, 100_003, 3, 0, &[]));
+    for _ in 0..200 {
+        slow.write_all(&rec).unwrap();
+    }
+    assert!(rt.block_on(getattr(&mut good, &root)).is_ok(), "the other client is unaffected");
+    drop(slow);
+}
