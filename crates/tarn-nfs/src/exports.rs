@@ -144,6 +144,32 @@ impl Table {
         })
     }
 
+    /// The export whose path or mountpoint is `path` or a directory above
+    /// it (the deepest such), and the rest of `path` below that export's
+    /// root: clients such as libnfs mount the directory they work in.
+    pub fn by_path_below<'a>(&self, path: &'a str) -> Option<(&Arc<Entry>, &'a str)> {
+        let path = if path.len() > 1 { path.trim_end_matches('/') } else { path };
+        let below = |base: &str| -> Option<&'a str> {
+            let base = if base.len() > 1 { base.trim_end_matches('/') } else { base };
+            match path.strip_prefix(base)? {
+                "" => Some(""),
+                rest if rest.starts_with('/') || base == "/" => Some(rest.trim_start_matches('/')),
+                _ => None,
+            }
+        };
+        let mut best: Option<(&Arc<Entry>, &'a str)> = None;
+        for e in &self.entries {
+            for base in std::iter::once(e.export.path.as_str()).chain(e.export.mountpoint.as_deref()) {
+                if let Some(rest) = below(base) {
+                    if best.is_none_or(|(_, r)| rest.len() < r.len()) {
+                        best = Some((e, rest));
+                    }
+                }
+            }
+        }
+        best
+    }
+
     pub fn by_handle(&self, h: &Handle) -> Option<&Arc<Entry>> {
         self.entries.iter().find(|e| e.export.pool_guid == h.pool_guid && e.export.objset == h.objset)
     }

@@ -6,7 +6,7 @@
 use nfs3_types::mount::{dirpath, export_node, fhandle3, mountbody, mountres3, mountres3_ok, mountstat3, name};
 use nfs3_types::xdr_codec::{List, Opaque, Void};
 
-use crate::exports::MOUNTS_MAX;
+use crate::exports::{Entry, MOUNTS_MAX};
 use crate::nfs::Ctx;
 use crate::proc_read::Reply;
 use crate::xdr::{Reader, PATH_WIRE_MAX};
@@ -31,22 +31,50 @@ pub fn dispatch(ctx: &Ctx, proc_: u32, r: &mut Reader) -> Option<Reply> {
 
 fn mnt(ctx: &Ctx, r: &mut Reader) -> Reply {
     let path = r.opaque(PATH_WIRE_MAX)?;
-    let res = match std::str::from_utf8(path).ok().and_then(|p| ctx.table.by_path(p)) {
+    let res = match std::str::from_utf8(path).ok().and_then(|p| ctx.table.by_path_below(p)) {
         None => mountres3::Err(mountstat3::MNT3ERR_NOENT),
-        Some(e) if e.export.rules.access(ctx.client).is_none() => mountres3::Err(mountstat3::MNT3ERR_ACCES),
-        Some(e) => {
-            let mut mounts = ctx.table.mounts.lock();
-            let rec = (ctx.client, e.export.path.clone());
-            if !mounts.contains(&rec) {
-                if mounts.len() >= MOUNTS_MAX {
-                    mounts.remove(0);
+        Some((e, _)) if e.export.rules.access(ctx.client).is_none() => mountres3::Err(mountstat3::MNT3ERR_ACCES),
+        Some((e, rest)) => match directory_below(e, rest) {
+            Err(stat) => mountres3::Err(stat),
+            Ok(fhandle) => {
+                let mut mounts = ctx.table.mounts.lock();
+                let rec = (ctx.client, e.export.path.clone());
+                if !mounts.contains(&rec) {
+                    if mounts.len() >= MOUNTS_MAX {
+                        mounts.remove(0);
+                    }
+                    mounts.push(rec);
                 }
-                mounts.push(rec);
+                mountres3::Ok(mountres3_ok { fhandle: fhandle3(Opaque::owned(fhandle)), auth_flavors: vec![AUTH_SYS] })
             }
-            mountres3::Ok(mountres3_ok { fhandle: fhandle3(Opaque::owned(e.root_handle().encode())), auth_flavors: vec![AUTH_SYS] })
-        }
+        },
     };
     Ok(Box::new(res))
+}
+
+/// The handle of the directory `rest` names below the export's root
+/// ("" is the root). Looked up without references, as the server; the
+/// client's own rights are checked on each later call.
+fn directory_below(e: &Entry, rest: &str) -> Result<Vec<u8>, mountstat3> {
+    if rest.is_empty() {
+        return Ok(e.root_handle().encode());
+    }
+    let fs = &e.export.fs;
+    let mut attr = fs.getattr(fs.root_ino()).map_err(|_| mountstat3::MNT3ERR_SERVERFAULT)?;
+    for part in rest.split('/').filter(|p| !p.is_empty() && *p != ".") {
+        if part == ".." {
+            return Err(mountstat3::MNT3ERR_NOENT);
+        }
+        attr = fs.lookup_noref(attr.ino, part.as_bytes()).map_err(|err| match err.errno() {
+            libc::ENAMETOOLONG => mountstat3::MNT3ERR_NAMETOOLONG,
+            libc::ENOTDIR => mountstat3::MNT3ERR_NOTDIR,
+            _ => mountstat3::MNT3ERR_NOENT,
+        })?;
+        if attr.kind != tarn_fs::FileKind::Dir {
+            return Err(mountstat3::MNT3ERR_NOTDIR);
+        }
+    }
+    Ok(e.handle_of(0, attr.ino, attr.generation).encode())
 }
 
 fn umnt(ctx: &Ctx, r: &mut Reader) -> Reply {
