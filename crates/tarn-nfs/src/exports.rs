@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use tarn_fs::{Fs, SnapshotSource};
+use tarn_obj::ObjsetId;
 use tarn_share::nfs::{ClientAccess, NfsRules, Squash};
 
 use crate::handle::{Handle, Kind};
@@ -92,8 +93,11 @@ impl Entry {
     /// The snapshot named `name`, opened (and remembered) on first use:
     /// (object set id, file system).
     pub fn snapshot_by_name(&self, name: &str) -> Option<(u64, Arc<Fs>)> {
-        if let Some((id, (_, fs))) = self.snaps.lock().iter().find(|(_, (n, _))| n == name) {
-            return Some((*id, fs.clone()));
+        let cached = self.snaps.lock().iter().find(|(_, (n, _))| n == name).map(|(id, (_, fs))| (*id, fs.clone()));
+        if let Some((id, fs)) = cached {
+            if self.still_there(id) {
+                return Some((id, fs));
+            }
         }
         let source = self.export.snapshots.as_ref()?;
         let fs = source.open(name)?;
@@ -105,8 +109,9 @@ impl Entry {
     /// The snapshot whose object set is `id`; opens the snapshots not yet
     /// opened until it is found. None: no such snapshot (any more).
     pub fn snapshot_by_id(&self, id: u64) -> Option<Arc<Fs>> {
-        if let Some((_, fs)) = self.snaps.lock().get(&id) {
-            return Some(fs.clone());
+        let cached = self.snaps.lock().get(&id).map(|(_, fs)| fs.clone());
+        if let Some(fs) = cached {
+            return self.still_there(id).then_some(fs);
         }
         let source = self.export.snapshots.as_ref()?;
         for name in source.names() {
@@ -117,6 +122,20 @@ impl Entry {
             }
         }
         None
+    }
+
+    /// Whether snapshot object set `id` still exists in the pool; if not
+    /// (destroyed since it was opened here), it is forgotten. An open
+    /// snapshot file system outlives its destroy and would read blocks the
+    /// destroy freed (and the pool reuses): its handles must be STALE, and
+    /// a new snapshot under the same name has another object set (ids are
+    /// never reused), so checking the id covers both.
+    fn still_there(&self, id: u64) -> bool {
+        if self.export.fs.pool().open_objset(ObjsetId(id)).is_ok() {
+            return true;
+        }
+        self.snaps.lock().remove(&id);
+        false
     }
 
     /// Snapshot names for `.zfs/snapshot` listings.
