@@ -332,6 +332,14 @@ fn guarded<T>(f: impl FnOnce() -> tarn_fs::Result<T>) -> tarn_fs::Result<T> {
     }
 }
 
+/// Whether an opened snapshot's object set still exists. A snapshot file
+/// system outlives its destroy and would read blocks the destroy freed
+/// (and the pool reuses); object set ids are never reused, so a snapshot
+/// re-created under the same name is another one.
+fn still_there(fs: &Fs) -> bool {
+    fs.pool().open_objset(fs.objset().id()).is_ok()
+}
+
 impl TarnFuse {
     fn target(&self, ino: INodeNo) -> tarn_fs::Result<Target> {
         match ino.0 {
@@ -345,6 +353,9 @@ impl TarnFuse {
                     return Ok(Target::Node { fs: self.fs.clone(), ino: n, k: 0 });
                 }
                 let fs = self.snap_fs.lock().get(k as usize - 1).map(|(_, f)| f.clone()).ok_or(FsError::NotFound)?;
+                if !still_there(&fs) {
+                    return Err(FsError::Stale);
+                }
                 Ok(Target::Node { fs, ino: inner, k })
             }
         }
@@ -419,7 +430,12 @@ impl TarnFuse {
         let source = self.snapshots.as_ref()?;
         let mut opened = self.snap_fs.lock();
         if let Some(i) = opened.iter().position(|(n, _)| n == name) {
-            return opened.get(i).map(|(_, f)| (i as u64 + 1, f.clone()));
+            if still_there(&opened[i].1) {
+                return opened.get(i).map(|(_, f)| (i as u64 + 1, f.clone()));
+            }
+            // Destroyed since: its k stays dead (its inodes answer ESTALE),
+            // a snapshot now under the name gets a k of its own.
+            opened[i].0.clear();
         }
         if !source.names().iter().any(|n| n == name) {
             return None;

@@ -45,6 +45,7 @@ fn snapshots_are_browsable_and_read_only() {
     write_file(&root.join("dir/b"), b"version two, longer");
     fs::remove_file(root.join("link")).unwrap();
     write_file(&root.join("new"), b"only after");
+    write_file(&root.join("unread"), &random_bytes(&mut rng, 200_000));
     harness.tarn_ok(&["snapshot", "tank@two"]);
     fs::remove_dir_all(root.join("dir")).unwrap();
 
@@ -94,8 +95,15 @@ fn snapshots_are_browsable_and_read_only() {
     let names: Vec<String> = fs::read_dir(&root).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     assert!(names.contains(&".zfs".to_string()), "{names:?}");
 
-    // A snapshot destroyed while mounted disappears from the directory.
+    // A snapshot destroyed while mounted disappears from the directory,
+    // and a file of it held open reads nothing any more (never the blocks
+    // the destroy freed).
+    // (A file not read before: the kernel's page cache would answer.)
+    let mut held = fs::File::open(two.join("unread")).unwrap();
     harness.tarn_ok(&["destroy", "tank@two"]);
+    let mut buf = Vec::new();
+    let gone = std::io::Read::read_to_end(&mut held, &mut buf);
+    assert!(gone.is_err(), "read from a destroyed snapshot gave {gone:?} ({} bytes)", buf.len());
     let snaps: Vec<String> = fs::read_dir(&snapdir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     assert_eq!(snaps, ["one"]);
     // Writing to the live dataset still works, and the pool checks clean.
