@@ -10,6 +10,14 @@ use crate::{
     MIN_BLOCK, NAME_MAX,
 };
 
+/// A permission check of a new entry: given the directory, the inode
+/// (for `link`; the directory again for a new inode) and the permission
+/// bits asked for, the bits to give.
+pub(crate) type EntryCheck<'a> = dyn Fn(&InodePhys, &InodePhys, u32) -> Result<u32> + 'a;
+
+/// A permission check of a removal: given the directory and the inode.
+pub(crate) type RemoveCheck<'a> = dyn Fn(&InodePhys, &InodePhys) -> Result<()> + 'a;
+
 /// How an entry-making operation runs: whether it takes a FUSE reference
 /// on the entry it returns, and a check run under the directory's lock.
 #[derive(Clone, Copy)]
@@ -18,7 +26,7 @@ pub(crate) struct How<'a> {
     /// For a new inode: given the directory and the permission bits asked
     /// for, once the name is known to be free, returns the bits to give
     /// (or refuses). For `link`: given the directory and the inode.
-    pub(crate) check: Option<&'a dyn Fn(&InodePhys, &InodePhys, u32) -> Result<u32>>,
+    pub(crate) check: Option<&'a EntryCheck<'a>>,
 }
 
 impl How<'_> {
@@ -407,7 +415,7 @@ impl Fs {
         dir: u64,
         name: &[u8],
         want_dir: bool,
-        check: Option<&dyn Fn(&InodePhys, &InodePhys) -> Result<()>>,
+        check: Option<&RemoveCheck<'_>>,
     ) -> Result<()> {
         self.writable()?;
         check_name(name)?;

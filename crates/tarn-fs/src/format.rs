@@ -21,6 +21,18 @@
 //! | 92 | 2 | layout version = 1 |
 //! | 94 | 2 | reserved, zero |
 //!
+//! Inode numbers and generations (file handles): an inode number is its
+//! object id, and object ids are never reused inside an object set: tarn-obj
+//! allocates them from `next_object`, which only grows. A rollback restores
+//! an older counter, but the generation is the txg that created the inode and
+//! every txg after the rollback is newer than any generation it discarded.
+//! So an (inode number, generation) pair names one inode for the life of the
+//! dataset; NFS file handles carry both, and a handle whose pair names no
+//! inode with a link is stale. No format change: this is a property of the
+//! fields above. (A txg lost in a crash can be written again with the same
+//! number and the same new ids: a front end must make a creation durable
+//! before it hands out a handle to it, as NFS requires of CREATE anyway.)
+//!
 //! # Master node (object 1, a ZAP)
 //!
 //! Keys (ASCII) → u64 LE values: `VERSION` (= 1), `ROOT` (root directory

@@ -25,6 +25,11 @@
 //! writable; the last `forget` frees it. `Fs::open` frees everything left
 //! in the unlinked set (files that were open at a crash).
 //!
+//! Front ends without `forget` (NFS) use the `*_noref` operations and
+//! `Fs::checked` (`access.rs`), which take no reference: for them an
+//! inode lives as long as its links, and a handle to it (`handle.rs`)
+//! turns stale when the last goes.
+//!
 //! # Lock order (never take them in another order)
 //!
 //! 1. `Tx` (`pool.begin()`): always first. No lock below is ever held

@@ -109,8 +109,15 @@ impl Fs {
             if src_is_dir && self.is_ancestor(src.0, dst_dir)? {
                 return Err(FsError::Invalid("directory into its own subtree"));
             }
-            if exchange && dst_is_dir && self.is_ancestor(dst.map(|d| d.0).unwrap_or(0), src_dir)? {
-                return Err(FsError::Invalid("directory into its own subtree"));
+            if let Some(d) = dst.filter(|_| dst_is_dir) {
+                if self.is_ancestor(d.0, src_dir)? {
+                    // The target holds the source: Linux's answer.
+                    return Err(if exchange {
+                        FsError::Invalid("directory into its own subtree")
+                    } else {
+                        FsError::NotEmpty
+                    });
+                }
             }
         }
         if let Some(check) = check {
