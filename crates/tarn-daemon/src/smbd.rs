@@ -138,12 +138,16 @@ impl Smbd {
         let log_err = log.try_clone().map_err(|e| e.to_string())?;
         let mut command = Command::new(&self.smbd);
         use std::os::unix::process::CommandExt;
-        // SAFETY: prctl is async-signal-safe. smbd dies with the daemon,
+        // SAFETY: prctl and setpgid are async-signal-safe. smbd dies with the daemon,
         // even a SIGKILLed one (smbd is started from the main or the
         // supervisor thread, both living as long as the daemon).
         unsafe {
             command.pre_exec(|| {
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                // Its own process group: smbd signals its whole group when
+                // it shuts down, which must not include the daemon (or
+                // whatever started the daemon).
+                libc::setpgid(0, 0);
                 Ok(())
             });
         }
