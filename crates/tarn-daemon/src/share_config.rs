@@ -202,7 +202,6 @@ fn split_listen(item: &str) -> Result<(Option<String>, Option<u16>), String> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use crate::config::parse_config;
 
     #[test]
