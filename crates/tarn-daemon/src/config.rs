@@ -39,6 +39,10 @@ pub struct DaemonConfig {
     /// The tunables the file names (the others keep their defaults).
     pub tunables_given: Vec<String>,
     pub alerts: AlertConfig,
+    /// `[nfs]` (share_config.rs): `None` without the table, no NFS server.
+    pub nfs: Option<crate::share_config::NfsConfig>,
+    /// `[smb]` (share_config.rs).
+    pub smb: crate::share_config::SmbConfig,
 }
 
 pub fn parse_config(text: &str) -> Result<DaemonConfig, String> {
@@ -49,7 +53,9 @@ pub fn parse_config(text: &str) -> Result<DaemonConfig, String> {
         match key.as_str() {
             "tunables" => (config.tunables, config.tunables_given) = parse_tunables(table)?,
             "alerts" => config.alerts = parse_alerts(table)?,
-            _ => return Err(format!("unknown table or key '{key}' (known: [tunables], [alerts])")),
+            "nfs" => config.nfs = Some(crate::share_config::parse_nfs(table)?),
+            "smb" => config.smb = crate::share_config::parse_smb(table)?,
+            _ => return Err(format!("unknown table or key '{key}' (known: [tunables], [alerts], [nfs], [smb])")),
         }
     }
     Ok(config)

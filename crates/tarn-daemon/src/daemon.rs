@@ -40,6 +40,8 @@ pub struct Daemon {
     pub alerter: crate::alerts::Alerter,
     /// What the monitor saw last, per pool (to report changes once).
     pub(crate) watch: Mutex<BTreeMap<String, crate::health::PoolWatch>>,
+    /// What is shared over NFS and SMB (shares.rs).
+    pub shares: Arc<crate::shares::Shares>,
 }
 
 type HandlerResult = Result<Response, String>;
@@ -105,6 +107,7 @@ impl Daemon {
             events,
             alerter: crate::alerts::Alerter::new(config.alerts),
             watch: Mutex::new(BTreeMap::new()),
+            shares: crate::shares::Shares::new(config.nfs, config.smb),
         })
     }
 
@@ -155,6 +158,7 @@ impl Daemon {
     /// re-imported at the next start).
     pub fn shutdown(&self) {
         self.alerter.flush(std::time::Duration::from_secs(10));
+        self.shares.stop();
         let mut pools = self.pools.lock();
         for (name, imported) in pools.iter_mut() {
             unmount_all(imported);
@@ -166,6 +170,15 @@ impl Daemon {
     }
 
     pub fn handle(&self, request: Request) -> Response {
+        let refresh = crate::shares::may_change_shares(&request);
+        let response = self.dispatch(request);
+        if refresh {
+            self.refresh_shares();
+        }
+        response
+    }
+
+    fn dispatch(&self, request: Request) -> Response {
         let result = match request {
             Request::Ping => Ok(Response::data(json!({
                 "version": env!("CARGO_PKG_VERSION"),
@@ -224,6 +237,10 @@ impl Daemon {
             Request::TunableGet { name } => Ok(self.tunable_get(name.as_deref())),
             Request::TunableSet { assignments, persist } => Ok(self.tunable_set(&assignments, persist)),
             Request::Arcstat => Ok(self.arcstat()),
+            Request::Share { dataset } => self.share(dataset.as_deref()),
+            Request::Unshare { target } => self.unshare(target.as_deref()),
+            Request::ShareList => Ok(self.share_list()),
+            Request::SmbUser { action, user, password } => self.smb_user(&action, user.as_deref(), password.as_deref()),
             other => self.handle_health(other),
         };
         result.unwrap_or_else(Response::error)

@@ -54,6 +54,10 @@ mod stale;
 pub mod proto;
 pub mod scan;
 pub mod server;
+pub mod share_config;
+pub mod shares;
+mod smb_users;
+mod smbd;
 mod trim;
 pub mod tunables;
 
@@ -140,6 +144,10 @@ pub fn run(options: DaemonOptions) -> Result<(), String> {
     }
     let daemon = Arc::new(Daemon::new(state_dir.clone(), socket.clone(), config)?.with_config_path(options.config.clone()));
     install_signal_thread(daemon.clone())?;
+    // smbd first: missing Samba with [smb] enable = true stops the start here.
+    for line in daemon.shares.start(&state_dir)? {
+        eprintln!("tarn daemon: {line}");
+    }
     let listener = UnixListener::bind(&socket).map_err(|e| format!("cannot listen at {}: {e}", socket.display()))?;
     // Mounts left by a daemon that died: gone before anything mounts.
     for line in stale::detach_dead_mounts() {
@@ -148,6 +156,8 @@ pub fn run(options: DaemonOptions) -> Result<(), String> {
     for line in daemon.reimport_cached() {
         eprintln!("tarn daemon: {line}");
     }
+    daemon.refresh_shares();
+    shares::spawn_refresher(daemon.clone());
     health::spawn_monitor(daemon.clone());
     memory::spawn_monitor();
     eprintln!("tarn daemon: listening at {} (state in {})", socket.display(), state_dir.display());

@@ -104,12 +104,18 @@ impl Mounted {
         Some(format!("{}{}", self.path.display().to_string().trim_end_matches('/'), rel))
     }
 
+    /// The dataset's file system (NFS serves the same one as FUSE).
+    pub fn fs(&self) -> &Arc<tarn_fs::Fs> {
+        &self.fs
+    }
+
     pub fn set_options(&self, settings: &Settings) {
         self.fs.set_options(fs_options(settings));
     }
 
     /// Forced unmount: a busy mount is detached lazily.
     pub fn unmount(self) {
+        crate::shares::before_unmount(&self.path);
         let Mounted { handle, fs, .. } = self;
         #[allow(clippy::let_unit_value)]
         let _ = handle.unmount();
@@ -118,6 +124,7 @@ impl Mounted {
 
     /// Unmount unless busy; a busy mount stays as it was.
     pub fn try_unmount(&mut self) -> Result<(), String> {
+        crate::shares::before_unmount(&self.path);
         self.handle.try_unmount().map_err(|e| {
             if e.raw_os_error() == Some(libc::EBUSY) {
                 format!("cannot unmount '{}': target is busy (use -f to force)", self.path.display())

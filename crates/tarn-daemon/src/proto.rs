@@ -236,6 +236,16 @@ pub enum Request {
     TunableSet { assignments: Vec<(String, String)>, persist: bool },
     /// `arcstat`: data `tunables::ArcstatData`.
     Arcstat,
+    /// `share -a` (`dataset` None) / `share DATASET`: share again what
+    /// `unshare` took out (shares.rs).
+    Share { dataset: Option<String> },
+    /// `unshare -a` (`target` None) / `unshare DATASET|MOUNTPOINT`.
+    Unshare { target: Option<String> },
+    /// `share -l`: data `Vec<shares::ShareRow>`.
+    ShareList,
+    /// `smb user add|remove|list [USER]` (smb_users.rs); `list` data: the
+    /// user names.
+    SmbUser { action: String, user: Option<String>, password: Option<String> },
 }
 
 /// Splits a request line into the request and its optional `argv` (the

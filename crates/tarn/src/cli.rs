@@ -438,6 +438,57 @@ pub enum Command {
         #[arg(value_name = "COUNT", value_parser = clap::value_parser!(u64).range(1..))]
         count: Option<u64>,
     },
+    /// Share datasets over NFS and SMB as their sharenfs/sharesmb say
+    /// (-a: all; -l: list what is shared, how and to whom).
+    Share {
+        #[arg(short = 'a', conflicts_with_all = ["dataset", "list"])]
+        all: bool,
+        #[arg(short = 'l', conflicts_with = "dataset")]
+        list: bool,
+        /// With -l: JSON.
+        #[arg(short = 'j', requires = "list")]
+        json: bool,
+        /// With -l: scripted (no header, tab-separated).
+        #[arg(short = 'H', requires = "list")]
+        scripted: bool,
+        #[arg(required_unless_present_any = ["all", "list"])]
+        dataset: Option<String>,
+    },
+    /// Stop sharing a dataset (or mountpoint; -a: all) until `tarn share`
+    /// or its next mount.
+    Unshare {
+        #[arg(short = 'a', conflicts_with = "target")]
+        all: bool,
+        #[arg(required_unless_present = "all")]
+        target: Option<String>,
+    },
+    /// The daemon's Samba (its users' SMB passwords).
+    #[command(subcommand)]
+    Smb(SmbCommand),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum SmbCommand {
+    /// SMB passwords of existing system users (add, remove, list).
+    #[command(subcommand)]
+    User(SmbUserCommand),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum SmbUserCommand {
+    /// Give a system user an SMB password (asked twice, or one line on stdin).
+    Add {
+        #[arg(long)]
+        password_stdin: bool,
+        user: String,
+    },
+    /// Remove a user's SMB password.
+    Remove { user: String },
+    /// The users with an SMB password.
+    List {
+        #[arg(short = 'j')]
+        json: bool,
+    },
 }
 
 #[derive(Subcommand, Debug)]

@@ -361,6 +361,9 @@ pub fn run(cli: Cli) -> Result<i32, Failure> {
         }
         Command::Tunable(command) => crate::tunable::run(&socket, command),
         Command::Arcstat { json, parsable, interval, count } => crate::tunable::arcstat(&socket, json, parsable, interval, count),
+        Command::Share { all, list, json, scripted, dataset } => crate::shares::share(&socket, all, list, json, scripted, dataset),
+        Command::Unshare { all: _, target } => crate::shares::unshare(&socket, target),
+        Command::Smb(command) => crate::shares::smb(&socket, command),
         Command::Alert(AlertCommand::Test { json, pool }) => {
             let rows: Vec<AlertTestRow> = data(send(&socket, &Request::AlertTest { pool })?)?;
             if json {

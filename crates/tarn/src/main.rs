@@ -16,6 +16,7 @@ mod history;
 mod iostat;
 mod output;
 mod replication;
+mod shares;
 mod status;
 mod trim;
 mod tunable;

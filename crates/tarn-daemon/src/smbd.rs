@@ -1,0 +1,299 @@
+//! The daemon's own smbd: written config, started, supervised, reloaded.
+//!
+//! With `[smb] enable = true` the daemon writes `<state dir>/smb/smb.conf`
+//! (tarn_share::smb::write_config) and runs
+//! `smbd --foreground --no-process-group -s <that file>`; every Samba state
+//! directory is under `<state dir>/smb`, so the system's Samba (its
+//! /etc/samba/smb.conf, passdb, locks) is never read or changed.
+//!
+//! Invariants:
+//! - One smbd per daemon, a child of it. A supervisor thread restarts it
+//!   when it exits, after a back-off that doubles from 1 s to 30 s and
+//!   resets once smbd has run for a minute.
+//! - smb.conf is replaced atomically (write to a temporary file, rename),
+//!   then smbd is told to reload it; a share that went away has its
+//!   connections closed first, so the mount under it can be unmounted.
+//! - Missing smbd is an error at daemon start naming the Debian package,
+//!   never a silent no-op.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use tarn_share::smb::{SmbGlobal, SmbShare};
+
+use crate::share_config::SmbConfig;
+
+const BACKOFF_FIRST: Duration = Duration::from_secs(1);
+const BACKOFF_MAX: Duration = Duration::from_secs(30);
+const HEALTHY_AFTER: Duration = Duration::from_secs(60);
+
+/// Finds a Samba program: the configured path, else PATH, else /usr/sbin
+/// and /usr/bin.
+pub fn find_program(name: &str, configured: Option<&Path>) -> Option<PathBuf> {
+    if let Some(path) = configured {
+        return path.is_file().then(|| path.to_path_buf());
+    }
+    let path_var = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path_var)
+        .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/usr/bin")])
+        .map(|dir| dir.join(name))
+        .find(|candidate| candidate.is_file())
+}
+
+pub fn missing_samba(program: &str) -> String {
+    format!("{program} not found: install Debian's 'samba' package (apt-get install samba), or set [smb] enable = false")
+}
+
+struct State {
+    child: Option<Child>,
+    shares: Vec<SmbShare>,
+    started: Instant,
+    backoff: Duration,
+    /// When the next start may happen (after a crash).
+    next_start: Instant,
+    restarts: u64,
+}
+
+pub struct Smbd {
+    global: SmbGlobal,
+    smbd: PathBuf,
+    state: Mutex<State>,
+}
+
+impl Smbd {
+    /// Writes the config, starts smbd and its supervisor thread.
+    pub fn start(config: &SmbConfig, state_dir: &Path) -> Result<Arc<Smbd>, String> {
+        let smbd = find_program("smbd", config.smbd.as_deref()).ok_or_else(|| missing_samba("smbd"))?;
+        let global = SmbGlobal {
+            port: config.port,
+            interfaces: config.interfaces.clone(),
+            hosts_allow: config.hosts_allow.clone(),
+            hosts_deny: config.hosts_deny.clone(),
+            server_min_protocol: config.server_min_protocol.clone(),
+            workgroup: config.workgroup.clone(),
+            state_dir: state_dir.join("smb"),
+        };
+        for dir in global.dirs() {
+            std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        }
+        // smbd refuses a world-readable private dir holding passwords.
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(global.private_dir(), std::fs::Permissions::from_mode(0o700));
+        let now = Instant::now();
+        let this = Arc::new(Smbd {
+            global,
+            smbd,
+            state: Mutex::new(State {
+                child: None,
+                shares: Vec::new(),
+                started: now,
+                backoff: BACKOFF_FIRST,
+                next_start: now,
+                restarts: 0,
+            }),
+        });
+        this.write_config(&[])?;
+        {
+            let mut state = this.state.lock();
+            this.spawn(&mut state)?;
+        }
+        let weak = Arc::downgrade(&this);
+        std::thread::Builder::new()
+            .name("tarn-smbd".into())
+            .spawn(move || loop {
+                std::thread::sleep(Duration::from_millis(250));
+                let Some(smbd) = weak.upgrade() else { return };
+                smbd.supervise();
+            })
+            .map_err(|e| e.to_string())?;
+        Ok(this)
+    }
+
+    pub fn config_path(&self) -> PathBuf {
+        self.global.config_path()
+    }
+
+    pub fn global(&self) -> &SmbGlobal {
+        &self.global
+    }
+
+    /// smbd's process id, when it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.state.lock().child.as_ref().map(Child::id)
+    }
+
+    pub fn restarts(&self) -> u64 {
+        self.state.lock().restarts
+    }
+
+    fn spawn(&self, state: &mut State) -> Result<(), String> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.global.state_dir.join("log/smbd.stdout"))
+            .map_err(|e| format!("cannot open smbd's log: {e}"))?;
+        let log_err = log.try_clone().map_err(|e| e.to_string())?;
+        let mut command = Command::new(&self.smbd);
+        use std::os::unix::process::CommandExt;
+        // SAFETY: prctl and setpgid are async-signal-safe. smbd dies with the daemon,
+        // even a SIGKILLed one (smbd is started from the main or the
+        // supervisor thread, both living as long as the daemon).
+        unsafe {
+            command.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                // Its own process group: smbd signals its whole group when
+                // it shuts down, which must not include the daemon (or
+                // whatever started the daemon).
+                libc::setpgid(0, 0);
+                Ok(())
+            });
+        }
+        let child = command
+            .arg("--foreground")
+            .arg("--no-process-group")
+            .arg("-s")
+            .arg(self.config_path())
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log_err)
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", self.smbd.display()))?;
+        state.child = Some(child);
+        state.started = Instant::now();
+        Ok(())
+    }
+
+    /// One supervisor step: reap a dead smbd, restart it after the back-off.
+    fn supervise(&self) {
+        let mut state = self.state.lock();
+        if let Some(child) = state.child.as_mut() {
+            match child.try_wait() {
+                Ok(None) => {
+                    if state.started.elapsed() > HEALTHY_AFTER {
+                        state.backoff = BACKOFF_FIRST;
+                    }
+                    return;
+                }
+                Ok(Some(status)) => {
+                    eprintln!("tarn daemon: smbd exited ({status}); restarting in {:?}", state.backoff);
+                }
+                Err(e) => eprintln!("tarn daemon: cannot watch smbd: {e}"),
+            }
+            state.child = None;
+            state.next_start = Instant::now() + state.backoff;
+            state.backoff = (state.backoff * 2).min(BACKOFF_MAX);
+            return;
+        }
+        if Instant::now() < state.next_start {
+            return;
+        }
+        match self.spawn(&mut state) {
+            Ok(()) => {
+                state.restarts += 1;
+                eprintln!("tarn daemon: smbd restarted (pid {})", state.child.as_ref().map_or(0, Child::id));
+            }
+            Err(e) => {
+                eprintln!("tarn daemon: {e}");
+                state.next_start = Instant::now() + state.backoff;
+                state.backoff = (state.backoff * 2).min(BACKOFF_MAX);
+            }
+        }
+    }
+
+    fn write_config(&self, shares: &[SmbShare]) -> Result<(), String> {
+        let text = tarn_share::smb::write_config(&self.global, shares);
+        let path = self.config_path();
+        let temporary = path.with_extension("conf.new");
+        std::fs::write(&temporary, text).map_err(|e| format!("cannot write {}: {e}", temporary.display()))?;
+        std::fs::rename(&temporary, &path).map_err(|e| format!("cannot replace {}: {e}", path.display()))
+    }
+
+    /// Makes `shares` the shares smbd serves: closes the connections of
+    /// shares that go away, rewrites smb.conf and has smbd reload it.
+    pub fn set_shares(&self, shares: Vec<SmbShare>) {
+        let mut state = self.state.lock();
+        if state.shares == shares {
+            return;
+        }
+        let gone: Vec<String> = state
+            .shares
+            .iter()
+            .filter(|old| !shares.iter().any(|new| new.name == old.name && new.path == old.path))
+            .map(|old| old.name.clone())
+            .collect();
+        if let Err(e) = self.write_config(&shares) {
+            eprintln!("tarn daemon: {e}");
+            return;
+        }
+        state.shares = shares;
+        if state.child.is_none() {
+            return; // It reads the new file when the supervisor starts it.
+        }
+        self.control(&["reload-config"]);
+        for name in gone {
+            self.control(&["close-share", &name]);
+        }
+    }
+
+    /// The shares smbd was last given.
+    pub fn shares(&self) -> Vec<SmbShare> {
+        self.state.lock().shares.clone()
+    }
+
+    /// Closes every connection to the share on `path` (before the mount
+    /// under it goes away), without waiting for the next table.
+    pub fn close_path(&self, path: &Path) {
+        let names: Vec<String> =
+            self.state.lock().shares.iter().filter(|s| s.path == path).map(|s| s.name.clone()).collect();
+        for name in names {
+            self.control(&["close-share", &name]);
+        }
+    }
+
+    /// `smbcontrol -s <our config> smbd ARGS`; falls back to SIGHUP for a
+    /// reload when smbcontrol is missing.
+    fn control(&self, args: &[&str]) {
+        let Some(smbcontrol) = find_program("smbcontrol", None) else {
+            if args == ["reload-config"] {
+                if let Some(pid) = self.pid() {
+                    // SAFETY: signalling our own child.
+                    unsafe { libc::kill(pid as libc::pid_t, libc::SIGHUP) };
+                }
+            }
+            return;
+        };
+        let output = Command::new(smbcontrol).arg("-s").arg(self.config_path()).arg("smbd").args(args).output();
+        match output {
+            Ok(out) if out.status.success() => {}
+            Ok(out) => eprintln!(
+                "tarn daemon: smbcontrol smbd {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+            Err(e) => eprintln!("tarn daemon: smbcontrol: {e}"),
+        }
+    }
+
+    /// Stops smbd (daemon shutdown).
+    pub fn stop(&self) {
+        let mut state = self.state.lock();
+        if let Some(mut child) = state.child.take() {
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        // The supervisor must not start it again.
+        state.next_start = Instant::now() + Duration::from_secs(365 * 24 * 3600);
+    }
+}
