@@ -43,6 +43,22 @@ pub struct NfsEntry {
     pub fs: Arc<tarn_fs::Fs>,
     pub pool_guid: u64,
     pub objset: u64,
+    /// `.zfs/snapshot` (not compared: a new one each refresh).
+    pub snapshots: Arc<dyn tarn_fs::SnapshotSource>,
+}
+
+impl NfsEntry {
+    fn export(&self) -> tarn_nfs::Export {
+        tarn_nfs::Export {
+            path: format!("/{}", self.dataset),
+            mountpoint: Some(self.mountpoint.display().to_string()),
+            fs: self.fs.clone(),
+            pool_guid: self.pool_guid,
+            objset: self.objset,
+            rules: self.rules.clone(),
+            snapshots: Some(self.snapshots.clone()),
+        }
+    }
 }
 
 impl PartialEq for NfsEntry {
@@ -84,6 +100,20 @@ pub struct Shares {
     /// Datasets `tarn unshare` took out (until `tarn share` or unmount).
     unshared: Mutex<BTreeSet<String>>,
     table: Mutex<Table>,
+    /// The NFS server, when `[nfs]` is enabled.
+    nfs_server: Mutex<Option<tarn_nfs::NfsServer>>,
+    /// Pools (by guid) seen imported at the last refresh: a pool that
+    /// appears gets the NFS server a new write verifier.
+    pools_seen: Mutex<BTreeSet<u64>>,
+}
+
+/// A seed for the NFS write verifier that no earlier daemon start or
+/// import used: the clock, the process and a counter, mixed.
+fn fresh_seed() -> u64 {
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    nanos ^ (u64::from(std::process::id()) << 40) ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15)
 }
 
 /// The tables to tell before a mount goes away (one per daemon in the
@@ -110,6 +140,8 @@ impl Shares {
             smbd: Mutex::new(None),
             unshared: Mutex::new(BTreeSet::new()),
             table: Mutex::new(Table::default()),
+            nfs_server: Mutex::new(None),
+            pools_seen: Mutex::new(BTreeSet::new()),
         });
         REGISTRY.lock().push(Arc::downgrade(&shares));
         shares
@@ -130,7 +162,10 @@ impl Shares {
             *self.smbd.lock() = Some(smbd);
         }
         if let Some(nfs) = self.nfs_config.as_ref().filter(|n| n.enable) {
-            log.push(format!("NFS shares follow sharenfs (listen {})", nfs.listen));
+            let server = tarn_nfs::NfsServer::start(nfs.listen, fresh_seed())
+                .map_err(|e| format!("NFS server: cannot listen on {}: {e}", nfs.listen))?;
+            log.push(format!("NFS server listening on {} (MOUNT and NFS v3); exports follow sharenfs", server.local_addr()));
+            *self.nfs_server.lock() = Some(server);
         }
         Ok(log)
     }
@@ -143,15 +178,32 @@ impl Shares {
         if let Some(smbd) = self.smbd.lock().take() {
             smbd.stop();
         }
+        if let Some(server) = self.nfs_server.lock().take() {
+            server.shutdown();
+        }
     }
 
     fn nfs_hosts(&self) -> HostList {
         self.nfs_config.as_ref().map_or_else(HostList::everyone, |n| n.hosts.clone())
     }
 
+    /// The NFS server's address (when `[nfs]` is enabled).
+    pub fn nfs_addr(&self) -> Option<std::net::SocketAddr> {
+        self.nfs_server.lock().as_ref().map(|s| s.local_addr())
+    }
+
+    fn apply_nfs(&self, entries: &[NfsEntry]) {
+        if let Some(server) = self.nfs_server.lock().as_ref() {
+            server.set_exports(entries.iter().map(NfsEntry::export).collect());
+        }
+    }
+
     fn withdraw(&self, path: &Path) {
         let mut table = self.table.lock();
-        table.nfs.retain(|e| e.mountpoint != path);
+        if table.nfs.iter().any(|e| e.mountpoint == path) {
+            table.nfs.retain(|e| e.mountpoint != path);
+            self.apply_nfs(&table.nfs);
+        }
         if table.smb.iter().any(|s| s.path == path) {
             table.smb.retain(|s| s.path != path);
             if let Some(smbd) = self.smbd() {
@@ -180,6 +232,9 @@ impl Shares {
                         for name in rules.resolve_names() {
                             warnings.push(format!("{dataset}: sharenfs host '{name}' does not resolve"));
                         }
+                        // (A dataset gone since the mount list was read is skipped.)
+                        let Ok(settings) = imported.ds.settings(dataset) else { continue };
+                        let snapshots = crate::mount::snapshot_source(&imported.ds, dataset, &settings);
                         nfs.push(NfsEntry {
                             dataset: dataset.clone(),
                             mountpoint: mounted.path.clone(),
@@ -187,6 +242,7 @@ impl Shares {
                             fs: mounted.fs().clone(),
                             pool_guid: imported.ds.obj().guid(),
                             objset: imported.ds.objset(dataset).map(|os| os.id().0).unwrap_or(0),
+                            snapshots,
                         });
                     }
                     Ok(None) => {}
@@ -214,7 +270,20 @@ impl Shares {
             }
             table.smb = smb;
         }
+        // A pool imported since the last look: UNSTABLE writes clients
+        // sent to it before may be gone, so the verifier changes.
+        let guids: BTreeSet<u64> = pools.values().map(|p| p.ds.obj().guid()).collect();
+        {
+            let mut seen = self.pools_seen.lock();
+            if guids.iter().any(|g| !seen.contains(g)) {
+                if let Some(server) = self.nfs_server.lock().as_ref() {
+                    server.set_verifier_seed(fresh_seed());
+                }
+            }
+            *seen = guids;
+        }
         if table.nfs != nfs {
+            self.apply_nfs(&nfs);
             table.nfs = nfs;
         }
         warnings

@@ -11,6 +11,7 @@
 //! server.set_exports(vec![Export { path: "/tank/media".into(), mountpoint: Some("/tank/media".into()),
 //!     fs, pool_guid, objset, rules, snapshots: Some(source) }]);
 //! server.exports();   // Vec<ExportInfo>: what is served, and to whom it is mounted
+//! server.set_verifier_seed(seed); // a pool was imported: clients resend unstable writes
 //! server.shutdown();  // closes every connection; also on drop
 //! ```
 //! `verifier_seed` must change at every daemon start and pool import: the
@@ -86,7 +87,7 @@ impl NfsServer {
             .build()?;
         let shared = Arc::new(server::Shared {
             table: RwLock::new(Arc::new(exports::Table::default())),
-            verifier: verifier(verifier_seed),
+            verifier: std::sync::atomic::AtomicU64::new(u64::from_be_bytes(verifier(verifier_seed))),
             workers: Arc::new(tokio::sync::Semaphore::new(server::WORKERS)),
             port: local.port(),
         });
@@ -104,6 +105,13 @@ impl NfsServer {
 
     /// Serves exactly `exports` from now on (the mount list is kept for
     /// the paths still exported).
+    /// A new write verifier, from `seed`: the daemon calls this when a
+    /// pool is imported (writes a client sent UNSTABLE before may be gone).
+    pub fn set_verifier_seed(&self, seed: u64) {
+        let v = u64::from_be_bytes(verifier(seed));
+        self.shared.verifier.store(v, std::sync::atomic::Ordering::Release);
+    }
+
     pub fn set_exports(&self, exports: Vec<Export>) {
         let mut table = self.shared.table.write();
         let mounts: Vec<_> = table.mounts.lock().iter().filter(|(_, p)| exports.iter().any(|e| e.path == *p)).cloned().collect();

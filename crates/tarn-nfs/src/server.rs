@@ -32,7 +32,8 @@ pub const IN_FLIGHT: usize = 16;
 
 pub struct Shared {
     pub table: RwLock<Arc<Table>>,
-    pub verifier: [u8; 8],
+    /// The write verifier (`lib.rs`'s `verifier` of the current seed).
+    pub verifier: std::sync::atomic::AtomicU64,
     pub workers: Arc<Semaphore>,
     pub port: u16,
 }
@@ -80,7 +81,7 @@ async fn serve(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
             let _permit = permit;
             let Ok(worker) = shared.workers.clone().acquire_owned().await else { return };
             let table = shared.table.read().clone();
-            let (verifier, port) = (shared.verifier, shared.port);
+            let (verifier, port) = (shared.verifier.load(std::sync::atomic::Ordering::Acquire).to_be_bytes(), shared.port);
             let out = tokio::task::spawn_blocking(move || {
                 let _worker = worker;
                 crate::dispatch::handle(&record, &table, client, verifier, port)
