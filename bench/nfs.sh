@@ -57,6 +57,9 @@ while [ $# -gt 0 ]; do
     esac
 done
 command_line="bench/nfs.sh --systems $systems --size $size --runtime $runtime --files $files"
+# mimalloc's variables reach the daemon (tarn's main.rs lets them win over
+# its own allocator settings); a run with them says so in its command line
+for v in $(env | grep -o '^MIMALLOC_[A-Z_]*=[^ ]*' || true); do command_line="$v $command_line"; done
 has() { case ",$systems," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 
 [ "$(id -u)" = 0 ] || { echo "bench/nfs.sh: needs root (namespaces, FUSE)" >&2; exit 1; }
