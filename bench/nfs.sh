@@ -15,9 +15,9 @@
 #              NFSv3 over TCP only, no_root_squash
 #   tarn-fuse  nfsload --local on tarn's FUSE mount (raidz1 of 4 sparse
 #              file vdevs, release build, as bench/run.sh)
-#   tarn-nfs   the same pool served by tarn's NFS server: `[nfs] listen`
-#              in the daemon config and `sharenfs=rw,no_root_squash`. Skipped
-#              with a message when the daemon has no NFS server yet.
+#   tarn-nfs   the same pool served by tarn's NFS server in the same daemon:
+#              `[nfs] listen = "127.0.0.1:42149"` in the daemon config,
+#              `tarn set sharenfs=rw,no_root_squash tbnfs`, export /tbnfs
 # Rows: sequential write then read of a --size file in 1 MiB requests over
 # 1 connection with 8 in flight and over 8 connections with 1 in flight
 # each (writes UNSTABLE, one COMMIT at the end, inside the time; reads
@@ -52,11 +52,14 @@ while [ $# -gt 0 ]; do
         --files) files="$2"; shift 2 ;;
         --workdir) workdir="$2"; shift 2 ;;
         --out) out="$2"; shift 2 ;;
-        -h|--help) sed -n '2,37p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
         *) echo "bench/nfs.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
 command_line="bench/nfs.sh --systems $systems --size $size --runtime $runtime --files $files"
+# mimalloc's variables reach the daemon (tarn's main.rs lets them win over
+# its own allocator settings); a run with them says so in its command line
+for v in $(env | grep -o '^MIMALLOC_[A-Z_]*=[^ ]*' || true); do command_line="$v $command_line"; done
 has() { case ",$systems," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 
 [ "$(id -u)" = 0 ] || { echo "bench/nfs.sh: needs root (namespaces, FUSE)" >&2; exit 1; }
@@ -177,42 +180,29 @@ EOF
     rm -rf "$g"
 fi
 
-# ---- tarn: one pool, its FUSE mount, then its NFS server
+# ---- tarn: one pool, its FUSE mount, then its NFS server (one daemon)
 tarn() { "$tarn_bin" --socket "$workdir/tarn.sock" "$@"; }
 if has tarn-fuse || has tarn-nfs; then
     rm -rf "$workdir/tarn" "$workdir/tarn-state"; mkdir -p "$workdir/tarn" "$workdir/tarn-state"
     for i in 1 2 3 4; do truncate -s "$vdev_size" "$workdir/tarn/d$i"; done
-    printf '[nfs]\nlisten = "127.0.0.1:42149"\n' > "$workdir/tarn-nfs.toml"
-    nfs_ok=0
+    config=()
     if has tarn-nfs; then
-        "$tarn_bin" daemon --state-dir "$workdir/tarn-state" --socket "$workdir/tarn.sock" --config "$workdir/tarn-nfs.toml" >"$workdir/tarn-daemon.log" 2>&1 & tpid=$!
-        sleep 1
-        if kill -0 "$tpid" 2>/dev/null; then nfs_ok=1; pids+=("$tpid"); else
-            echo "bench/nfs.sh: skipping tarn-nfs: this tarn daemon refuses an [nfs] config ($(head -1 "$workdir/tarn-daemon.log")); the NFS server is not wired into the daemon yet"
-        fi
+        # [nfs] present: the server runs; MOUNT and NFS on this one port
+        printf '[nfs]\nenable = true\nlisten = "127.0.0.1:42149"\n' > "$workdir/tarn-nfs.toml"
+        config=(--config "$workdir/tarn-nfs.toml")
     fi
-    if [ "$nfs_ok" = 0 ]; then
-        "$tarn_bin" daemon --state-dir "$workdir/tarn-state" --socket "$workdir/tarn.sock" >"$workdir/tarn-daemon.log" 2>&1 & tpid=$!; pids+=("$tpid")
-    fi
+    "$tarn_bin" daemon --state-dir "$workdir/tarn-state" --socket "$workdir/tarn.sock" "${config[@]}" >"$workdir/tarn-daemon.log" 2>&1 & tpid=$!; pids+=("$tpid")
     for _ in $(seq 100); do [ -S "$workdir/tarn.sock" ] && break; sleep 0.1; done
     tarn pool create -m "$workdir/mnt-tarn" tbnfs raidz1 "$workdir"/tarn/d{1,2,3,4}
     for _ in $(seq 100); do mountpoint -q "$workdir/mnt-tarn" && break; sleep 0.1; done
     has tarn-fuse && run_rows tarn-fuse --local "$workdir/mnt-tarn"
-    if [ "$nfs_ok" = 1 ]; then
+    if has tarn-nfs; then
+        wait_port 42149 || { echo "bench/nfs.sh: tarn's NFS server does not listen on 127.0.0.1:42149" >&2; cat "$workdir/tarn-daemon.log" >&2; exit 1; }
         tarn set sharenfs=rw,no_root_squash tbnfs
-        if ! wait_port 42149; then
-            echo "bench/nfs.sh: skipping tarn-nfs: nothing listens on 127.0.0.1:42149 after sharenfs=on"
-        else
-            export_path=""
-            for e in "$workdir/mnt-tarn" /tbnfs; do
-                "$nfsload" --nfs 127.0.0.1:42149 --export "$e" cleanup >/dev/null 2>&1 && { export_path=$e; break; }
-            done
-            if [ -z "$export_path" ]; then
-                echo "bench/nfs.sh: skipping tarn-nfs: MOUNT of $workdir/mnt-tarn and /tbnfs refused" >&2
-            else
-                run_rows tarn-nfs --nfs 127.0.0.1:42149 --export "$export_path"
-            fi
-        fi
+        # the export is /POOL/DATASET (also reachable by its mountpoint)
+        for _ in $(seq 50); do "$nfsload" --nfs 127.0.0.1:42149 --export /tbnfs cleanup >/dev/null 2>&1 && break; sleep 0.2; done
+        tarn share -l
+        run_rows tarn-nfs --nfs 127.0.0.1:42149 --export /tbnfs
     fi
     tarn pool destroy -f tbnfs 2>/dev/null || tarn pool export tbnfs 2>/dev/null || true
     stop_pid "$tpid"

@@ -12,8 +12,8 @@
 #   tarn-fuse  the same smbd sharing tarn's FUSE mount (raidz1 of 4 sparse
 #              file vdevs, release build, as bench/run.sh)
 #   tarn       the smbd tarn's daemon starts itself (`[smb] enable = true`,
-#              `sharesmb=on`); skipped with a message when the daemon has no
-#              Samba management yet
+#              `listen = "127.0.0.1:44446"`, `tarn smb user add root`,
+#              `sharesmb=on`: share tbsmb)
 # Rows: `smbclient -c 'put FILE'` of a --size file of random bytes (the
 # local copy in the page cache), then `get` of it to /dev/null; the
 # fastest of --repeat runs counts; the file put is compared with the
@@ -39,7 +39,7 @@ while [ $# -gt 0 ]; do
         --repeat) repeat="$2"; shift 2 ;;
         --workdir) workdir="$2"; shift 2 ;;
         --out) out="$2"; shift 2 ;;
-        -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
         *) echo "bench/smb.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -158,18 +158,13 @@ tarn() { "$tarn_bin" --socket "$workdir/tarn.sock" "$@"; }
 if has tarn-fuse || has tarn; then
     rm -rf "$workdir/tarn" "$workdir/tarn-state"; mkdir -p "$workdir/tarn" "$workdir/tarn-state"
     for i in 1 2 3 4; do truncate -s "$vdev_size" "$workdir/tarn/d$i"; done
-    printf '[smb]\nenable = true\nlisten = "127.0.0.1:44446"\n' > "$workdir/tarn-smb.toml"
-    smb_ok=0
+    config=()
     if has tarn; then
-        "$tarn_bin" daemon --state-dir "$workdir/tarn-state" --socket "$workdir/tarn.sock" --config "$workdir/tarn-smb.toml" >"$workdir/tarn-daemon.log" 2>&1 & tpid=$!
-        sleep 1
-        if kill -0 "$tpid" 2>/dev/null; then smb_ok=1; pids+=("$tpid"); else
-            echo "bench/smb.sh: skipping tarn: this tarn daemon refuses an [smb] config ($(head -1 "$workdir/tarn-daemon.log")); Samba management is not in the daemon yet"
-        fi
+        # the daemon's own smbd (state under the tarn state dir) on 44446
+        printf '[smb]\nenable = true\nlisten = "127.0.0.1:44446"\n' > "$workdir/tarn-smb.toml"
+        config=(--config "$workdir/tarn-smb.toml")
     fi
-    if [ "$smb_ok" = 0 ]; then
-        "$tarn_bin" daemon --state-dir "$workdir/tarn-state" --socket "$workdir/tarn.sock" >"$workdir/tarn-daemon.log" 2>&1 & tpid=$!; pids+=("$tpid")
-    fi
+    "$tarn_bin" daemon --state-dir "$workdir/tarn-state" --socket "$workdir/tarn.sock" "${config[@]}" >"$workdir/tarn-daemon.log" 2>&1 & tpid=$!; pids+=("$tpid")
     for _ in $(seq 100); do [ -S "$workdir/tarn.sock" ] && break; sleep 0.1; done
     tarn pool create -m "$workdir/mnt-tarn" tbsmb raidz1 "$workdir"/tarn/d{1,2,3,4}
     for _ in $(seq 100); do mountpoint -q "$workdir/mnt-tarn" && break; sleep 0.1; done
@@ -179,16 +174,14 @@ if has tarn-fuse || has tarn; then
         run_rows tarn-fuse 44445 bench
         stop_pid "$smbd_pid"
     fi
-    if [ "$smb_ok" = 1 ]; then
+    if has tarn; then
         echo "== tarn"
-        tarn set sharesmb=on tbsmb
-        if ! wait_port 44446; then
-            echo "bench/smb.sh: skipping tarn: nothing listens on 127.0.0.1:44446 after sharesmb=on"
-        elif ! printf '%s\n%s\n' "$password" "$password" | tarn smb user add root >/dev/null 2>&1; then
-            echo "bench/smb.sh: skipping tarn: \`tarn smb user add root\` failed"
-        else
-            run_rows tarn 44446 tbsmb
-        fi
+        printf '%s\n' "$password" | tarn smb user add --password-stdin root
+        tarn set sharesmb=on tbsmb          # share name tbsmb (the dataset, / as _)
+        wait_port 44446 || { echo "bench/smb.sh: tarn's smbd does not listen on 127.0.0.1:44446" >&2; cat "$workdir/tarn-daemon.log" >&2; exit 1; }
+        for _ in $(seq 50); do smbclient //127.0.0.1/tbsmb -p 44446 -U "root%$password" -c ls >/dev/null 2>&1 && break; sleep 0.2; done
+        tarn share -l
+        run_rows tarn 44446 tbsmb
     fi
     tarn pool destroy -f tbsmb 2>/dev/null || tarn pool export tbsmb 2>/dev/null || true
     stop_pid "$tpid"
