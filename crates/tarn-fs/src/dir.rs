@@ -168,7 +168,7 @@ impl Fs {
             ctime_ns: now,
             crtime_ns: now,
             parent: dir,
-            generation: tx.txg(),
+            generation: self.new_generation(&tx),
             rdev,
             ..Default::default()
         };

@@ -14,7 +14,7 @@
 //! | 40 | 8 | ctime, i64 ns |
 //! | 48 | 8 | crtime (birth), i64 ns |
 //! | 56 | 8 | parent directory object id (for `..`; last parent for files) |
-//! | 64 | 8 | generation (txg of creation) |
+//! | 64 | 8 | generation (epoch << 40 \| txg of creation) |
 //! | 72 | 8 | xattr directory object id (0 = none) |
 //! | 80 | 8 | rdev (character/block devices) |
 //! | 88 | 4 | flags (bit 0: in the unlinked set) |
@@ -23,20 +23,24 @@
 //!
 //! Inode numbers and generations (file handles): an inode number is its
 //! object id, and object ids are never reused inside an object set: tarn-obj
-//! allocates them from `next_object`, which only grows. A rollback restores
-//! an older counter, but the generation is the txg that created the inode and
-//! every txg after the rollback is newer than any generation it discarded.
-//! So an (inode number, generation) pair names one inode for the life of the
-//! dataset; NFS file handles carry both, and a handle whose pair names no
-//! inode with a link is stale. No format change: this is a property of the
-//! fields above. (A txg lost in a crash can be written again with the same
-//! number and the same new ids: a front end must make a creation durable
-//! before it hands out a handle to it, as NFS requires of CREATE anyway.)
+//! allocates them from `next_object`, which only grows. The generation is
+//! `EPOCH << 40 | txg of creation` (EPOCH from the master node, below; the
+//! root directory, made at format time, has epoch 0). A rollback restores an
+//! older counter, but every txg after the rollback is newer than any
+//! generation it discarded. A txg lost in a power cut is written again with
+//! the same number and the same new ids, and with txgs in flight more than
+//! one can be lost; but each writable open of the file system first raises
+//! `EPOCH` by one and syncs it, so inodes created after the restart carry a
+//! higher epoch than any the crash lost. So an (inode number, generation)
+//! pair names one inode for the life of the dataset; NFS file handles carry
+//! both, and a handle whose pair names no inode with a link is stale.
 //!
 //! # Master node (object 1, a ZAP)
 //!
 //! Keys (ASCII) → u64 LE values: `VERSION` (= 1), `ROOT` (root directory
-//! object id), `UNLINKED` (unlinked-set ZAP object id).
+//! object id), `UNLINKED` (unlinked-set ZAP object id), `EPOCH` (generation
+//! epoch: raised by one and synced at every writable open; absent = 0, in
+//! file systems written before it existed).
 //!
 //! # Directory (a ZAP)
 //!

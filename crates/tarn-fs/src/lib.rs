@@ -140,7 +140,13 @@ pub struct Fs {
     shards: Vec<RwLock<()>>,
     rename_lock: Mutex<()>,
     refs: Vec<Mutex<HashMap<u64, u64>>>,
+    /// This session's generation epoch (see `new_generation`); 0 until the
+    /// file system is first opened writable.
+    epoch: std::sync::atomic::AtomicU64,
 }
+
+/// Bits of a generation that hold the creating txg; the epoch sits above.
+const GENERATION_TXG_BITS: u32 = 40;
 
 impl Fs {
     /// Format a fresh object set: master node (object 1) and root directory.
@@ -201,11 +207,44 @@ impl Fs {
             refs: (0..REF_SHARDS)
                 .map(|_| Mutex::new(HashMap::new()))
                 .collect(),
+            epoch: std::sync::atomic::AtomicU64::new(0),
         });
         if !opts.readonly {
+            fs.begin_epoch();
             fs.clean_unlinked()?;
         }
         Ok(fs)
+    }
+
+    /// Starts a new generation epoch: `EPOCH` in the master node goes up by
+    /// one and is synced before any inode can be created with it. A txg
+    /// lost in a crash is written again with the same number and the same
+    /// new object ids; without the epoch an inode created then would carry
+    /// the (inode number, generation) of one the crash lost, and a file
+    /// handle a client kept would name it. With it, the session after the
+    /// crash has a higher epoch, so its generations are new. On a pool that
+    /// takes no writes (read-only import) the epoch stays: nothing is
+    /// created there.
+    fn begin_epoch(&self) {
+        let m = ObjectId(MASTER_OBJECT);
+        let old = Zap::lookup(&self.os, m, b"EPOCH").ok().flatten().and_then(|v| u64_value(&v).ok()).unwrap_or(0);
+        let next = old + 1;
+        let written = {
+            let tx = self.pool.begin();
+            Zap::update(&self.os, &tx, m, b"EPOCH", &next.to_le_bytes()).is_ok()
+        };
+        if written && self.pool.sync().is_ok() {
+            self.epoch.store(next, std::sync::atomic::Ordering::Release);
+        } else {
+            self.epoch.store(old, std::sync::atomic::Ordering::Release);
+        }
+    }
+
+    /// The generation of an inode created in `tx`: this session's epoch
+    /// above the txg (docs/on-disk-format.md).
+    pub(crate) fn new_generation(&self, tx: &Tx) -> u64 {
+        let epoch = self.epoch.load(std::sync::atomic::Ordering::Acquire);
+        (epoch << GENERATION_TXG_BITS) | (tx.txg() & ((1 << GENERATION_TXG_BITS) - 1))
     }
 
     fn clean_unlinked(&self) -> Result<()> {
@@ -229,7 +268,10 @@ impl Fs {
     }
 
     pub fn set_options(&self, opts: FsOptions) {
-        *self.opts.write() = opts;
+        let was_readonly = std::mem::replace(&mut *self.opts.write(), opts).readonly;
+        if was_readonly && !opts.readonly {
+            self.begin_epoch();
+        }
     }
     pub fn options(&self) -> FsOptions {
         *self.opts.read()
