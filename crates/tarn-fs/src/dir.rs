@@ -123,6 +123,7 @@ impl Fs {
         self.writable()?;
         check_name(name)?;
         self.make_room(4096 + symlink_target.map_or(0, |t| t.len() as u64))?;
+        self.ensure_epoch()?;
         let tx = self.pool.begin();
         let _g = self.lock_set(&[dir]);
         let mut dp = self.dir(dir)?;

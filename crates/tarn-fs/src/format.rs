@@ -29,9 +29,11 @@
 //! older counter, but every txg after the rollback is newer than any
 //! generation it discarded. A txg lost in a power cut is written again with
 //! the same number and the same new ids, and with txgs in flight more than
-//! one can be lost; but each writable open of the file system first raises
-//! `EPOCH` by one and syncs it, so inodes created after the restart carry a
-//! higher epoch than any the crash lost. So an (inode number, generation)
+//! one can be lost; but before the first inode each session (each open
+//! of the file system) creates, `EPOCH` goes up by one and is synced, so
+//! inodes created after the restart carry a higher epoch than any the crash
+//! lost. (At the first creation, not at open: a mount that creates nothing
+//! leaves the dataset unmodified.) So an (inode number, generation)
 //! pair names one inode for the life of the dataset; NFS file handles carry
 //! both, and a handle whose pair names no inode with a link is stale.
 //!
@@ -39,7 +41,7 @@
 //!
 //! Keys (ASCII) → u64 LE values: `VERSION` (= 1), `ROOT` (root directory
 //! object id), `UNLINKED` (unlinked-set ZAP object id), `EPOCH` (generation
-//! epoch: raised by one and synced at every writable open; absent = 0, in
+//! epoch: raised by one and synced before the first creation of each open; absent = 0, in
 //! file systems written before it existed).
 //!
 //! # Directory (a ZAP)

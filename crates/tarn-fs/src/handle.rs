@@ -6,9 +6,9 @@
 //!   never reused inside an object set (tarn-obj's `next_object` only
 //!   grows, also across snapshots: a rollback restores an older counter but
 //!   every txg after it is newer than any generation it discards), and the
-//!   generation is the txg that created the inode under an epoch that each
-//!   writable open raises and syncs first (so txgs a power cut lost and
-//!   that are written again get new generations), so an (ino, generation)
+//!   generation is the txg that created the inode under an epoch raised
+//!   and synced before each open's first creation (so txgs a power cut lost
+//!   and that are written again get new generations), so an (ino, generation)
 //!   pair cannot name two inodes. `attr_by_handle` still compares the
 //!   generation, so the answer stays right if ids are ever reused.
 //! - A handle to an inode that is freed, has no link left (an unlinked

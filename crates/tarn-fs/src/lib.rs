@@ -140,9 +140,10 @@ pub struct Fs {
     shards: Vec<RwLock<()>>,
     rename_lock: Mutex<()>,
     refs: Vec<Mutex<HashMap<u64, u64>>>,
-    /// This session's generation epoch (see `new_generation`); 0 until the
-    /// file system is first opened writable.
+    /// This session's generation epoch (see `new_generation`), taken by
+    /// the first creation (`ensure_epoch`); `epoch_begun` says it was.
     epoch: std::sync::atomic::AtomicU64,
+    epoch_begun: Mutex<bool>,
 }
 
 /// Bits of a generation that hold the creating txg; the epoch sits above.
@@ -208,36 +209,44 @@ impl Fs {
                 .map(|_| Mutex::new(HashMap::new()))
                 .collect(),
             epoch: std::sync::atomic::AtomicU64::new(0),
+            epoch_begun: Mutex::new(false),
         });
         if !opts.readonly {
-            fs.begin_epoch();
             fs.clean_unlinked()?;
         }
         Ok(fs)
     }
 
-    /// Starts a new generation epoch: `EPOCH` in the master node goes up by
-    /// one and is synced before any inode can be created with it. A txg
-    /// lost in a crash is written again with the same number and the same
-    /// new object ids; without the epoch an inode created then would carry
-    /// the (inode number, generation) of one the crash lost, and a file
-    /// handle a client kept would name it. With it, the session after the
-    /// crash has a higher epoch, so its generations are new. On a pool that
-    /// takes no writes (read-only import) the epoch stays: nothing is
-    /// created there.
-    fn begin_epoch(&self) {
-        let m = ObjectId(MASTER_OBJECT);
-        let old = Zap::lookup(&self.os, m, b"EPOCH").ok().flatten().and_then(|v| u64_value(&v).ok()).unwrap_or(0);
-        let next = old + 1;
-        let written = {
-            let tx = self.pool.begin();
-            Zap::update(&self.os, &tx, m, b"EPOCH", &next.to_le_bytes()).is_ok()
-        };
-        if written && self.pool.sync().is_ok() {
-            self.epoch.store(next, std::sync::atomic::Ordering::Release);
-        } else {
-            self.epoch.store(old, std::sync::atomic::Ordering::Release);
+    /// Before the first inode this session creates: a new generation
+    /// epoch, `EPOCH` in the master node up by one and synced. A txg lost
+    /// in a crash is written again with the same number and the same new
+    /// object ids (and with txgs in flight, more than one can be lost);
+    /// without the epoch an inode created then would carry the (inode
+    /// number, generation) of one the crash lost, and a file handle a
+    /// client kept would name it. With it, the session after the crash has
+    /// a higher epoch, so its generations are new. Taken at the first
+    /// creation, not at open, so a mount that creates nothing leaves the
+    /// dataset unmodified (an incremental receive into it still applies).
+    /// Called before the creation takes its locks and transaction.
+    pub(crate) fn ensure_epoch(&self) -> Result<()> {
+        let mut begun = self.epoch_begun.lock();
+        if *begun {
+            return Ok(());
         }
+        let m = ObjectId(MASTER_OBJECT);
+        let old = match Zap::lookup(&self.os, m, b"EPOCH")? {
+            Some(v) => u64_value(&v)?,
+            None => 0,
+        };
+        let next = old + 1;
+        {
+            let tx = self.pool.begin();
+            Zap::update(&self.os, &tx, m, b"EPOCH", &next.to_le_bytes())?;
+        }
+        self.pool.sync()?;
+        self.epoch.store(next, std::sync::atomic::Ordering::Release);
+        *begun = true;
+        Ok(())
     }
 
     /// The generation of an inode created in `tx`: this session's epoch
@@ -268,10 +277,7 @@ impl Fs {
     }
 
     pub fn set_options(&self, opts: FsOptions) {
-        let was_readonly = std::mem::replace(&mut *self.opts.write(), opts).readonly;
-        if was_readonly && !opts.readonly {
-            self.begin_epoch();
-        }
+        *self.opts.write() = opts;
     }
     pub fn options(&self) -> FsOptions {
         *self.opts.read()

@@ -21,6 +21,7 @@ impl Fs {
     pub fn create_tmpfile(&self, dir: u64, perm: u32, cred: Cred) -> Result<Attr> {
         self.writable()?;
         self.make_room(4096)?;
+        self.ensure_epoch()?;
         let tx = self.pool.begin();
         let _g = self.lock_set(&[dir]);
         let dp = self.dir(dir)?;
