@@ -172,11 +172,11 @@ fn start_daemon(home: &Path, socket: &Path, config_path: &Path) -> Result<(), Fa
     command
         .arg("daemon")
         .arg("--state-dir")
-        .arg(&home)
+        .arg(home)
         .arg("--socket")
-        .arg(&socket)
+        .arg(socket)
         .arg("--config")
-        .arg(&config_path)
+        .arg(config_path)
         .stdin(Stdio::null())
         .stdout(log)
         .stderr(log_err);
@@ -190,7 +190,7 @@ fn start_daemon(home: &Path, socket: &Path, config_path: &Path) -> Result<(), Fa
     }
     let mut child = command.spawn().map_err(|e| format!("cannot start the daemon: {e}"))?;
     let started = Instant::now();
-    while client::call(&socket, &Request::Ping).is_err() {
+    while client::call(socket, &Request::Ping).is_err() {
         if started.elapsed() > Duration::from_secs(30) || matches!(child.try_wait(), Ok(Some(_))) {
             return Err(format!("the daemon did not start; see {}", log_path.display()).into());
         }
