@@ -181,3 +181,86 @@ fn the_cli_finds_the_daemon_tarn_up_started() {
     drop(guard);
     assert_eq!(mounts_under(&root), Vec::<PathBuf>::new(), "tarn down leaves no mount behind");
 }
+
+/// The port in `nfs-ls 'nfs://…?…&nfsport=P&…'` of `tarn up`'s output.
+fn printed_nfs_port(up: &str) -> u16 {
+    let line = up.lines().find(|l| l.trim_start().starts_with("nfs-ls 'nfs://127.0.0.1/tank/data?")).unwrap_or_else(|| panic!("no nfs-ls line:\n{up}"));
+    let port = line.split("nfsport=").nth(1).and_then(|r| r.split('&').next()).expect("nfsport=");
+    assert!(line.contains(&format!("mountport={port}")), "{line}");
+    assert!(up.contains(&format!("mount -t nfs -o vers=3,proto=tcp,port={port},mountport={port},nolock 127.0.0.1:/tank/data ")), "{up}");
+    port.parse().expect("a port number")
+}
+
+#[test]
+fn tarn_up_shares_its_dataset_over_nfs_and_smb_on_localhost() {
+    let tmp = tempfile::Builder::new().prefix("tarn-it-").tempdir().unwrap();
+    let root = tmp.path().canonicalize().unwrap();
+    let no_state = root.join("no-state-here");
+    let mut guard = UpGuard { root: root.clone(), homes: vec![] };
+    let home = root.join("home");
+    guard.homes.push(home.clone());
+    let env = [("TARN_HOME", home.as_path()), ("TARN_STATE_DIR", no_state.as_path())];
+    let up = ok(tarn_env(&["up"], &env), "up");
+    let port = printed_nfs_port(&up);
+    assert_eq!(port == 2049, !up.contains("port 2049 is taken"), "{up}");
+    assert_eq!(ok(tarn_env(&["get", "-H", "-o", "value,source", "sharenfs", "tank/data"], &env), "get"), "on\tlocal\n");
+    let data = home.join("mnt/tank/data");
+    common::wait_mounted(&data);
+    fs::write(data.join("hello.txt"), b"hello from tarn up\n").unwrap();
+
+    // A real NFS client (Debian's libnfs-utils) reads and writes it.
+    let url = |name: &str| format!("nfs://127.0.0.1/tank/data/{name}?version=3&nfsport={port}&mountport={port}");
+    let out = Command::new("nfs-cat").arg(url("hello.txt")).output().expect("nfs-cat");
+    assert!(out.status.success(), "nfs-cat: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.stdout, b"hello from tarn up\n");
+    // root is squashed (sharenfs=on): root's copy into the root-owned
+    // directory is refused; a user writes into a directory of their own.
+    fs::write(root.join("up.bin"), vec![5u8; 100_000]).unwrap();
+    let out = Command::new("nfs-cp").arg(root.join("up.bin")).arg(url("up.bin")).output().expect("nfs-cp");
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("NFS3ERR_ACCES"), "squashed root wrote");
+    fs::create_dir(data.join("user")).unwrap();
+    std::os::unix::fs::chown(data.join("user"), Some(1000), Some(1000)).unwrap();
+    let out = Command::new("nfs-cp").arg(root.join("up.bin")).arg(format!("{}&uid=1000&gid=1000", url("user/up.bin"))).output().expect("nfs-cp");
+    assert!(out.status.success(), "nfs-cp: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(fs::read(data.join("user/up.bin")).unwrap(), vec![5u8; 100_000]);
+    let listed = ok(tarn_env(&["share", "-l", "-H"], &env), "share -l");
+    assert!(listed.contains("tank/data\tnfs\t/tank/data\t"), "{listed}");
+
+    let smbd = ["/usr/sbin/smbd", "/usr/bin/smbd"].iter().any(|p| Path::new(p).exists());
+    if smbd {
+        let line = up.lines().find(|l| l.trim_start().starts_with("smbclient //127.0.0.1/tank_data -p ")).unwrap_or_else(|| panic!("{up}"));
+        let smb_port = line.split(" -p ").nth(1).and_then(|r| r.split(' ').next()).expect("-p PORT");
+        assert!(listed.contains("tank/data\tsmb\ttank_data\t"), "{listed}");
+        let mut add = Command::new(TARN)
+            .args(["smb", "user", "add", "--password-stdin", "root"])
+            .env("TARN_HOME", &home)
+            .env("TARN_STATE_DIR", &no_state)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("tarn smb user add");
+        use std::io::Write;
+        add.stdin.take().expect("stdin").write_all(b"up-secret\n").unwrap();
+        let out = add.wait_with_output().unwrap();
+        assert!(out.status.success(), "smb user add: {}", String::from_utf8_lossy(&out.stderr));
+        let out = Command::new("smbclient")
+            .current_dir(&root)
+            .args(["//127.0.0.1/tank_data", "-p", smb_port, "-U", "root%up-secret", "-c", "get hello.txt got.txt"])
+            .output()
+            .expect("smbclient");
+        assert!(out.status.success(), "smbclient: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert_eq!(fs::read(root.join("got.txt")).unwrap(), b"hello from tarn up\n");
+    } else {
+        assert!(up.contains("'samba' package"), "smbd is missing and up does not say which package:\n{up}");
+    }
+
+    // A second `tarn up` elsewhere cannot have the first one's port: it
+    // says so and takes a free one.
+    let home2 = root.join("home2");
+    guard.homes.push(home2.clone());
+    let up2 = ok(tarn_env(&["up"], &[("TARN_HOME", home2.as_path()), ("TARN_STATE_DIR", no_state.as_path())]), "up in home2");
+    let port2 = printed_nfs_port(&up2);
+    assert_ne!(port2, port);
+    assert_eq!(port2 == 2049, !up2.contains("port 2049 is taken"), "{up2}");
+}

@@ -107,6 +107,8 @@ fn the_readme_tour_runs_as_written() {
         "tarn promote ",
         "tarn send ",
         "tarn recv ",
+        "tarn set sharenfs=on ",
+        "tarn share -l",
     ] {
         assert!(steps.iter().any(|s| s.command.starts_with(wanted)), "no tour line starts with '{wanted}'");
     }

@@ -825,15 +825,34 @@ impl Harness {
         }
     }
 
-    /// Start a new daemon on the same state directory and socket.
+    /// Stop the daemon cleanly (SIGTERM: it exports its pools and
+    /// unmounts) and wait for it to exit.
+    pub fn stop_daemon(&mut self) {
+        if let Some(mut child) = self.daemon.take() {
+            // SAFETY: pid is our own child, not yet reaped.
+            unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while matches!(child.try_wait(), Ok(None)) {
+                assert!(Instant::now() < deadline, "daemon did not stop on SIGTERM:\n{}", tail(&self.daemon_log(), 40));
+                thread::sleep(Duration::from_millis(50));
+            }
+        }
+        if let Some(stop) = self.watchdog_stop.take() {
+            let _ = stop.send(());
+        }
+    }
+
+    /// Start a new daemon on the same state directory and socket (and
+    /// the same `--config`, if the harness was started with one).
     pub fn restart_daemon(&mut self) {
         let log = fs::OpenOptions::new().append(true).open(&self.log_path).expect("open daemon log");
-        let daemon = Command::new(TARN)
-            .arg("daemon")
-            .arg("--state-dir")
-            .arg(&self.state_dir)
-            .arg("--socket")
-            .arg(&self.socket)
+        let mut command = Command::new(TARN);
+        command.arg("daemon").arg("--state-dir").arg(&self.state_dir).arg("--socket").arg(&self.socket);
+        let config = self.dir.join("tarn.toml");
+        if config.exists() {
+            command.arg("--config").arg(&config);
+        }
+        let daemon = command
             .env("RUST_BACKTRACE", "1")
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("dup log"))
