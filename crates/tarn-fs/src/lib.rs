@@ -289,6 +289,15 @@ impl Fs {
     pub fn objset(&self) -> &ObjectSet {
         &self.os
     }
+    /// Whether this file system's object set still exists in the pool. A
+    /// snapshot's file system opened by a front end outlives the snapshot's
+    /// destroy and would read the blocks the destroy freed (and the pool
+    /// reuses): front ends ask this before serving from one. Object set
+    /// ids are never reused, so a snapshot re-created under the same name
+    /// is another object set and this stays false.
+    pub fn objset_exists(&self) -> bool {
+        self.pool.open_objset(self.os.id()).is_ok()
+    }
     pub fn pool(&self) -> &Arc<ObjPool> {
         &self.pool
     }

@@ -332,14 +332,6 @@ fn guarded<T>(f: impl FnOnce() -> tarn_fs::Result<T>) -> tarn_fs::Result<T> {
     }
 }
 
-/// Whether an opened snapshot's object set still exists. A snapshot file
-/// system outlives its destroy and would read blocks the destroy freed
-/// (and the pool reuses); object set ids are never reused, so a snapshot
-/// re-created under the same name is another one.
-fn still_there(fs: &Fs) -> bool {
-    fs.pool().open_objset(fs.objset().id()).is_ok()
-}
-
 impl TarnFuse {
     fn target(&self, ino: INodeNo) -> tarn_fs::Result<Target> {
         match ino.0 {
@@ -353,7 +345,7 @@ impl TarnFuse {
                     return Ok(Target::Node { fs: self.fs.clone(), ino: n, k: 0 });
                 }
                 let fs = self.snap_fs.lock().get(k as usize - 1).map(|(_, f)| f.clone()).ok_or(FsError::NotFound)?;
-                if !still_there(&fs) {
+                if !fs.objset_exists() {
                     return Err(FsError::Stale);
                 }
                 Ok(Target::Node { fs, ino: inner, k })
@@ -430,7 +422,7 @@ impl TarnFuse {
         let source = self.snapshots.as_ref()?;
         let mut opened = self.snap_fs.lock();
         if let Some(i) = opened.iter().position(|(n, _)| n == name) {
-            if still_there(&opened[i].1) {
+            if opened[i].1.objset_exists() {
                 return opened.get(i).map(|(_, f)| (i as u64 + 1, f.clone()));
             }
             // Destroyed since: its k stays dead (its inodes answer ESTALE),

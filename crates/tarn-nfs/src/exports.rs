@@ -11,7 +11,6 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use tarn_fs::{Fs, SnapshotSource};
-use tarn_obj::ObjsetId;
 use tarn_share::nfs::{ClientAccess, NfsRules, Squash};
 
 use crate::handle::{Handle, Kind};
@@ -95,7 +94,7 @@ impl Entry {
     pub fn snapshot_by_name(&self, name: &str) -> Option<(u64, Arc<Fs>)> {
         let cached = self.snaps.lock().iter().find(|(_, (n, _))| n == name).map(|(id, (_, fs))| (*id, fs.clone()));
         if let Some((id, fs)) = cached {
-            if self.still_there(id) {
+            if self.still_there(id, &fs) {
                 return Some((id, fs));
             }
         }
@@ -111,7 +110,7 @@ impl Entry {
     pub fn snapshot_by_id(&self, id: u64) -> Option<Arc<Fs>> {
         let cached = self.snaps.lock().get(&id).map(|(_, fs)| fs.clone());
         if let Some(fs) = cached {
-            return self.still_there(id).then_some(fs);
+            return self.still_there(id, &fs).then_some(fs);
         }
         let source = self.export.snapshots.as_ref()?;
         for name in source.names() {
@@ -124,14 +123,11 @@ impl Entry {
         None
     }
 
-    /// Whether snapshot object set `id` still exists in the pool; if not
-    /// (destroyed since it was opened here), it is forgotten. An open
-    /// snapshot file system outlives its destroy and would read blocks the
-    /// destroy freed (and the pool reuses): its handles must be STALE, and
-    /// a new snapshot under the same name has another object set (ids are
-    /// never reused), so checking the id covers both.
-    fn still_there(&self, id: u64) -> bool {
-        if self.export.fs.pool().open_objset(ObjsetId(id)).is_ok() {
+    /// Whether the opened snapshot `fs` (object set `id`) still exists
+    /// (`Fs::objset_exists`); if not (destroyed since it was opened here),
+    /// it is forgotten and its handles are STALE.
+    fn still_there(&self, id: u64, fs: &Fs) -> bool {
+        if fs.objset_exists() {
             return true;
         }
         self.snaps.lock().remove(&id);
