@@ -23,7 +23,15 @@
 //! capacity_warn_percent = 80
 //! min_severity = "warning"            # info, warning or error
 //! repeat_after_secs = 3600            # 0: repeat identical alerts
+//!
+//! [fuse]
+//! writeback_cache = false             # the kernel's writeback cache on mounts
 //! ```
+//!
+//! `[fuse] writeback_cache = true` lets the kernel gather small writes
+//! into large ones (tarn-fuse's notes on writes); a full pool or a quota
+//! is then reported by `fsync` and `close`, not by `write` — why it is off
+//! unless asked for (docs/tuning.md).
 //!
 //! Unknown tables or keys are an error, so a typo never passes silently.
 
@@ -43,6 +51,8 @@ pub struct DaemonConfig {
     pub nfs: Option<crate::share_config::NfsConfig>,
     /// `[smb]` (share_config.rs).
     pub smb: crate::share_config::SmbConfig,
+    /// `[fuse] writeback_cache`.
+    pub fuse_writeback_cache: bool,
 }
 
 pub fn parse_config(text: &str) -> Result<DaemonConfig, String> {
@@ -55,10 +65,24 @@ pub fn parse_config(text: &str) -> Result<DaemonConfig, String> {
             "alerts" => config.alerts = parse_alerts(table)?,
             "nfs" => config.nfs = Some(crate::share_config::parse_nfs(table)?),
             "smb" => config.smb = crate::share_config::parse_smb(table)?,
-            _ => return Err(format!("unknown table or key '{key}' (known: [tunables], [alerts], [nfs], [smb])")),
+            "fuse" => config.fuse_writeback_cache = parse_fuse(table)?,
+            _ => return Err(format!("unknown table or key '{key}' (known: [tunables], [alerts], [nfs], [smb], [fuse])")),
         }
     }
     Ok(config)
+}
+
+/// The `[fuse]` table: `writeback_cache` (a boolean).
+fn parse_fuse(table: &toml::Table) -> Result<bool, String> {
+    let mut writeback = false;
+    for (key, value) in table {
+        match (key.as_str(), value) {
+            ("writeback_cache", toml::Value::Boolean(b)) => writeback = *b,
+            ("writeback_cache", other) => return Err(format!("[fuse] writeback_cache: expected true or false, not {other}")),
+            _ => return Err(format!("unknown key '{key}' in [fuse] (known: writeback_cache)")),
+        }
+    }
+    Ok(writeback)
 }
 
 fn one_line(text: &str) -> String {
@@ -154,6 +178,16 @@ mod tests {
         let empty = parse_config("").unwrap();
         assert_eq!(empty.alerts, AlertConfig::default());
         assert!(empty.alerts.channels().is_empty(), "no [alerts]: no alerts");
+    }
+
+    #[test]
+    fn parses_fuse() {
+        assert!(!parse_config("").unwrap().fuse_writeback_cache);
+        assert!(parse_config("[fuse]\nwriteback_cache = true\n").unwrap().fuse_writeback_cache);
+        assert!(!parse_config("[fuse]\nwriteback_cache = false\n").unwrap().fuse_writeback_cache);
+        let e = parse_config("[fuse]\nwriteback_cache = 1\n").unwrap_err();
+        assert!(e.contains("writeback_cache") && !e.contains('\n'), "{e}");
+        assert!(parse_config("[fuse]\nwriteback = true\n").unwrap_err().contains("writeback"));
     }
 
     #[test]

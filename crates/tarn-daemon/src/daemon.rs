@@ -98,6 +98,7 @@ impl Daemon {
     pub fn new(state_dir: PathBuf, socket: PathBuf, config: crate::config::DaemonConfig) -> Result<Daemon, String> {
         let cache = PoolCache::load(&state_dir.join("pools.json"))?;
         let events = crate::events::EventLog::open(Some(state_dir.join("events.jsonl")));
+        mount::set_writeback_cache(config.fuse_writeback_cache);
         Ok(Daemon {
             state_dir,
             socket,
@@ -998,7 +999,7 @@ impl Daemon {
     fn snapshot(&self, names: &[String], recursive: bool) -> HandlerResult {
         let Some(first) = names.first() else { return Err("cannot create snapshots: no snapshot named".into()) };
         let mut full: Vec<String> = Vec::new();
-        let ds = {
+        let (ds, flush) = {
             let pools = self.pools.lock();
             let pool_name = pool_of(first);
             for name in names {
@@ -1023,8 +1024,18 @@ impl Daemon {
                 }
             }
             let imported = pools.get(pool_name).ok_or_else(|| format!("cannot create snapshot '{first}': no such pool"))?;
-            imported.ds.clone()
+            let flush: Vec<PathBuf> = full
+                .iter()
+                .filter_map(|n| imported.mounts.get(n.split('@').next().unwrap_or_default()))
+                .map(|m| m.path.clone())
+                .collect();
+            (imported.ds.clone(), flush)
         };
+        // What the kernel still holds for these mounts (writeback cache,
+        // mmap stores) was written before the snapshot: it belongs in it.
+        for path in &flush {
+            mount::flush_mount(path);
+        }
         let fail = |why: String| format!("cannot create snapshot '{first}': {why}");
         ds.snapshot(&full).map_err(|e| match e {
             tarn_ds::DsError::BadName { name, why } => format!("cannot create snapshot '{name}': {why}"),

@@ -2,6 +2,7 @@
 //! dataset, mounting, changing options of a mounted file system, unmounting.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use tarn_ds::Settings;
@@ -10,6 +11,24 @@ use tarn_obj::{ObjPool, ObjectSet, Tx};
 /// Lay out an empty file system in a fresh object set.
 pub fn format(os: &ObjectSet, tx: &Tx) -> Result<(), String> {
     tarn_fs::Fs::format(os, tx).map_err(|e| e.to_string())
+}
+
+/// `[fuse] writeback_cache` of the daemon's config: mounts made from now on
+/// use the kernel's writeback cache (tarn-fuse's notes on writes).
+static WRITEBACK_CACHE: AtomicBool = AtomicBool::new(false);
+
+pub fn set_writeback_cache(on: bool) {
+    WRITEBACK_CACHE.store(on, Ordering::Relaxed);
+}
+
+/// Write what the kernel holds for the mount at `path` (dirty pages and
+/// times: the writeback cache, shared mmap stores) into the pool. Before a
+/// snapshot and before an unmount; never called from a FUSE worker.
+pub fn flush_mount(path: &Path) {
+    if let Err(e) = tarn_fuse::flush(path) {
+        // Nothing is lost: the pages stay dirty and are written later.
+        eprintln!("tarn daemon: flushing the mount at {}: {e}", path.display());
+    }
 }
 
 fn fs_options(settings: &Settings) -> tarn_fs::FsOptions {
@@ -93,6 +112,7 @@ impl Mounted {
             // A NAS is multi-user: every uid reaches what the permission bits
             // grant (the kernel checks them: default_permissions).
             allow_other: true,
+            writeback_cache: WRITEBACK_CACHE.load(Ordering::Relaxed),
         };
         let handle = tarn_fuse::mount_with_snapshots(fs.clone(), path, options, snapshots).map_err(|e| e.to_string())?;
         Ok(Mounted { path: path.to_path_buf(), fs, handle })
@@ -116,6 +136,7 @@ impl Mounted {
     /// Forced unmount: a busy mount is detached lazily.
     pub fn unmount(self) {
         crate::shares::before_unmount(&self.path);
+        flush_mount(&self.path);
         let Mounted { handle, fs, .. } = self;
         #[allow(clippy::let_unit_value)]
         let _ = handle.unmount();
@@ -125,6 +146,7 @@ impl Mounted {
     /// Unmount unless busy; a busy mount stays as it was.
     pub fn try_unmount(&mut self) -> Result<(), String> {
         crate::shares::before_unmount(&self.path);
+        flush_mount(&self.path);
         self.handle.try_unmount().map_err(|e| {
             if e.raw_os_error() == Some(libc::EBUSY) {
                 format!("cannot unmount '{}': target is busy (use -f to force)", self.path.display())

@@ -46,6 +46,14 @@ impl Fs {
 
     /// Write `data` at `offset`; returns bytes written (all of it).
     pub fn write(&self, ino: u64, offset: u64, data: &[u8]) -> Result<u32> {
+        self.write_as(ino, offset, data, true)
+    }
+
+    /// Like [`Fs::write`]; `touch_times: false` leaves mtime and ctime to
+    /// the caller: a kernel with a writeback cache keeps its own and sends
+    /// them with a SETATTR when it writes the inode back, which may reach
+    /// us before the data it covers (tarn-fuse).
+    pub fn write_as(&self, ino: u64, offset: u64, data: &[u8], touch_times: bool) -> Result<u32> {
         self.writable()?;
         let end = offset
             .checked_add(data.len() as u64)
@@ -86,10 +94,12 @@ impl Fs {
             self.os.set_block_size(&tx, o, bs)?;
         }
         self.os.write_data(&tx, o, offset, data)?;
-        let now = now_ns();
         p.size = p.size.max(end);
-        p.mtime_ns = now;
-        p.ctime_ns = now;
+        if touch_times {
+            let now = now_ns();
+            p.mtime_ns = now;
+            p.ctime_ns = now;
+        }
         self.put_inode(&tx, ino, &p)?;
         Ok(data.len() as u32)
     }

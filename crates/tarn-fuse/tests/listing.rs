@@ -24,7 +24,7 @@ fn new_fs(name: &str) -> Arc<Fs> {
 }
 
 fn opts() -> MountOptions {
-    MountOptions { fsname: "tank/listing".into(), readonly: false, allow_other: false }
+    MountOptions { fsname: "tank/listing".into(), readonly: false, allow_other: false, writeback_cache: false }
 }
 
 /// Wait up to 20 s for `cond` (FORGETs reach the daemon asynchronously).

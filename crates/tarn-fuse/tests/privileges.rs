@@ -187,7 +187,7 @@ fn setid_bits_and_capabilities_on_tmpfs_reference() {
 #[test]
 fn setid_bits_and_capabilities_through_tarn() {
     let (_t, m) = open_tempdir("tarn-privs-");
-    let h = mount(new_fs(), &m, MountOptions { fsname: "tank/privs".into(), readonly: false, allow_other: true }).expect("mount");
+    let h = mount(new_fs(), &m, MountOptions { fsname: "tank/privs".into(), readonly: false, allow_other: true, writeback_cache: false }).expect("mount");
     checks(h.mountpoint());
     h.unmount().unwrap();
 }

@@ -17,7 +17,7 @@ mod common;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File, OpenOptions};
-use std::io;
+use std::io::{self, Write};
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::Path;
 
@@ -213,6 +213,8 @@ impl Exerciser {
             75..=80 => self.op_mkdir(number),
             81..=85 => self.op_rmdir(number),
             86..=87 => self.op_fsync(number),
+            88..=91 => self.op_append(number),
+            92..=94 => self.op_mmap_write(number),
             _ => self.op_write(number),
         }
     }
@@ -250,6 +252,55 @@ impl Exerciser {
         self.note(format!("{number}: write {relative} offset={offset} len={len}"));
         let result = OpenOptions::new().write(true).open(self.path(&relative)).and_then(|f| f.write_all_at(&data, offset));
         self.expect(&format!("write {relative} at {offset}+{len}"), result, &[]);
+        self.model.files.get_mut(&id).unwrap().write(offset, &data);
+    }
+
+    /// `O_APPEND`: the write lands at the end whatever the offset.
+    fn op_append(&mut self, number: u64) {
+        let Some((relative, id)) = self.pick(&self.model.files()) else { return self.op_create(number) };
+        let size = self.model.files[&id].size;
+        let len = self.rng.gen_range(1..20 << 10);
+        let data = random_bytes(&mut self.rng, len);
+        self.note(format!("{number}: append {relative} len={len} (at {size})"));
+        let result = OpenOptions::new().append(true).open(self.path(&relative)).and_then(|mut f| f.write_all(&data));
+        self.expect(&format!("append {relative} {len}"), result, &[]);
+        self.model.files.get_mut(&id).unwrap().write(size, &data);
+    }
+
+    /// Stores through a shared mapping inside the file's current size,
+    /// unmapped without msync: close, later reads and export/import must
+    /// all see them.
+    fn op_mmap_write(&mut self, number: u64) {
+        use std::os::fd::AsRawFd;
+        let Some((relative, id)) = self.pick(&self.model.files()) else { return self.op_create(number) };
+        let size = self.model.files[&id].size;
+        if size == 0 {
+            return self.op_write(number);
+        }
+        let offset = self.rng.gen_range(0..size);
+        let len = self.rng.gen_range(1..=(size - offset).min(64 << 10)) as usize;
+        let data = random_bytes(&mut self.rng, len);
+        self.note(format!("{number}: mmap-write {relative} offset={offset} len={len}"));
+        let page = offset & !4095;
+        let span = (offset - page) as usize + len;
+        let result = OpenOptions::new().read(true).write(true).open(self.path(&relative)).and_then(|f| {
+            // SAFETY: a fresh shared mapping of `span` bytes inside the file
+            // (offset + len <= size), unmapped before the file is closed.
+            let ptr = unsafe {
+                libc::mmap(std::ptr::null_mut(), span, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, f.as_raw_fd(), page as i64)
+            };
+            if ptr == libc::MAP_FAILED {
+                return Err(io::Error::last_os_error());
+            }
+            // SAFETY: `ptr` maps `span` writable bytes; `data` fits at the
+            // offset inside it.
+            unsafe {
+                std::ptr::copy_nonoverlapping(data.as_ptr(), ptr.cast::<u8>().add((offset - page) as usize), len);
+                libc::munmap(ptr, span);
+            }
+            Ok(())
+        });
+        self.expect(&format!("mmap-write {relative} at {offset}+{len}"), result, &[]);
         self.model.files.get_mut(&id).unwrap().write(offset, &data);
     }
 
@@ -496,12 +547,23 @@ fn compare_bytes(relative: &str, offset: u64, expected: &[u8], got: &[u8], log: 
 
 #[test]
 fn random_operations_match_the_model_across_export_import() {
+    exercise(Harness::start(), "fsx");
+}
+
+/// The same with the kernel's writeback cache on the mount (`[fuse]
+/// writeback_cache`): writes, appends, truncates and mmap stores go
+/// through the page cache and reach the pool batched.
+#[test]
+fn random_operations_match_the_model_with_the_writeback_cache() {
+    exercise(Harness::start_with_config(Some(&|_| "[fuse]\nwriteback_cache = true\n".into())), "fsxwb");
+}
+
+fn exercise(harness: Harness, pool: &str) {
     let seeded = tarn_testkit::seeded!(3000);
-    let harness = Harness::start();
     let devices = harness.vdev_files("vdevs", 4, 512 << 20);
     let mut spec = vec!["raidz1".to_string()];
     spec.extend(devices.iter().map(|p| path_str(p)));
-    let root = harness.create_pool("fsx", &spec);
+    let root = harness.create_pool(pool, &spec);
     let mut exerciser = Exerciser { root, model: Model::default(), rng: seeded.rng(1), counter: 0, log: Vec::new() };
     for number in 1..=seeded.count {
         exerciser.step(number);
@@ -511,12 +573,12 @@ fn random_operations_match_the_model_across_export_import() {
     }
     exerciser.compare_tree("at the end", true);
 
-    harness.export("fsx");
-    let root = harness.import("fsx", &harness.dir.join("vdevs"));
+    harness.export(pool);
+    let root = harness.import(pool, &harness.dir.join("vdevs"));
     exerciser.root = root;
     exerciser.log.push("---- pool export + import ----".into());
     exerciser.compare_tree("after export and import", true);
-    let out = harness.tarn(&["debug", "check", "fsx"]);
+    let out = harness.tarn(&["debug", "check", pool]);
     assert!(
         out.status.success(),
         "tarn debug check after the exerciser failed:\n{}{}",

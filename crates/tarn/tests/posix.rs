@@ -20,16 +20,25 @@ fn posix_suite_on_tmpfs_reference() {
 
 #[test]
 fn posix_suite_through_tarn_mount() {
-    let harness = Harness::start();
+    run_through_tarn(Harness::start(), "posix");
+}
+
+/// The same suite with the kernel's writeback cache on the mount.
+#[test]
+fn posix_suite_through_tarn_mount_with_the_writeback_cache() {
+    run_through_tarn(Harness::start_with_config(Some(&|_| "[fuse]\nwriteback_cache = true\n".into())), "posixwb");
+}
+
+fn run_through_tarn(harness: Harness, pool: &str) {
     let devices = harness.vdev_files("vdevs", 4, 1 << 30);
     let mut spec = vec!["raidz1".to_string()];
     spec.extend(devices.iter().map(|p| path_str(p)));
-    let mountpoint = harness.create_pool("posix", &spec);
+    let mountpoint = harness.create_pool(pool, &spec);
     suite::run_posix_suite(&mountpoint);
     // The pool the suite just exercised must verify clean.
-    harness.export("posix");
-    harness.import("posix", &harness.dir.join("vdevs"));
-    let out = harness.tarn(&["debug", "check", "posix"]);
+    harness.export(pool);
+    harness.import(pool, &harness.dir.join("vdevs"));
+    let out = harness.tarn(&["debug", "check", pool]);
     assert!(
         out.status.success(),
         "tarn debug check after the POSIX suite failed:\n{}{}",

@@ -42,6 +42,8 @@ pub const CHECKS: &[(&str, Check)] = &[
     ("statfs_sane", statfs_sane),
     ("fsync_variants", fsync_variants),
     ("mknod_fifo", mknod_fifo),
+    ("mmap_shared_writes", mmap_shared_writes),
+    ("truncate_races", truncate_races),
 ];
 
 /// Run every check below `root`; panic with the list of failures.
@@ -884,4 +886,99 @@ fn mknod_fifo(dir: &Path) {
     let m = lstat(&node);
     assert!(std::os::unix::fs::FileTypeExt::is_char_device(&m.file_type()));
     assert_eq!(m.rdev(), libc::makedev(1, 3), "st_rdev of a device node");
+}
+
+/// Stores through a shared writable mapping are what read(2) sees, before
+/// and after msync, and they survive the mapping; the file's mtime moves.
+fn mmap_shared_writes(dir: &Path) {
+    let path = dir.join("mapped");
+    let len = 3 * 4096 + 100;
+    let before = pattern(len, 5);
+    fs::write(&path, &before).unwrap();
+    let old = ts(now_sec() - 1000, 0);
+    set_times(&path, old, old, 0).unwrap();
+    let file = OpenOptions::new().read(true).write(true).open(&path).unwrap();
+    // SAFETY: a fresh shared mapping of `len` bytes of an open file; unmapped below.
+    let ptr = unsafe {
+        libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, file.as_raw_fd(), 0)
+    };
+    assert_ne!(ptr, libc::MAP_FAILED, "mmap: {}", io::Error::last_os_error());
+    let after = pattern(len, 6);
+    // SAFETY: `ptr` maps `len` writable bytes.
+    let map = unsafe { std::slice::from_raw_parts_mut(ptr.cast::<u8>(), len) };
+    map[..4096].copy_from_slice(&after[..4096]);
+    map[2 * 4096 + 7..len].copy_from_slice(&after[2 * 4096 + 7..]);
+    let mut expect = before.clone();
+    expect[..4096].copy_from_slice(&after[..4096]);
+    expect[2 * 4096 + 7..].copy_from_slice(&after[2 * 4096 + 7..]);
+    assert!(read_all(&path) == expect, "read(2) sees the mapping's stores before msync");
+    // SAFETY: `ptr`/`len` as mapped above.
+    libc_result(unsafe { libc::msync(ptr, len, libc::MS_SYNC) }).unwrap();
+    // SAFETY: as above; `map` is not used after this.
+    libc_result(unsafe { libc::munmap(ptr, len) }).unwrap();
+    file.sync_all().unwrap();
+    drop(file);
+    assert!(read_all(&path) == expect, "the stores survive munmap and close");
+    assert!(lstat(&path).mtime() > now_sec() - 500, "stores through the mapping move mtime");
+    assert_eq!(lstat(&path).len(), len as u64, "a mapping never changes the size");
+}
+
+/// Truncation racing writes: two descriptors interleaved by hand, then
+/// threads appending whole 4 KiB blocks while another truncates to zero.
+/// No torn block, no hole, no stale byte may appear.
+fn truncate_races(dir: &Path) {
+    let path = dir.join("raced");
+    let first = pattern(65_536, 7);
+    let writer = OpenOptions::new().create_new(true).read(true).write(true).open(&path).unwrap();
+    writer.write_all_at(&first, 0).unwrap();
+    let cutter = OpenOptions::new().write(true).open(&path).unwrap();
+    cutter.set_len(10_000).unwrap();
+    writer.write_all_at(b"tail", 100_000).unwrap();
+    let got = read_all(&path);
+    assert_eq!(got.len(), 100_004, "size after truncate then a write past the end");
+    assert!(got[..10_000] == first[..10_000], "the prefix kept by the truncate");
+    assert!(got[10_000..100_000].iter().all(|b| *b == 0), "the truncated range reads zero, not old bytes");
+    assert_eq!(&got[100_000..], b"tail");
+    drop((writer, cutter));
+
+    let path = dir.join("appended");
+    fs::write(&path, b"").unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let appenders: Vec<_> = (1..=3u8)
+        .map(|stamp| {
+            let path = path.clone();
+            std::thread::spawn(move || {
+                let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+                let block = vec![stamp; 4096];
+                for _ in 0..300 {
+                    f.write_all(&block).unwrap();
+                }
+            })
+        })
+        .collect();
+    let cutter = {
+        let (path, stop) = (path.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let f = OpenOptions::new().write(true).open(&path).unwrap();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                f.set_len(0).unwrap();
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+        })
+    };
+    for a in appenders {
+        a.join().unwrap();
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    cutter.join().unwrap();
+    let got = read_all(&path);
+    assert_eq!(got.len() % 4096, 0, "appends of whole blocks leave a whole number of blocks ({} bytes)", got.len());
+    assert_eq!(lstat(&path).len(), got.len() as u64, "stat and read agree on the size");
+    for (i, block) in got.chunks(4096).enumerate() {
+        assert!(
+            block[0] != 0 && block.iter().all(|b| *b == block[0]),
+            "block {i} is torn or a hole: starts {:?}",
+            &block[..8]
+        );
+    }
 }
