@@ -36,6 +36,11 @@ fn fs_options(settings: &Settings) -> tarn_fs::FsOptions {
         recordsize: settings.recordsize,
         atime: settings.atime,
         readonly: settings.readonly,
+        sync: match settings.sync {
+            tarn_ds::props::SyncProp::Standard => tarn_fs::SyncMode::Standard,
+            tarn_ds::props::SyncProp::Always => tarn_fs::SyncMode::Always,
+            tarn_ds::props::SyncProp::Disabled => tarn_fs::SyncMode::Disabled,
+        },
     }
 }
 

@@ -50,6 +50,7 @@ pub const PROPERTIES: &[PropDef] = &[
     settable("copies", true, "1"),
     settable("readonly", true, "off"),
     settable("snapdir", true, "hidden"),
+    settable("sync", true, "standard"),
     settable("sharenfs", true, "off"),
     settable("sharesmb", true, "off"),
     readonly("logicalused"),
@@ -110,7 +111,6 @@ pub enum PropError {
 /// "not yet supported" rather than unknown, so a ZFS user's script fails
 /// with the right reason.
 pub const NOT_YET_SUPPORTED: &[&str] = &[
-    "sync",
     "encryption",
     "keyformat",
     "keylocation",
@@ -286,6 +286,10 @@ fn validate_native(prop: &str, value: &str) -> Result<(&'static str, String), Pr
             "hidden" | "visible" => value.to_string(),
             _ => return Err(bad(name, value, "must be hidden or visible")),
         },
+        "sync" => match value {
+            "standard" | "always" | "disabled" => value.to_string(),
+            _ => return Err(bad(name, value, "must be standard, always or disabled")),
+        },
         "quota" => {
             if value == "none" {
                 "none".to_string()
@@ -450,6 +454,17 @@ pub struct Settings {
     pub mountpoint: Mountpoint,
     /// `snapdir=visible`: `.zfs` is listed in the root directory.
     pub snapdir_visible: bool,
+    /// `sync`.
+    pub sync: SyncProp,
+}
+
+/// The `sync` property's values (what each means: tarn-fs `SyncMode`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SyncProp {
+    #[default]
+    Standard,
+    Always,
+    Disabled,
 }
 
 /// Effective typed settings of dataset `name`.
@@ -471,6 +486,11 @@ pub fn settings(name: &str, local: &dyn Fn(&str, &str) -> Option<String>) -> Set
         atime: value("atime") == "on",
         readonly: value("readonly") == "on",
         snapdir_visible: value("snapdir") == "visible",
+        sync: match value("sync").as_str() {
+            "always" => SyncProp::Always,
+            "disabled" => SyncProp::Disabled,
+            _ => SyncProp::Standard,
+        },
         quota: value("quota").parse().ok(),
         mountpoint,
     }
@@ -607,7 +627,7 @@ mod tests {
         assert!(validate("com.example:note", &"x".repeat(USER_PROP_VALUE_MAX + 1)).is_err());
         assert!(matches!(check_name("Bad:Name"), Err(PropError::BadUserName(_))));
         assert!(check_name("com.example:note").is_ok());
-        assert_eq!(lookup("sync").unwrap_err(), PropError::NotYetSupported("sync".into()));
+        assert_eq!(lookup("logbias").unwrap_err(), PropError::NotYetSupported("logbias".into()));
         assert_eq!(validate("sharenfs", "rw=@10.0.0.0/8").unwrap(), ("sharenfs".into(), "rw=@10.0.0.0/8".into()));
         assert_eq!(
             validate("sharenfs", "rw=@10.0.0.0/33").unwrap_err().to_string(),

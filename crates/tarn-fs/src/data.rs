@@ -2,6 +2,7 @@
 
 use tarn_obj::ObjectId;
 
+use crate::types::SyncMode;
 use crate::{
     is_dir, is_reg, now_ns, Fs, FsError, Result, StatFs, MAX_FILE_SIZE, MIN_BLOCK, NAME_MAX,
 };
@@ -101,11 +102,32 @@ impl Fs {
             p.ctime_ns = now;
         }
         self.put_inode(&tx, ino, &p)?;
-        Ok(data.len() as u32)
+        drop(_g);
+        drop(tx);
+        self.committed(Ok(data.len() as u32))
     }
 
-    /// Make everything written so far durable (returns after a txg sync).
+    /// Make everything written so far durable (returns after a txg sync),
+    /// unless the dataset has `sync=disabled`.
     pub fn fsync(&self, _ino: u64) -> Result<()> {
+        if self.opts.read().sync == SyncMode::Disabled {
+            return Ok(());
+        }
+        self.sync_now()
+    }
+
+    /// A change's result, made durable first under `sync=always` (call it
+    /// with no transaction or inode lock held: it waits for a txg sync).
+    pub(crate) fn committed<T>(&self, r: Result<T>) -> Result<T> {
+        let value = r?;
+        if self.opts.read().sync == SyncMode::Always {
+            self.sync_now()?;
+        }
+        Ok(value)
+    }
+
+    /// The durability point: a txg sync of the pool.
+    pub(crate) fn sync_now(&self) -> Result<()> {
         // Always: data written before `readonly=on` was set must still be
         // durable when its fsync returns (a no-op on a read-only pool).
         self.pool.sync()?;

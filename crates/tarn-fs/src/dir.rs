@@ -119,6 +119,16 @@ impl Fs {
         node: &NewNode<'_>,
         how: How<'_>,
     ) -> Result<(Attr, bool)> {
+        self.committed(self.make_node_uncommitted(dir, name, node, how))
+    }
+
+    fn make_node_uncommitted(
+        &self,
+        dir: u64,
+        name: &[u8],
+        node: &NewNode<'_>,
+        how: How<'_>,
+    ) -> Result<(Attr, bool)> {
         let NewNode { kind, perm, cred, rdev, exclusive, target: symlink_target } = *node;
         self.writable()?;
         check_name(name)?;
@@ -358,6 +368,10 @@ impl Fs {
     }
 
     pub(crate) fn link_how(&self, ino: u64, dir: u64, name: &[u8], how: How<'_>) -> Result<Attr> {
+        self.committed(self.link_how_uncommitted(ino, dir, name, how))
+    }
+
+    fn link_how_uncommitted(&self, ino: u64, dir: u64, name: &[u8], how: How<'_>) -> Result<Attr> {
         self.writable()?;
         check_name(name)?;
         let tx = self.pool.begin();
@@ -412,6 +426,16 @@ impl Fs {
     /// Remove `dir/name`; `check` (permissions, given the directory and
     /// the inode) runs under their locks before anything else is checked.
     pub(crate) fn remove_entry(
+        &self,
+        dir: u64,
+        name: &[u8],
+        want_dir: bool,
+        check: Option<&RemoveCheck<'_>>,
+    ) -> Result<()> {
+        self.committed(self.remove_entry_uncommitted(dir, name, want_dir, check))
+    }
+
+    fn remove_entry_uncommitted(
         &self,
         dir: u64,
         name: &[u8],

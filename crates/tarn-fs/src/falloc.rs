@@ -36,6 +36,10 @@ const FALLOCATE_RESERVE_PERCENT: u64 = 110;
 impl Fs {
     /// `fallocate(2)` on a regular file; returns its new attributes.
     pub fn fallocate(&self, ino: u64, offset: u64, len: u64, mode: u32) -> Result<Attr> {
+        self.committed(self.fallocate_uncommitted(ino, offset, len, mode))
+    }
+
+    fn fallocate_uncommitted(&self, ino: u64, offset: u64, len: u64, mode: u32) -> Result<Attr> {
         let known = FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE;
         if mode & !known != 0 {
             return Err(FsError::NotSupported("fallocate mode"));

@@ -152,6 +152,10 @@ impl Fs {
     }
 
     pub fn setattr(&self, ino: u64, sa: &SetAttr) -> Result<Attr> {
+        self.committed(self.setattr_uncommitted(ino, sa))
+    }
+
+    fn setattr_uncommitted(&self, ino: u64, sa: &SetAttr) -> Result<Attr> {
         self.writable()?;
         let tx = self.pool.begin();
         let _g = self.lock_set(&[ino]);

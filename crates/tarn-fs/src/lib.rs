@@ -76,7 +76,7 @@ pub use error::FsError;
 use format::{u64_value, InodePhys};
 pub use privileges::XATTR_SECURITY_CAPABILITY;
 pub use readdir::READDIR_PLUS_BATCH;
-pub use types::{Attr, Cred, DirEntry, FileKind, FsOptions, SetAttr, SpaceLimit, StatFs, TimeSet};
+pub use types::{Attr, Cred, DirEntry, FileKind, FsOptions, SetAttr, SpaceLimit, StatFs, SyncMode, TimeSet};
 
 pub type Result<T> = std::result::Result<T, FsError>;
 

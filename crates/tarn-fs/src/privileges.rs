@@ -68,6 +68,9 @@ impl Fs {
             p.mode &= !drops(&p);
             p.ctime_ns = now_ns();
             self.put_inode(&tx, ino, &p)?;
+            drop(_g);
+            drop(tx);
+            return self.committed(Ok(()));
         }
         Ok(())
     }

@@ -57,6 +57,19 @@ impl Fs {
         flags: u32,
         check: Option<&RenameCheck<'_>>,
     ) -> Result<()> {
+        self.committed(self.rename_uncommitted(src_dir, src_name, dst_dir, dst_name, flags, check))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn rename_uncommitted(
+        &self,
+        src_dir: u64,
+        src_name: &[u8],
+        dst_dir: u64,
+        dst_name: &[u8],
+        flags: u32,
+        check: Option<&RenameCheck<'_>>,
+    ) -> Result<()> {
         self.writable()?;
         check_name(src_name)?;
         check_name(dst_name)?;

@@ -19,6 +19,10 @@ impl Fs {
     /// Create an unnamed regular file for directory `dir`; adds one
     /// reference (see `forget`).
     pub fn create_tmpfile(&self, dir: u64, perm: u32, cred: Cred) -> Result<Attr> {
+        self.committed(self.create_tmpfile_uncommitted(dir, perm, cred))
+    }
+
+    fn create_tmpfile_uncommitted(&self, dir: u64, perm: u32, cred: Cred) -> Result<Attr> {
         self.writable()?;
         self.make_room(4096)?;
         self.ensure_epoch()?;

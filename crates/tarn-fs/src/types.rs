@@ -5,6 +5,22 @@ pub struct FsOptions {
     pub recordsize: u32,
     pub atime: bool,
     pub readonly: bool,
+    /// The dataset's `sync` property.
+    pub sync: SyncMode,
+}
+
+/// `sync`, as in ZFS: `standard` makes `fsync`, `O_SYNC`/`O_DSYNC` and
+/// stable NFS writes durable when they return; `always` makes every
+/// change durable before it returns; `disabled` makes `fsync` return at
+/// once (changes become durable with the next txg — up to `txg_timeout`
+/// seconds of acknowledged writes can be lost in a crash: unsafe, for
+/// scratch data only).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SyncMode {
+    #[default]
+    Standard,
+    Always,
+    Disabled,
 }
 
 impl Default for FsOptions {
@@ -13,6 +29,7 @@ impl Default for FsOptions {
             recordsize: 128 * 1024,
             atime: true,
             readonly: false,
+            sync: SyncMode::Standard,
         }
     }
 }

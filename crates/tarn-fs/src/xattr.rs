@@ -45,6 +45,10 @@ impl Fs {
     }
 
     pub fn setxattr(&self, ino: u64, name: &[u8], value: &[u8], flags: u32) -> Result<()> {
+        self.committed(self.setxattr_uncommitted(ino, name, value, flags))
+    }
+
+    fn setxattr_uncommitted(&self, ino: u64, name: &[u8], value: &[u8], flags: u32) -> Result<()> {
         self.writable()?;
         Self::check_xattr_name(name)?;
         if value.len() > XATTR_SIZE_MAX {
@@ -120,6 +124,10 @@ impl Fs {
     }
 
     pub fn removexattr(&self, ino: u64, name: &[u8]) -> Result<()> {
+        self.committed(self.removexattr_uncommitted(ino, name))
+    }
+
+    fn removexattr_uncommitted(&self, ino: u64, name: &[u8]) -> Result<()> {
         self.writable()?;
         Self::check_xattr_name(name)?;
         let tx = self.pool.begin();
