@@ -292,6 +292,7 @@ impl ObjectSet {
     /// The dirty record of `txg`, created from the newest view if needed.
     fn dirty_for<'a>(&self, dn: &Arc<Dnode>, st: &'a mut DnodeState, txg: Txg) -> &'a mut TxgDirty {
         if !st.dirty.contains_key(&txg) {
+            self.shared.assert_txg_writable(txg);
             let attrs = match st.dirty.range(..txg).next_back() {
                 Some((_, d)) => d.attrs.clone(),
                 None if st.dirty.is_empty() => st.attrs(),
@@ -862,8 +863,11 @@ mod tests {
         let t_new = newer.txg();
         mos.write(&newer, id, 0, b"user-T+1").unwrap();
         drop(newer);
-        let older = Tx { txg: t_new - 1, _hold: None };
-        mos.write(&older, id, 128, b"sync-T").unwrap();
+        let sync_lock = pool.shared.sync_lock.lock();
+        let older = crate::pool::SyncTx::begin(&pool.shared, &sync_lock, t_new - 1);
+        mos.write(older.tx(), id, 128, b"sync-T").unwrap();
+        drop(older);
+        drop(sync_lock);
         let dn = mos.dnode(id).unwrap();
         let st = dn.st.lock();
         let t = st.dirty.get(&(t_new - 1)).unwrap().blocks.get(&0).unwrap();
@@ -872,6 +876,47 @@ mod tests {
         let n = st.dirty.get(&t_new).unwrap().blocks.get(&0).unwrap();
         assert_eq!(&n[0..8], b"user-T+1");
         assert_eq!(&n[128..134], b"sync-T", "T+1 must not roll T's change back");
+    }
+
+    /// A change tagged with a txg that is neither open nor syncing would
+    /// never reach disk: refused by an assertion, not lost.
+    #[test]
+    #[should_panic(expected = "neither open")]
+    fn a_change_in_a_txg_already_written_is_an_assertion() {
+        let pool = pool();
+        let mos = pool.mos();
+        let id = {
+            let tx = pool.begin();
+            mos.create(&tx, ObjType(30), 4096, &[0; BONUS_LEN]).unwrap()
+        };
+        pool.sync().unwrap();
+        let written = pool.last_synced_txg();
+        mos.write(&Tx { txg: written, _hold: None }, id, 0, b"late").unwrap();
+    }
+
+    /// Only a quiesced txg is synced: a syncing transaction for the open
+    /// txg is a bug.
+    #[test]
+    #[should_panic(expected = "only a quiesced txg")]
+    fn a_syncing_transaction_of_the_open_txg_is_an_assertion() {
+        let pool = pool();
+        let sync_lock = pool.shared.sync_lock.lock();
+        let open = pool.shared.open_txg.load(Ordering::Acquire);
+        let _stx = crate::pool::SyncTx::begin(&pool.shared, &sync_lock, open);
+    }
+
+    /// A syncing transaction kept past its sync (here: one made while
+    /// another txg is marked syncing) fails its check.
+    #[test]
+    #[should_panic(expected = "a syncing-context operation for txg")]
+    fn a_syncing_operation_with_another_txgs_transaction_is_an_assertion() {
+        let pool = pool();
+        pool.sync().unwrap();
+        let sync_lock = pool.shared.sync_lock.lock();
+        let synced = pool.last_synced_txg();
+        let stx = crate::pool::SyncTx::begin(&pool.shared, &sync_lock, synced);
+        pool.shared.syncing_txg.store(synced - 1, Ordering::Release);
+        stx.check();
     }
 
     #[test]

@@ -26,6 +26,7 @@ mod import;
 mod prefetch;
 mod space;
 mod sync_thread;
+mod sync_tx;
 mod syncing;
 mod txg;
 
@@ -47,6 +48,7 @@ use crate::tree::block_err;
 use crate::*;
 
 pub(crate) use prefetch::PrefetchJob;
+pub(crate) use sync_tx::SyncTx;
 pub(crate) use syncing::ObjsetSync;
 pub(crate) use txg::{begin_tx, sync_and_wait, DEFER_TXGS};
 
@@ -74,6 +76,8 @@ pub(crate) struct Shared {
     pub failmode_wait: AtomicBool,
     pub txg_lock: Arc<RwLock<()>>,
     pub open_txg: AtomicU64,
+    /// The txg being synced while a `SyncTx` lives, else 0 (sync_tx.rs).
+    pub syncing_txg: AtomicU64,
     pub synced_txg: AtomicU64,
     pub dirty_bytes: AtomicU64,
     /// Raw space the dirty data may take when written (see space.rs).
@@ -219,6 +223,7 @@ impl ObjPool {
             failmode_wait: AtomicBool::new(false),
             txg_lock: Arc::new(RwLock::new(())),
             open_txg: AtomicU64::new(open_txg),
+            syncing_txg: AtomicU64::new(0),
             synced_txg: AtomicU64::new(open_txg - 1),
             dirty_bytes: AtomicU64::new(0),
             dirty_asize: AtomicU64::new(0),

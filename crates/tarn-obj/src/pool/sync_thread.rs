@@ -53,7 +53,7 @@ pub(super) fn sync_thread(weak: Weak<Shared>) {
 
 /// Quiesce the open txg and write it out. Returns the synced txg.
 pub(crate) fn sync_once(s: &Arc<Shared>) -> Result<Txg> {
-    let _g = s.sync_lock.lock();
+    let sync_lock = s.sync_lock.lock();
     let txg = {
         let _w = s.txg_lock.write();
         let t = s.open_txg.load(Ordering::Acquire);
@@ -61,5 +61,6 @@ pub(crate) fn sync_once(s: &Arc<Shared>) -> Result<Txg> {
         t
     };
     // On failure the caller suspends the pool; nothing of this txg is on disk.
-    super::syncing::sync_txg(s, txg)
+    let stx = super::SyncTx::begin(s, &sync_lock, txg);
+    super::syncing::sync_txg(s, &stx)
 }

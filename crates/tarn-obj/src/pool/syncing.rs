@@ -11,7 +11,7 @@ use std::sync::Arc;
 use tarn_block::{spacemap, BlockPtr, WriteSpec};
 use tarn_vdev::Uberblock;
 
-use super::{now_ns, RootState, Shared, MOS_OBJSET_ID, MOS_OBJSET_TABLE};
+use super::{now_ns, RootState, Shared, SyncTx, MOS_OBJSET_ID, MOS_OBJSET_TABLE};
 use crate::format::{DnodePhys, ObjsetPhys, UberPayload, DNODES_PER_BLOCK, DNODE_SIZE, DN_IN_USE, DN_METADATA, META_BLOCK_SIZE, OT_OBJSET};
 use crate::objset::{ObjectSet, ObjsetInner, SyncItem};
 use crate::tree::{self, block_err, Changes, TreeCtx};
@@ -27,9 +27,10 @@ pub(crate) struct ObjsetSync {
     pub root_bp: BlockPtr,
 }
 
-pub(super) fn sync_txg(s: &Arc<Shared>, txg: Txg) -> Result<Txg> {
+pub(super) fn sync_txg(s: &Arc<Shared>, stx: &SyncTx) -> Result<Txg> {
+    let txg = stx.txg();
     // Checkpoint taken or discarded in this txg: before any free of it.
-    crate::checkpoint::sync_begin(s, txg)?;
+    crate::checkpoint::sync_begin(s, stx)?;
     // Earlier failed txgs leave dirty records behind; sync them with this one.
     let ids: HashSet<ObjsetId> = {
         let mut d = s.dirty_objsets.lock();
@@ -53,7 +54,7 @@ pub(super) fn sync_txg(s: &Arc<Shared>, txg: Txg) -> Result<Txg> {
         let keys: Vec<Txg> = c.range(..=txg).map(|(&t, _)| t).collect();
         keys.into_iter().flat_map(|k| c.remove(&k).unwrap_or_default()).collect()
     };
-    let mut ctx = TreeCtx::new(&s.io, txg, s.meta_spec(1), 0);
+    let mut ctx = TreeCtx::new(stx, &s.io, s.meta_spec(1), 0);
     // Destroyed object sets: free their whole trees.
     let mos_handle = ObjectSet { shared: s.clone(), inner: s.mos.clone() };
     for (id, inner) in &destroyed {
@@ -77,11 +78,11 @@ pub(super) fn sync_txg(s: &Arc<Shared>, txg: Txg) -> Result<Txg> {
                     ctx.free(&bp);
                 }
             }
-            mos_handle.free(&Tx { txg, _hold: None }, ObjectId(phys.deadlist))?;
+            mos_handle.free(stx.tx(), ObjectId(phys.deadlist))?;
         }
         let root = *inner.root_bp.lock();
         ctx.free(&root);
-        mos_write_in_txg(&mos_handle, txg, id.0 * tarn_block::BP_SIZE as u64, &[0u8; tarn_block::BP_SIZE])?;
+        mos_write_in_txg(&mos_handle, stx, id.0 * tarn_block::BP_SIZE as u64, &[0u8; tarn_block::BP_SIZE])?;
         // Its unsynced changes die with it: give back their dirty accounting.
         let dnodes: Vec<Arc<crate::objset::Dnode>> =
             std::mem::take(&mut *inner.dirty.lock()).into_values().flat_map(|m| m.into_values()).collect();
@@ -101,10 +102,10 @@ pub(super) fn sync_txg(s: &Arc<Shared>, txg: Txg) -> Result<Txg> {
             Some(i) => i.clone(),
             None => continue,
         };
-        let r = sync_objset(s, &inner, txg)?;
+        let r = sync_objset(s, stx, &inner)?;
         // Record the new root in the MOS table, inside this same txg.
         let mos = ObjectSet { shared: s.clone(), inner: s.mos.clone() };
-        mos_write_in_txg(&mos, txg, id.0 * tarn_block::BP_SIZE as u64, &r.root_bp.encode())?;
+        mos_write_in_txg(&mos, stx, id.0 * tarn_block::BP_SIZE as u64, &r.root_bp.encode())?;
         synced.push(r);
     }
     // Snapshots, snapshot destroys and rollbacks asked for in this txg.
@@ -113,9 +114,9 @@ pub(super) fn sync_txg(s: &Arc<Shared>, txg: Txg) -> Result<Txg> {
         let keys: Vec<Txg> = o.range(..=txg).map(|(&t, _)| t).collect();
         keys.into_iter().flat_map(|k| o.remove(&k).unwrap_or_default()).collect()
     };
-    let evict = crate::snap::apply(s, txg, ops, &mut synced)?;
+    let evict = crate::snap::apply(s, stx, ops, &mut synced)?;
     // Now the MOS (it may have gained dirty records just above).
-    let mos_sync = sync_objset(s, &s.mos, txg)?;
+    let mos_sync = sync_objset(s, stx, &s.mos)?;
     // Space map log.
     let (sm_head, sm_blocks, sm_records) = {
         let root = s.root.lock();
@@ -127,13 +128,14 @@ pub(super) fn sync_txg(s: &Arc<Shared>, txg: Txg) -> Result<Txg> {
         let condense = root.spacemap_records > 20_000 && root.spacemap_records as usize > 4 * extents;
         if condense {
             drop(root);
-            condense_spacemap(s, txg, records)?
+            condense_spacemap(s, stx, records)?
         } else {
             let n = records.len() as u64;
             let prev = root.spacemap_head;
             let mut blocks = root.spacemap_blocks.clone();
             let total = root.spacemap_records;
             drop(root);
+            stx.check();
             let (head, written) = spacemap::write_log(&s.io, txg, prev, records, false).map_err(block_err)?;
             let added: u64 = n + written.len() as u64 * spacemap::LOG_COPIES as u64;
             blocks.extend(written);
@@ -176,10 +178,9 @@ pub(super) fn sync_txg(s: &Arc<Shared>, txg: Txg) -> Result<Txg> {
     Ok(txg)
 }
 
-/// A write into the MOS tagged with `txg` (syncing context, no Tx).
-fn mos_write_in_txg(mos: &ObjectSet, txg: Txg, offset: u64, data: &[u8]) -> Result<()> {
-    let tx = Tx { txg, _hold: None };
-    mos.write(&tx, MOS_OBJSET_TABLE, offset, data)
+/// A write into the MOS object set table in the syncing txg.
+fn mos_write_in_txg(mos: &ObjectSet, stx: &SyncTx, offset: u64, data: &[u8]) -> Result<()> {
+    mos.write(stx.tx(), MOS_OBJSET_TABLE, offset, data)
 }
 
 fn free_objset_tree(ctx: &mut TreeCtx, phys: &ObjsetPhys) -> Result<()> {
@@ -206,7 +207,8 @@ fn free_objset_tree(ctx: &mut TreeCtx, phys: &ObjsetPhys) -> Result<()> {
     Ok(())
 }
 
-fn sync_objset(s: &Arc<Shared>, inner: &Arc<ObjsetInner>, txg: Txg) -> Result<ObjsetSync> {
+fn sync_objset(s: &Arc<Shared>, stx: &SyncTx, inner: &Arc<ObjsetInner>) -> Result<ObjsetSync> {
+    let txg = stx.txg();
     let props = *inner.props.lock();
     let dnodes: Vec<Arc<crate::objset::Dnode>> = {
         let mut d = inner.dirty.lock();
@@ -288,7 +290,7 @@ fn sync_objset(s: &Arc<Shared>, inner: &Arc<ObjsetInner>, txg: Txg) -> Result<Ob
     }
     // Trees, bottom-up; then the new dnodes into the meta-object.
     let prev_snap_txg = inner.committed.lock().prev_snap_txg;
-    let mut ctx = TreeCtx::new(&s.io, txg, s.meta_spec(props.copies), prev_snap_txg);
+    let mut ctx = TreeCtx::new(stx, &s.io, s.meta_spec(props.copies), prev_snap_txg);
     let mut new_dnodes: BTreeMap<u64, DnodePhys> = BTreeMap::new();
     let mut object_delta: i64 = 0;
     for it in &mut items {
@@ -368,16 +370,14 @@ fn sync_objset(s: &Arc<Shared>, inner: &Arc<ObjsetInner>, txg: Txg) -> Result<Ob
     // root is never shared (a snapshot keeps the root it was taken from and
     // gives the head a new one), and roots are not counted in used_bytes.
     let old_root = *inner.root_bp.lock();
-    if !old_root.is_hole() {
-        s.io.free(&old_root, txg);
-    }
+    stx.free(&old_root);
     // Blocks still held by the newest snapshot: onto the dead list.
     let dead = std::mem::take(&mut ctx.dead);
     if !dead.is_empty() {
         if committed.deadlist == 0 {
             return Err(ObjError::Corrupt(format!("object set {} has a snapshot but no dead list", inner.id.0)));
         }
-        crate::snap::deadlist_append(s, txg, committed.deadlist, &dead)?;
+        crate::snap::deadlist_append(s, stx, committed.deadlist, &dead)?;
     }
     committed.used_bytes = (committed.used_bytes as i64 + used_delta + ctx.used_delta).max(0) as u64;
     committed.logical_bytes = (committed.logical_bytes as i64 + logical_delta + ctx.logical_delta).max(0) as u64;
@@ -413,11 +413,12 @@ fn publish(s: &Shared, r: ObjsetSync, txg: Txg) {
     }
 }
 
-fn condense_spacemap(s: &Shared, txg: Txg, records: Vec<tarn_block::alloc::Record>) -> Result<(BlockPtr, Vec<BlockPtr>, u64)> {
+fn condense_spacemap(s: &Shared, stx: &SyncTx, records: Vec<tarn_block::alloc::Record>) -> Result<(BlockPtr, Vec<BlockPtr>, u64)> {
+    let txg = stx.txg();
     let _ = records; // the snapshot below supersedes them
     let old_blocks = s.root.lock().spacemap_blocks.clone();
     for bp in &old_blocks {
-        s.io.free(bp, txg);
+        stx.free(bp);
     }
     let _ = s.io.alloc.lock().take_records();
     // Snapshot: allocated extents (deferred and checkpoint-held count as
