@@ -13,6 +13,7 @@ pub mod compress;
 pub mod gang;
 pub mod io;
 pub mod props;
+pub mod read_cache;
 pub mod spacemap;
 
 pub use alloc::{Allocator, Extent, DEFER_TXGS};
@@ -21,3 +22,4 @@ pub use bp::{BlockPtr, Dva, BP_SIZE};
 pub use gang::{CopyPlace, Placement};
 pub use io::{BlockError, BlockIo, WriteSpec};
 pub use props::{ChecksumKind, Compression};
+pub use read_cache::{CacheKey, ReadCache, SecondLevel};
