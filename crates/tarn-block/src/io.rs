@@ -3,10 +3,10 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
 use tarn_vdev::{ScanOutcome, TopVdev};
 
 use crate::alloc::{Allocator, Extent};
+use crate::alloc_lock::AllocLock;
 use crate::read_cache::{CacheKey, ReadCache};
 use crate::gang::{is_gang, CopyPlace, Placement, GANG_MAX_PIECES};
 use crate::bp::{checksum_code, compression_code, BlockPtr, Dva, COMP_OFF, MAX_COPIES};
@@ -43,7 +43,9 @@ pub struct BlockIo {
     /// Swapped whole when the pool's layout changes (attach, add, ...).
     tops: parking_lot::RwLock<Arc<Vec<Arc<TopVdev>>>>,
     free_hook: parking_lot::RwLock<Option<FreeHook>>,
-    pub alloc: Mutex<Allocator>,
+    /// The allocator; its space totals readable without the lock
+    /// (alloc_lock.rs).
+    pub alloc: AllocLock,
     /// Where verified blocks are cached (read_cache.rs): the process's ARC
     /// unless given another.
     cache: Arc<dyn ReadCache>,
@@ -73,7 +75,7 @@ impl BlockIo {
         BlockIo {
             tops: parking_lot::RwLock::new(Arc::new(tops)),
             free_hook: parking_lot::RwLock::new(None),
-            alloc: Mutex::new(alloc),
+            alloc: AllocLock::new(alloc),
             cache,
             arc_id: NEXT_IO_ID.fetch_add(1, Ordering::Relaxed),
             unit,

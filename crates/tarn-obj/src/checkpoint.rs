@@ -287,7 +287,7 @@ impl ObjPool {
         if s.readonly {
             return Err(ObjError::ReadOnly);
         }
-        if let Some(m) = s.suspended.lock().clone() {
+        if let Some(m) = s.suspended.why() {
             return Err(ObjError::Io(m));
         }
         if s.ckpt.record.lock().is_some() {
@@ -312,7 +312,7 @@ impl ObjPool {
         if s.readonly {
             return Err(ObjError::ReadOnly);
         }
-        if let Some(m) = s.suspended.lock().clone() {
+        if let Some(m) = s.suspended.why() {
             return Err(ObjError::Io(m));
         }
         if s.ckpt.record.lock().is_none() {

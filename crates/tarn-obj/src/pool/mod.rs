@@ -22,6 +22,7 @@
 //! opens a pool from its devices; `space.rs` holds the space and dirty-data
 //! counters users see; `prefetch.rs` runs read-ahead jobs.
 
+mod hot;
 mod import;
 mod prefetch;
 mod space;
@@ -88,7 +89,8 @@ pub(crate) struct Shared {
     pub mos: Arc<ObjsetInner>,
     pub root: Mutex<RootState>,
     pub sync_lock: Mutex<()>,
-    pub tunables: Mutex<Tunables>,
+    /// Read on every change: atomics, no lock (hot.rs).
+    pub tunables: hot::TunableCell,
     /// Signals the sync thread (work to do) and waiters (a txg synced).
     pub cv_lock: Mutex<SyncSignal>,
     pub cv_sync: Condvar,
@@ -102,7 +104,7 @@ pub(crate) struct Shared {
     pub last_error: Mutex<Option<String>>,
     /// Set when a txg could not be written: the pool stops syncing and
     /// refuses changes; what is on disk stays as of the last synced txg.
-    pub suspended: Mutex<Option<String>>,
+    pub suspended: hot::Suspension,
     /// Background readers for prefetch (plain threads; see par.rs for why not rayon).
     pub prefetch_queue: Mutex<Option<std::sync::mpsc::Sender<PrefetchJob>>>,
     pub prefetched_blocks: AtomicU64,
@@ -233,7 +235,7 @@ impl ObjPool {
             mos,
             root: Mutex::new(root),
             sync_lock: Mutex::new(()),
-            tunables: Mutex::new(Tunables::default()),
+            tunables: hot::TunableCell::new(Tunables::default()),
             cv_lock: Mutex::new(SyncSignal::default()),
             cv_sync: Condvar::new(),
             cv_done: Condvar::new(),
@@ -243,7 +245,7 @@ impl ObjPool {
             destroyed_objsets: Mutex::new(BTreeMap::new()),
             snap_ops: Mutex::new(BTreeMap::new()),
             last_error: Mutex::new(None),
-            suspended: Mutex::new(None),
+            suspended: hot::Suspension::default(),
             prefetch_queue: Mutex::new(None),
             prefetched_blocks: AtomicU64::new(0),
             reader_gate: RwLock::new(()),
@@ -335,7 +337,7 @@ impl ObjPool {
 
     /// Why the pool is suspended, if it is.
     pub fn suspended(&self) -> Option<String> {
-        self.shared.suspended.lock().clone()
+        self.shared.suspended.why()
     }
 
     pub fn export(&self) -> Result<()> {
@@ -346,7 +348,7 @@ impl ObjPool {
         }
         self.stop_thread();
         let s = &self.shared;
-        if !s.readonly && s.suspended.lock().is_none() {
+        if !s.readonly && !s.suspended.is_set() {
             crate::vdevs::write_labels(s, Some(PoolState::Exported))?;
         }
         // Let go of the devices now, not when the last handle of this pool
@@ -383,7 +385,7 @@ impl ObjPool {
         } else {
             DevState::Online
         };
-        let suspended = s.suspended.lock().clone();
+        let suspended = s.suspended.why();
         PoolStatus {
             name: self.name(),
             guid: self.guid(),
@@ -405,7 +407,7 @@ impl ObjPool {
     }
 
     pub fn set_tunables(&self, t: Tunables) {
-        let old = std::mem::replace(&mut *self.shared.tunables.lock(), t);
+        let old = self.shared.tunables.store(t);
         if (old.arc_max, old.arc_min) != (t.arc_max, t.arc_min) {
             // The ARC is one for the process (tarn-block's arc.rs).
             tarn_block::arc().set_limits(t.arc_max, t.arc_min);
@@ -414,7 +416,7 @@ impl ObjPool {
     }
 
     pub fn tunables(&self) -> Tunables {
-        *self.shared.tunables.lock()
+        self.shared.tunables.load()
     }
 
     pub fn last_synced_txg(&self) -> Txg {

@@ -15,7 +15,7 @@ pub(super) fn sync_thread(weak: Weak<Shared>) {
         if s.shutdown.load(Ordering::Relaxed) {
             return;
         }
-        let timeout = Duration::from_millis(s.tunables.lock().txg_timeout_ms.max(10));
+        let timeout = Duration::from_millis(s.tunables.txg_timeout_ms().max(10));
         let deadline = Instant::now() + timeout;
         {
             let mut g = s.cv_lock.lock();
@@ -30,7 +30,7 @@ pub(super) fn sync_thread(weak: Weak<Shared>) {
         if !has_work {
             continue;
         }
-        if s.suspended.lock().is_some() {
+        if s.suspended.is_set() {
             let mut g = s.cv_lock.lock();
             s.cv_done.notify_all();
             s.cv_sync.wait_for(&mut g, Duration::from_millis(500));
@@ -43,7 +43,7 @@ pub(super) fn sync_thread(weak: Weak<Shared>) {
                 let msg = format!("pool '{}' suspended: txg sync failed: {e}", s.config.lock().name);
                 eprintln!("tarn: {msg}");
                 *s.last_error.lock() = Some(msg.clone());
-                *s.suspended.lock() = Some(msg);
+                s.suspended.suspend(msg);
             }
         }
         let _g = s.cv_lock.lock();

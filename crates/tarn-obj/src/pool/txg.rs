@@ -14,7 +14,7 @@ impl Shared {
     /// (`failmode=continue`).
     pub fn check_suspended(&self) -> Result<()> {
         loop {
-            let Some(m) = self.suspended.lock().clone() else { return Ok(()) };
+            let Some(m) = self.suspended.why() else { return Ok(()) };
             let wait = self.failmode_wait.load(Ordering::Relaxed);
             if !wait || self.shutdown.load(Ordering::Relaxed) {
                 return Err(ObjError::Io(m));
@@ -49,11 +49,11 @@ impl ObjPool {
 /// Open a transaction in the open txg (may wait: write throttle).
 pub(crate) fn begin_tx(s: &Arc<Shared>) -> Tx {
     s.client_ops.fetch_add(1, Ordering::Relaxed);
-    let max = s.tunables.lock().dirty_data_max.max(1 << 20);
+    let max = s.tunables.dirty_data_max().max(1 << 20);
     let mut waited = 0;
     // A txg never grows past the space it can be written to.
     let mut waited_for_space = 0;
-    while s.space_full() && waited_for_space < 100 && !s.shutdown.load(Ordering::Relaxed) && s.suspended.lock().is_none() {
+    while s.space_full() && waited_for_space < 100 && !s.shutdown.load(Ordering::Relaxed) && !s.suspended.is_set() {
         let target = s.open_txg.load(Ordering::Acquire);
         s.kick(target);
         let mut g = s.cv_lock.lock();
@@ -64,7 +64,7 @@ pub(crate) fn begin_tx(s: &Arc<Shared>) -> Tx {
     }
     loop {
         let dirty = s.dirty_bytes.load(Ordering::Relaxed);
-        if dirty < max * 6 / 10 || s.shutdown.load(Ordering::Relaxed) || s.suspended.lock().is_some() {
+        if dirty < max * 6 / 10 || s.shutdown.load(Ordering::Relaxed) || s.suspended.is_set() {
             break;
         }
         s.kick(0);
