@@ -321,6 +321,18 @@ impl BlockIo {
         self.cache.contains(&self.key(bp))
     }
 
+    /// Cache a block just written from the data it was written from (its
+    /// logical bytes, as a read would return them): a block rewritten soon
+    /// after (a small write into a large record, read-modify-write) is then
+    /// not read back from the vdevs, verified and decompressed on the
+    /// writer's thread.
+    pub fn cache_written(&self, bp: &BlockPtr, data: Arc<Vec<u8>>) {
+        if bp.is_hole() || data.len() != bp.lsize as usize {
+            return;
+        }
+        self.cache.insert(self.key(bp), data);
+    }
+
     /// Drop a block from the cache (it was freed).
     pub fn evict(&self, bp: &BlockPtr) {
         self.cache.remove(&self.key(bp));
@@ -524,6 +536,16 @@ mod tests {
         let other = io.write(&data, spec(), 7).unwrap();
         io.read(&other).unwrap();
         assert_eq!(arc.stats().blocks, 1);
+        let data = Arc::new(data);
+        let third = io.write(&data, spec(), 8).unwrap();
+        io.cache_written(&third, data.clone());
+        assert!(io.is_cached(&third), "a block cached as written");
+        let hits = arc.stats().hits;
+        assert!(Arc::ptr_eq(&io.read(&third).unwrap(), &data), "read back from the cache, not the vdev");
+        assert_eq!(arc.stats().hits, hits + 1);
+        io.cache_written(&BlockPtr::HOLE, Arc::new(vec![0u8; 4096]));
+        io.cache_written(&bp, Arc::new(vec![1u8; 10]));
+        assert_eq!(arc.stats().blocks, 2, "holes and data of the wrong size are not cached");
         drop(io);
         assert_eq!(arc.stats().blocks, 0, "a dropped pipeline leaves nothing in its cache");
     }
