@@ -65,7 +65,7 @@ for system in raw tarn; do
         perf_pid=$!
         four=$(iops "$system" "$dir" rand-write-4jobs)
         wait "$perf_pid" || true
-        perf report -i "$workdir/perf.data" --no-children --sort symbol --stdio 2>/dev/null | head -200 > "$perf_out"
+        perf report -i "$workdir/perf.data" --no-children --sort symbol --stdio > "$perf_out" 2>/dev/null || true
     else
         four=$(iops "$system" "$dir" rand-write-4jobs)
     fi
