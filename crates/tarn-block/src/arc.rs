@@ -14,11 +14,21 @@
 //!   and a pool's blocks leave the cache when its `BlockIo` is dropped
 //!   (export), so an exported pool holds no cache memory.
 //!
+//! - It is one implementation of the read cache seam (`ReadCache`,
+//!   read_cache.rs); a second level (the L2ARC) plugs in behind it
+//!   (`set_second_level`): asked on a miss, offered every block evicted.
+//!
 //! Counters (hits, misses, prefetch reads) are relaxed atomics for
 //! `tarn arcstat`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
+
+use parking_lot::RwLock;
+
+pub use crate::read_cache::CacheKey;
+use crate::read_cache::{ReadCache, SecondLevel};
+use crate::BlockPtr;
 
 /// Bytes counted for one cached block beyond its buffer: the entry in the
 /// cache's table, the `Arc` and `Vec` headers, the allocator's own header.
@@ -34,14 +44,6 @@ pub const ARC_MAX_FLOOR: u64 = 16 << 20;
 /// Other caches charged to the ARC may take at most this share of `c`
 /// (1/4): past it they prune themselves (`meta_over_budget`).
 const META_SHARE_DIVISOR: u64 = 4;
-
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) struct CacheKey {
-    pub io: u64,
-    pub vdev: u32,
-    pub offset: u64,
-    pub birth: u64,
-}
 
 #[derive(Clone)]
 struct ByteWeighter;
@@ -60,11 +62,47 @@ pub fn block_weight(capacity: u64) -> u64 {
     capacity + capacity / ALLOCATOR_SLACK_DIVISOR + ENTRY_OVERHEAD
 }
 
-type BlockCache = quick_cache::sync::Cache<CacheKey, Arc<Vec<u8>>, ByteWeighter>;
+/// The second level, if any, shared by the ARC and its eviction hook.
+type SecondSlot = Arc<RwLock<Option<Arc<dyn SecondLevel>>>>;
+
+/// Hands evicted blocks to the second level, after the cache's shard lock
+/// is released (collected during the request, offered at its end).
+#[derive(Clone, Default)]
+struct Evictions {
+    second: SecondSlot,
+}
+
+impl quick_cache::Lifecycle<CacheKey, Arc<Vec<u8>>> for Evictions {
+    type RequestState = Vec<(CacheKey, Arc<Vec<u8>>)>;
+
+    fn begin_request(&self) -> Self::RequestState {
+        Vec::new()
+    }
+
+    fn on_evict(&self, state: &mut Self::RequestState, key: CacheKey, val: Arc<Vec<u8>>) {
+        if self.second.read().is_some() {
+            state.push((key, val));
+        }
+    }
+
+    fn end_request(&self, state: Self::RequestState) {
+        if state.is_empty() {
+            return;
+        }
+        if let Some(l2) = self.second.read().clone() {
+            for (k, v) in state {
+                l2.offer(k, v);
+            }
+        }
+    }
+}
+
+type BlockCache = quick_cache::sync::Cache<CacheKey, Arc<Vec<u8>>, ByteWeighter, quick_cache::DefaultHashBuilder, Evictions>;
 
 /// The process-wide block cache and its counters.
 pub struct ArcCache {
     cache: BlockCache,
+    second: SecondSlot,
     arc_max: AtomicU64,
     arc_min: AtomicU64,
     /// The target size `c` (between `arc_min` and `arc_max`).
@@ -76,7 +114,6 @@ pub struct ArcCache {
     hits: AtomicU64,
     misses: AtomicU64,
     prefetch_reads: AtomicU64,
-    next_io: AtomicU64,
 }
 
 /// A snapshot of the ARC's sizes and counters (`tarn arcstat`).
@@ -97,19 +134,28 @@ pub struct ArcStats {
     pub prefetch_reads: u64,
 }
 
-static ARC: OnceLock<ArcCache> = OnceLock::new();
+static ARC: OnceLock<Arc<ArcCache>> = OnceLock::new();
 
 /// The process's ARC (created on first use with the default `arc_max`).
 pub fn arc() -> &'static ArcCache {
-    ARC.get_or_init(|| ArcCache::new(ARC_MAX_DEFAULT, ARC_MIN_DEFAULT))
+    shared_arc().as_ref()
+}
+
+/// The process's ARC as a read cache for `BlockIo`.
+pub fn shared_arc() -> &'static Arc<ArcCache> {
+    ARC.get_or_init(|| Arc::new(ArcCache::new(ARC_MAX_DEFAULT, ARC_MIN_DEFAULT)))
 }
 
 impl ArcCache {
-    fn new(arc_max: u64, arc_min: u64) -> ArcCache {
+    /// An ARC of its own (the process's is `arc()`): for tests, and for
+    /// pipelines that must not share.
+    pub fn new(arc_max: u64, arc_min: u64) -> ArcCache {
         // The item estimate only sizes the tables up front; they grow.
         let items = (arc_max / (64 << 10)).clamp(1024, 1 << 16) as usize;
+        let evictions = Evictions::default();
         ArcCache {
-            cache: quick_cache::sync::Cache::with_weighter(items, arc_max, ByteWeighter),
+            second: evictions.second.clone(),
+            cache: quick_cache::sync::Cache::with(items, arc_max, ByteWeighter, quick_cache::DefaultHashBuilder::default(), evictions),
             arc_max: AtomicU64::new(arc_max),
             arc_min: AtomicU64::new(arc_min),
             target: AtomicU64::new(arc_max),
@@ -118,13 +164,12 @@ impl ArcCache {
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
             prefetch_reads: AtomicU64::new(0),
-            next_io: AtomicU64::new(1),
         }
     }
 
-    /// A fresh id for a `BlockIo` (its blocks' key prefix).
-    pub(crate) fn new_io_id(&self) -> u64 {
-        self.next_io.fetch_add(1, Ordering::Relaxed)
+    /// Puts a second level (the L2ARC) behind this ARC, or takes it away.
+    pub fn set_second_level(&self, second: Option<Arc<dyn SecondLevel>>) {
+        *self.second.write() = second;
     }
 
     /// Sets `arc_max` and `arc_min` (bytes); `c` becomes `arc_max` and the
@@ -174,34 +219,6 @@ impl ArcCache {
         self.meta_bytes.load(Ordering::Relaxed) > self.target.load(Ordering::Relaxed) / META_SHARE_DIVISOR
     }
 
-    pub(crate) fn get(&self, key: &CacheKey, prefetch: bool) -> Option<Arc<Vec<u8>>> {
-        let found = self.cache.get(key);
-        if !prefetch {
-            let counter = if found.is_some() { &self.hits } else { &self.misses };
-            counter.fetch_add(1, Ordering::Relaxed);
-        } else if found.is_none() {
-            self.prefetch_reads.fetch_add(1, Ordering::Relaxed);
-        }
-        found
-    }
-
-    /// Whether the block is cached (no hit or miss counted, no recency change).
-    pub(crate) fn contains(&self, key: &CacheKey) -> bool {
-        self.cache.peek(key).is_some()
-    }
-
-    pub(crate) fn insert(&self, key: CacheKey, data: Arc<Vec<u8>>) {
-        self.cache.insert(key, data);
-    }
-
-    pub(crate) fn remove(&self, key: &CacheKey) {
-        self.cache.remove(key);
-    }
-
-    /// Drops every block read through the `BlockIo` with this id.
-    pub(crate) fn drop_io(&self, io: u64) {
-        self.cache.retain(|k, _| k.io != io);
-    }
 
     pub fn stats(&self) -> ArcStats {
         let data_size = self.cache.weight();
@@ -217,6 +234,49 @@ impl ArcCache {
             hits: self.hits.load(Ordering::Relaxed),
             misses: self.misses.load(Ordering::Relaxed),
             prefetch_reads: self.prefetch_reads.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl ReadCache for ArcCache {
+    fn get(&self, key: &CacheKey, bp: &BlockPtr, prefetch: bool) -> Option<Arc<Vec<u8>>> {
+        let mut found = self.cache.get(key);
+        if !prefetch {
+            let counter = if found.is_some() { &self.hits } else { &self.misses };
+            counter.fetch_add(1, Ordering::Relaxed);
+        } else if found.is_none() {
+            self.prefetch_reads.fetch_add(1, Ordering::Relaxed);
+        }
+        if found.is_none() {
+            // A miss here may be a hit one level down: back into the ARC.
+            let l2 = self.second.read().clone();
+            if let Some(data) = l2.and_then(|l2| l2.get(key, bp)) {
+                self.cache.insert(*key, data.clone());
+                found = Some(data);
+            }
+        }
+        found
+    }
+
+    fn contains(&self, key: &CacheKey) -> bool {
+        self.cache.peek(key).is_some()
+    }
+
+    fn insert(&self, key: CacheKey, data: Arc<Vec<u8>>) {
+        self.cache.insert(key, data);
+    }
+
+    fn remove(&self, key: &CacheKey) {
+        self.cache.remove(key);
+        if let Some(l2) = self.second.read().as_ref() {
+            l2.remove(key);
+        }
+    }
+
+    fn drop_io(&self, io: u64) {
+        self.cache.retain(|k, _| k.io != io);
+        if let Some(l2) = self.second.read().as_ref() {
+            l2.drop_io(io);
         }
     }
 }
@@ -256,8 +316,8 @@ mod tests {
             arc.insert(key(2, i), Arc::new(vec![2u8; 4096]));
         }
         arc.drop_io(1);
-        assert!(arc.get(&key(1, 3), false).is_none());
-        assert_eq!(arc.get(&key(2, 3), false).map(|v| v[0]), Some(2));
+        assert!(arc.get(&key(1, 3), &BlockPtr::HOLE, false).is_none());
+        assert_eq!(arc.get(&key(2, 3), &BlockPtr::HOLE, false).map(|v| v[0]), Some(2));
         let s = arc.stats();
         assert_eq!((s.hits, s.misses, s.blocks), (1, 1, 8));
     }
@@ -272,5 +332,105 @@ mod tests {
         arc.set_limits(64 << 20, 8 << 20);
         arc.set_target(1);
         assert_eq!(arc.stats().target, 8 << 20);
+    }
+
+    /// Hit and miss through the trait, as `BlockIo` sees the cache.
+    #[test]
+    fn a_block_inserted_is_a_hit_and_one_never_seen_a_miss() {
+        let arc = ArcCache::new(32 << 20, 1 << 20);
+        let cache: &dyn ReadCache = &arc;
+        assert!(cache.get(&key(1, 0), &BlockPtr::HOLE, false).is_none());
+        cache.insert(key(1, 0), Arc::new(vec![9u8; 4096]));
+        assert!(cache.contains(&key(1, 0)));
+        assert_eq!(cache.get(&key(1, 0), &BlockPtr::HOLE, false).map(|v| v[4095]), Some(9));
+        assert!(cache.get(&CacheKey { birth: 2, ..key(1, 0) }, &BlockPtr::HOLE, false).is_none(), "another birth is another block");
+        assert!(cache.get(&key(1, 0), &BlockPtr::HOLE, true).is_some());
+        assert!(cache.get(&key(1, 1), &BlockPtr::HOLE, true).is_none());
+        let s = arc.stats();
+        assert_eq!((s.hits, s.misses, s.prefetch_reads), (1, 2, 1), "prefetch reads count apart from demand hits and misses");
+        cache.remove(&key(1, 0));
+        assert!(!cache.contains(&key(1, 0)));
+        assert!(cache.get(&key(1, 0), &BlockPtr::HOLE, false).is_none());
+    }
+
+    /// At its cap the ARC evicts: a stream twice the cap leaves the weight
+    /// at or under the cap, and a block read again survives blocks read
+    /// once (scan resistance: a one-pass stream does not flush the cache).
+    #[test]
+    fn a_full_arc_evicts_at_its_cap_and_keeps_what_is_read_again() {
+        let cap = ARC_MAX_FLOOR;
+        let arc = ArcCache::new(cap, 1 << 20);
+        let cache: &dyn ReadCache = &arc;
+        let hot = key(2, 0);
+        cache.insert(hot, Arc::new(vec![1u8; 64 << 10]));
+        let blocks = 2 * cap / block_weight(64 << 10);
+        for i in 0..blocks {
+            cache.insert(key(1, i), Arc::new(vec![i as u8; 64 << 10]));
+            assert!(arc.stats().data_size <= cap, "over the cap after {i} inserts");
+            if i % 8 == 0 {
+                assert!(cache.get(&hot, &BlockPtr::HOLE, false).is_some(), "the block read again was evicted after {i} inserts");
+            }
+        }
+        let held = (0..blocks).filter(|&i| cache.contains(&key(1, i))).count() as u64;
+        assert!(held < blocks, "nothing evicted");
+        assert!(held * block_weight(64 << 10) <= cap);
+        assert!(cache.contains(&hot));
+    }
+
+    /// A stand-in for the L2ARC's seam that keeps what it is offered in
+    /// memory: what the ARC's side of the contract does is under test.
+    #[derive(Default)]
+    struct Recorder {
+        kept: parking_lot::Mutex<std::collections::HashMap<CacheKey, Arc<Vec<u8>>>>,
+        asked: AtomicU64,
+    }
+
+    impl SecondLevel for Recorder {
+        fn get(&self, key: &CacheKey, _bp: &BlockPtr) -> Option<Arc<Vec<u8>>> {
+            self.asked.fetch_add(1, Ordering::Relaxed);
+            self.kept.lock().get(key).cloned()
+        }
+        fn offer(&self, key: CacheKey, data: Arc<Vec<u8>>) {
+            self.kept.lock().insert(key, data);
+        }
+        fn remove(&self, key: &CacheKey) {
+            self.kept.lock().remove(key);
+        }
+        fn drop_io(&self, io: u64) {
+            self.kept.lock().retain(|k, _| k.io != io);
+        }
+    }
+
+    /// Blocks the ARC evicts go to the second level; a miss in the ARC is
+    /// answered from it (and the block is back in the ARC); frees and
+    /// exports reach it too.
+    #[test]
+    fn a_second_level_is_fed_by_evictions_and_asked_on_misses() {
+        let arc = ArcCache::new(ARC_MAX_FLOOR, 1 << 20);
+        let l2 = Arc::new(Recorder::default());
+        arc.set_second_level(Some(l2.clone()));
+        let cache: &dyn ReadCache = &arc;
+        let blocks = 2 * ARC_MAX_FLOOR / block_weight(64 << 10);
+        for i in 0..blocks {
+            cache.insert(key(1, i), Arc::new(vec![i as u8; 64 << 10]));
+        }
+        let evicted: Vec<u64> = (0..blocks).filter(|&i| !cache.contains(&key(1, i))).collect();
+        assert!(!evicted.is_empty());
+        for &i in &evicted {
+            assert!(l2.kept.lock().contains_key(&key(1, i)), "evicted block {i} was not offered");
+        }
+        let i = evicted[0];
+        let misses = arc.stats().misses;
+        assert_eq!(cache.get(&key(1, i), &BlockPtr::HOLE, false).map(|v| v[0]), Some(i as u8));
+        assert_eq!(arc.stats().misses, misses + 1, "an L2 hit is an ARC miss");
+        assert!(cache.contains(&key(1, i)), "a block found below is back in the ARC");
+        cache.remove(&key(1, evicted[1]));
+        assert!(!l2.kept.lock().contains_key(&key(1, evicted[1])), "a freed block leaves the second level too");
+        cache.drop_io(1);
+        assert!(l2.kept.lock().is_empty());
+        let asked = l2.asked.load(Ordering::Relaxed);
+        arc.set_second_level(None);
+        assert!(cache.get(&key(1, 0), &BlockPtr::HOLE, false).is_none());
+        assert_eq!(l2.asked.load(Ordering::Relaxed), asked, "no second level is asked once taken away");
     }
 }

@@ -3,11 +3,11 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
 use tarn_vdev::{ScanOutcome, TopVdev};
 
 use crate::alloc::{Allocator, Extent};
-use crate::arc::{arc, CacheKey};
+use crate::alloc_lock::AllocLock;
+use crate::read_cache::{CacheKey, ReadCache};
 use crate::gang::{is_gang, CopyPlace, Placement, GANG_MAX_PIECES};
 use crate::bp::{checksum_code, compression_code, BlockPtr, Dva, COMP_OFF, MAX_COPIES};
 use crate::{checksum, compress, ChecksumKind, Compression};
@@ -43,8 +43,13 @@ pub struct BlockIo {
     /// Swapped whole when the pool's layout changes (attach, add, ...).
     tops: parking_lot::RwLock<Arc<Vec<Arc<TopVdev>>>>,
     free_hook: parking_lot::RwLock<Option<FreeHook>>,
-    pub alloc: Mutex<Allocator>,
-    /// This pipeline's key prefix in the process's ARC (arc.rs).
+    /// The allocator; its space totals readable without the lock
+    /// (alloc_lock.rs).
+    pub alloc: AllocLock,
+    /// Where verified blocks are cached (read_cache.rs): the process's ARC
+    /// unless given another.
+    cache: Arc<dyn ReadCache>,
+    /// This pipeline's key prefix in its cache (process-unique).
     arc_id: u64,
     /// Physical sizes are multiples of this (the largest sector of any vdev).
     unit: u64,
@@ -59,12 +64,20 @@ impl BlockIo {
     /// A pipeline over `tops`; its blocks are cached in the process's ARC
     /// (`crate::arc`), sized by `ArcCache::set_limits`.
     pub fn new(tops: Vec<Arc<TopVdev>>, alloc: Allocator) -> BlockIo {
+        let cache: Arc<dyn ReadCache> = crate::arc::shared_arc().clone();
+        BlockIo::with_cache(tops, alloc, cache)
+    }
+
+    /// A pipeline whose blocks are cached in `cache`.
+    pub fn with_cache(tops: Vec<Arc<TopVdev>>, alloc: Allocator, cache: Arc<dyn ReadCache>) -> BlockIo {
+        static NEXT_IO_ID: AtomicU64 = AtomicU64::new(1);
         let unit = tops.iter().map(|t| t.sector()).max().unwrap_or(512);
         BlockIo {
             tops: parking_lot::RwLock::new(Arc::new(tops)),
             free_hook: parking_lot::RwLock::new(None),
-            alloc: Mutex::new(alloc),
-            arc_id: arc().new_io_id(),
+            alloc: AllocLock::new(alloc),
+            cache,
+            arc_id: NEXT_IO_ID.fetch_add(1, Ordering::Relaxed),
             unit,
             data_errors: AtomicU64::new(0),
             gang_blocks: AtomicU64::new(0),
@@ -293,24 +306,36 @@ impl BlockIo {
 
     fn read_cached(&self, bp: &BlockPtr, prefetch: bool) -> Result<Arc<Vec<u8>>, BlockError> {
         let key = self.key(bp);
-        if let Some(v) = arc().get(&key, prefetch) {
+        if let Some(v) = self.cache.get(&key, bp, prefetch) {
             return Ok(v);
         }
         let mut data = self.read_uncached(bp)?;
         data.shrink_to_fit();
         let data = Arc::new(data);
-        arc().insert(key, data.clone());
+        self.cache.insert(key, data.clone());
         Ok(data)
     }
 
     /// Whether `bp`'s data is in the cache (no read, no hit counted).
     pub fn is_cached(&self, bp: &BlockPtr) -> bool {
-        arc().contains(&self.key(bp))
+        self.cache.contains(&self.key(bp))
+    }
+
+    /// Cache a block just written from the data it was written from (its
+    /// logical bytes, as a read would return them): a block rewritten soon
+    /// after (a small write into a large record, read-modify-write) is then
+    /// not read back from the vdevs, verified and decompressed on the
+    /// writer's thread.
+    pub fn cache_written(&self, bp: &BlockPtr, data: Arc<Vec<u8>>) {
+        if bp.is_hole() || data.len() != bp.lsize as usize {
+            return;
+        }
+        self.cache.insert(self.key(bp), data);
     }
 
     /// Drop a block from the cache (it was freed).
     pub fn evict(&self, bp: &BlockPtr) {
-        arc().remove(&self.key(bp));
+        self.cache.remove(&self.key(bp));
     }
 
     /// Read a physical block from the first copy that verifies; rewrite
@@ -464,6 +489,64 @@ impl BlockIo {
 impl Drop for BlockIo {
     /// An exported pool keeps nothing in the ARC.
     fn drop(&mut self) {
-        arc().drop_io(self.arc_id);
+        self.cache.drop_io(self.arc_id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::arc::ArcCache;
+    use tarn_dev::{Device, MemDevice};
+    use tarn_vdev::{LeafConfig, TopConfig, TopKind};
+
+    /// A pipeline on one in-memory disk with an ARC of its own.
+    fn io_with_own_arc() -> (BlockIo, Arc<ArcCache>) {
+        let dev = MemDevice::new("m", 64 << 20) as Arc<dyn Device>;
+        let kind = TopKind::Disk;
+        let asize = TopVdev::compute_asize(&kind, 12, &[dev.size()]).unwrap();
+        let cfg = TopConfig { id: 0, guid: 1, kind, ashift: 12, asize, children: vec![LeafConfig::new(2, "m".into())] };
+        let top = Arc::new(TopVdev::new(cfg, vec![Some(dev)]).unwrap());
+        let arc = Arc::new(ArcCache::new(32 << 20, 1 << 20));
+        let io = BlockIo::with_cache(vec![top], Allocator::new(&[asize]), arc.clone());
+        (io, arc)
+    }
+
+    fn spec() -> WriteSpec {
+        WriteSpec { compression: Compression::Lz4, checksum: ChecksumKind::Fletcher4, copies: 1, level: 0, otype: 0, metadata: false }
+    }
+
+    /// Reads go through the pipeline's own cache: the first misses and
+    /// fills it, the second hits; a free invalidates the block, and
+    /// dropping the pipeline empties the cache of its blocks.
+    #[test]
+    fn reads_fill_the_cache_and_a_free_invalidates() {
+        let (io, arc) = io_with_own_arc();
+        let data: Vec<u8> = (0..8192u32).map(|i| (i % 251) as u8).collect();
+        let bp = io.write(&data, spec(), 5).unwrap();
+        assert!(!io.is_cached(&bp), "a write does not fill the read cache");
+        assert_eq!(io.read(&bp).unwrap().as_slice(), &data[..]);
+        assert_eq!((arc.stats().hits, arc.stats().misses), (0, 1));
+        assert!(io.is_cached(&bp));
+        assert_eq!(io.read(&bp).unwrap().as_slice(), &data[..]);
+        assert_eq!((arc.stats().hits, arc.stats().misses), (1, 1));
+        io.free(&bp, 6);
+        assert!(!io.is_cached(&bp), "a freed block leaves the cache");
+        assert_eq!(arc.stats().blocks, 0);
+        let other = io.write(&data, spec(), 7).unwrap();
+        io.read(&other).unwrap();
+        assert_eq!(arc.stats().blocks, 1);
+        let data = Arc::new(data);
+        let third = io.write(&data, spec(), 8).unwrap();
+        io.cache_written(&third, data.clone());
+        assert!(io.is_cached(&third), "a block cached as written");
+        let hits = arc.stats().hits;
+        assert!(Arc::ptr_eq(&io.read(&third).unwrap(), &data), "read back from the cache, not the vdev");
+        assert_eq!(arc.stats().hits, hits + 1);
+        io.cache_written(&BlockPtr::HOLE, Arc::new(vec![0u8; 4096]));
+        io.cache_written(&bp, Arc::new(vec![1u8; 10]));
+        assert_eq!(arc.stats().blocks, 2, "holes and data of the wrong size are not cached");
+        drop(io);
+        assert_eq!(arc.stats().blocks, 0, "a dropped pipeline leaves nothing in its cache");
     }
 }

@@ -6,6 +6,7 @@
 //! against the checksum) -> on failure try the next copy and rewrite the bad
 //! one -> decompress -> cache.
 pub mod alloc;
+pub mod alloc_lock;
 pub mod arc;
 pub mod bp;
 pub mod checksum;
@@ -13,11 +14,14 @@ pub mod compress;
 pub mod gang;
 pub mod io;
 pub mod props;
+pub mod read_cache;
 pub mod spacemap;
 
 pub use alloc::{Allocator, Extent, DEFER_TXGS};
+pub use alloc_lock::{AllocGuard, AllocLock, SpaceTotals};
 pub use arc::{arc, ArcStats};
 pub use bp::{BlockPtr, Dva, BP_SIZE};
 pub use gang::{CopyPlace, Placement};
 pub use io::{BlockError, BlockIo, WriteSpec};
 pub use props::{ChecksumKind, Compression};
+pub use read_cache::{CacheKey, ReadCache, SecondLevel};

@@ -63,6 +63,7 @@ impl Fs {
             return Err(FsError::FileTooBig);
         }
         self.make_room(data.len() as u64)?;
+        self.preread_partial_blocks(ino, offset, end);
         let recordsize = self
             .opts
             .read()
@@ -105,6 +106,29 @@ impl Fs {
         drop(_g);
         drop(tx);
         self.committed(Ok(data.len() as u32))
+    }
+
+    /// A write that covers part of a block changes a copy of the whole
+    /// block: read the partly covered blocks at the ends of the range into
+    /// the cache now, before the txg hold and the inode lock, so writers
+    /// of one file read in parallel rather than one at a time under the
+    /// lock. Only a cache warm-up: errors are met (and reported) by the
+    /// write itself.
+    fn preread_partial_blocks(&self, ino: u64, offset: u64, end: u64) {
+        let o = ObjectId(ino);
+        let Ok(info) = self.os.info(o) else { return };
+        let bs = u64::from(info.block_size);
+        if bs == 0 || end <= offset {
+            return;
+        }
+        let (first, last) = (offset / bs, (end - 1) / bs);
+        let partial = |b: u64| (b == first && !offset.is_multiple_of(bs)) || (b == last && !end.is_multiple_of(bs));
+        let ends: &[u64] = if first == last { &[first] } else { &[first, last] };
+        for &b in ends {
+            if partial(b) && b * bs < info.length {
+                let _ = self.os.read_block(o, b);
+            }
+        }
     }
 
     /// Make everything written so far durable (returns after a txg sync),

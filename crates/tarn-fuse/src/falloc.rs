@@ -19,7 +19,7 @@ impl TarnFuse {
         match guarded(|| fs.fallocate(ino, offset, length, mode as u32)) {
             Ok(a) => {
                 // Our own change: the kernel's cached pages stay current.
-                self.opened.lock().insert((k, ino), (a.mtime_ns, a.size));
+                self.opened.shard(ino).lock().insert((k, ino), (a.mtime_ns, a.size));
                 reply.ok()
             }
             Err(e) => reply.error(errno(&e)),

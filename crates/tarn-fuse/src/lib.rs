@@ -269,7 +269,7 @@ pub fn mount_with_snapshots(
         fs,
         writeback_cache: opts.writeback_cache,
         write_errors: Mutex::new(HashMap::new()),
-        opened: Mutex::new(HashMap::new()),
+        opened: OpenedMap::default(),
         snapshots,
         snap_fs: Mutex::new(Vec::new()),
     };
@@ -304,15 +304,34 @@ struct TarnFuse {
     writeback_cache: bool,
     /// With the writeback cache: the first error a write-back WRITE got
     /// for each file, kept until an FSYNC or FLUSH (close) of that file
-    /// reports it. The kernel's own report of write-back errors was seen
-    /// to miss (an fsync returned 0 after the pool refused 31 of 32 MiB
-    /// for a quota; tests/writeback.rs), so we report them ourselves.
+    /// reports it with its errno. The kernel reports write-back errors
+    /// too, but only to descriptors open when the error happened (fsync)
+    /// and as ENOSPC or EIO at close; this reaches the next fsync of the
+    /// file whoever opened it.
     write_errors: Mutex<HashMap<(u64, u64), Errno>>,
-    /// (mtime, size) of each file at its last open, for `keep_cache`.
-    opened: Mutex<HashMap<(u64, u64), (i64, u64)>>,
+    /// (mtime, size) of each file at its last open, for `keep_cache`;
+    /// every write updates it, so it is sharded by inode (no lock shared
+    /// by all writers of the mount).
+    opened: OpenedMap,
     snapshots: Option<Arc<dyn SnapshotSource>>,
     /// Snapshots opened so far: index + 1 is their `k`.
     snap_fs: Mutex<Vec<(String, Arc<Fs>)>>,
+}
+
+/// Shards of `TarnFuse::opened`.
+const OPENED_SHARDS: usize = 16;
+
+/// (snapshot index, inode) → (mtime, size) at the last open or write, in
+/// shards chosen by inode.
+#[derive(Default)]
+struct OpenedMap {
+    shards: [Mutex<HashMap<(u64, u64), (i64, u64)>>; OPENED_SHARDS],
+}
+
+impl OpenedMap {
+    fn shard(&self, ino: u64) -> &Mutex<HashMap<(u64, u64), (i64, u64)>> {
+        &self.shards[(ino % OPENED_SHARDS as u64) as usize]
+    }
 }
 
 /// What an inode number names.
@@ -592,7 +611,7 @@ impl fuser::Filesystem for TarnFuse {
             Ok(())
         });
         if fs.references(inner) == 0 {
-            self.opened.lock().remove(&(k, inner));
+            self.opened.shard(inner).lock().remove(&(k, inner));
         }
     }
 
@@ -760,7 +779,7 @@ impl fuser::Filesystem for TarnFuse {
             Ok(a) => {
                 let mut open_flags = FopenFlags::empty();
                 let trunc = flags.0 & libc::O_TRUNC != 0;
-                let mut m = self.opened.lock();
+                let mut m = self.opened.shard(ino).lock();
                 if !trunc && m.get(&(k, ino)) == Some(&(a.mtime_ns, a.size)) {
                     open_flags |= FopenFlags::FOPEN_KEEP_CACHE;
                 }
@@ -819,7 +838,7 @@ impl fuser::Filesystem for TarnFuse {
             Ok(n) => {
                 if let Ok(a) = fs.getattr(ino) {
                     // Our own write: the kernel's cached pages are current.
-                    self.opened.lock().insert((k, ino), (a.mtime_ns, a.size));
+                    self.opened.shard(ino).lock().insert((k, ino), (a.mtime_ns, a.size));
                 }
                 reply.written(n)
             }
@@ -1067,7 +1086,7 @@ impl fuser::Filesystem for TarnFuse {
         });
         match r {
             Ok(a) => {
-                self.opened.lock().insert((k, a.ino), (a.mtime_ns, a.size));
+                self.opened.shard(a.ino).lock().insert((k, a.ino), (a.mtime_ns, a.size));
                 reply.created(
                     &TTL,
                     &self.attr(&fs, k, &a),

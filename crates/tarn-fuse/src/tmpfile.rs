@@ -14,7 +14,7 @@ impl TarnFuse {
         };
         match guarded(|| fs.create_tmpfile(parent, mode & 0o7777, cred(req))) {
             Ok(a) => {
-                self.opened.lock().insert((k, a.ino), (a.mtime_ns, a.size));
+                self.opened.shard(a.ino).lock().insert((k, a.ino), (a.mtime_ns, a.size));
                 reply.created(&TTL, &self.attr(&fs, k, &a), Generation(a.generation), FileHandle(0), FopenFlags::empty())
             }
             Err(e) => reply.error(errno(&e)),

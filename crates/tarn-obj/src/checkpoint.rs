@@ -44,8 +44,8 @@ use tarn_block::{BlockPtr, Extent};
 use tarn_vdev::{PoolConfig, Uberblock};
 
 use crate::format::UberPayload;
-use crate::pool::Shared;
-use crate::{CheckReport, ImportOptions, ObjError, ObjPool, ObjType, ObjectId, ObjectSet, Result, Tx, Txg, BONUS_LEN};
+use crate::pool::{Shared, SyncTx};
+use crate::{CheckReport, ImportOptions, ObjError, ObjPool, ObjType, ObjectId, ObjectSet, Result, Txg, BONUS_LEN};
 
 /// MOS object holding the checkpoint record (absent: no checkpoint).
 pub const MOS_CHECKPOINT: ObjectId = ObjectId(4);
@@ -190,9 +190,10 @@ pub(crate) fn load(s: &Arc<Shared>) -> Result<()> {
 
 /// Syncing context, first thing in txg `txg`: takes or discards the
 /// checkpoint asked for, before any block of this txg is freed.
-pub(crate) fn sync_begin(s: &Arc<Shared>, txg: Txg) -> Result<()> {
+pub(crate) fn sync_begin(s: &Arc<Shared>, stx: &SyncTx) -> Result<()> {
     let Some(op) = *s.ckpt.pending.lock() else { return Ok(()) };
-    let tx = Tx { txg, _hold: None };
+    let txg = stx.txg();
+    let tx = stx.tx();
     match op {
         Pending::Create => {
             let c = s.synced_txg.load(std::sync::atomic::Ordering::Acquire);
@@ -220,14 +221,14 @@ pub(crate) fn sync_begin(s: &Arc<Shared>, txg: Txg) -> Result<()> {
             if m.info(MOS_CHECKPOINT).is_ok() {
                 return Err(ObjError::Corrupt("MOS object 4 (checkpoint) exists while no checkpoint is known".into()));
             }
-            m.create_with_id(&tx, MOS_CHECKPOINT, ObjType(OT_CHECKPOINT), 4096, &[0; BONUS_LEN])?;
-            m.write(&tx, MOS_CHECKPOINT, 0, &rec.encode())?;
+            m.create_with_id(tx, MOS_CHECKPOINT, ObjType(OT_CHECKPOINT), 4096, &[0; BONUS_LEN])?;
+            m.write(tx, MOS_CHECKPOINT, 0, &rec.encode())?;
             s.io.alloc.lock().set_checkpoint(c);
             *s.ckpt.record.lock() = Some(rec);
         }
         Pending::Discard => {
             let freed = s.io.alloc.lock().discard_checkpoint(txg);
-            mos(s).free(&tx, MOS_CHECKPOINT)?;
+            mos(s).free(tx, MOS_CHECKPOINT)?;
             *s.ckpt.record.lock() = None;
             *s.ckpt.discarded.lock() = freed;
         }
@@ -286,7 +287,7 @@ impl ObjPool {
         if s.readonly {
             return Err(ObjError::ReadOnly);
         }
-        if let Some(m) = s.suspended.lock().clone() {
+        if let Some(m) = s.suspended.why() {
             return Err(ObjError::Io(m));
         }
         if s.ckpt.record.lock().is_some() {
@@ -311,7 +312,7 @@ impl ObjPool {
         if s.readonly {
             return Err(ObjError::ReadOnly);
         }
-        if let Some(m) = s.suspended.lock().clone() {
+        if let Some(m) = s.suspended.why() {
             return Err(ObjError::Io(m));
         }
         if s.ckpt.record.lock().is_none() {

@@ -32,9 +32,8 @@ impl ObjectSet {
     /// them there. Returns how many blocks were read.
     pub fn prefetch_dnodes(&self, ids: &[ObjectId]) -> usize {
         let blkids: BTreeSet<u64> = {
-            let handles = self.inner.handles.lock();
             ids.iter()
-                .filter(|id| id.0 != 0 && !handles.contains_key(id))
+                .filter(|id| id.0 != 0 && !self.inner.handles.contains(**id))
                 .map(|id| id.0 / DNODES_PER_BLOCK)
                 .collect()
         };
@@ -63,10 +62,10 @@ impl ObjectSet {
     /// evicts the handles of objects in use nor loads each dnode twice.
     ///
     /// Correct for the same reason `ObjsetInner::handle` is: the block is
-    /// read under the handle-map lock, and every object with changes not
+    /// read under the lock of the handle map's shard of `id`, and every object with changes not
     /// yet in the committed tree has a handle.
     pub fn info_for_walk(&self, id: ObjectId) -> Result<ObjInfo> {
-        let handles = self.inner.handles.lock();
+        let handles = self.inner.handles.read_shard(id);
         if handles.contains_key(&id) {
             drop(handles);
             return self.info(id);

@@ -96,6 +96,7 @@ pub mod checkpoint;
 pub mod diff;
 mod dnode_prefetch;
 pub mod format;
+mod handles;
 mod objset;
 mod par;
 mod pool;

@@ -12,7 +12,7 @@
 //! - Freed blocks stay intact for DEFER_TXGS txgs, so a reader that took a
 //!   committed snapshot just before a publish still reads valid blocks.
 //!
-//! Lock order: txg hold (Tx) -> objset handle map -> dnode state.
+//! Lock order: txg hold (Tx) -> objset handle map shard -> dnode state.
 //! The sync thread takes dnode locks without a Tx.
 
 use std::collections::{BTreeMap, HashMap};
@@ -109,7 +109,8 @@ enum Found {
 pub(crate) struct ObjsetInner {
     pub id: ObjsetId,
     pub props: Mutex<WriteProps>,
-    pub handles: Mutex<HashMap<ObjectId, Arc<Dnode>>>,
+    /// Dnode handles, sharded by object id (handles.rs).
+    pub handles: crate::handles::HandleMap,
     /// Root as of the last synced txg.
     pub committed: Mutex<ObjsetPhys>,
     pub next_object: AtomicU64,
@@ -129,6 +130,9 @@ pub(crate) struct ObjsetInner {
 pub(crate) const HANDLE_CACHE_MAX: usize = 65536;
 /// An object set prunes its handles for the ARC's sake only past this many.
 const HANDLE_PRUNE_MIN: usize = 64;
+/// The same two limits per shard of the handle map.
+const SHARD_HANDLES_MAX: usize = HANDLE_CACHE_MAX / crate::handles::HANDLE_SHARDS;
+const SHARD_PRUNE_MIN: usize = HANDLE_PRUNE_MIN / crate::handles::HANDLE_SHARDS;
 /// Memory one cached dnode handle takes (the handle, its `Arc`, its slot
 /// in the map), charged to the ARC.
 const HANDLE_BYTES: u64 = std::mem::size_of::<Dnode>() as u64 + 64;
@@ -139,7 +143,7 @@ impl ObjsetInner {
         Arc::new(ObjsetInner {
             id,
             props: Mutex::new(props),
-            handles: Mutex::new(HashMap::new()),
+            handles: crate::handles::HandleMap::new(),
             next_object: AtomicU64::new(phys.next_object),
             committed: Mutex::new(phys),
             dirty: Mutex::new(BTreeMap::new()),
@@ -172,13 +176,16 @@ impl ObjsetInner {
     }
 
     pub fn handle(&self, io: &BlockIo, gate: &parking_lot::RwLock<()>, id: ObjectId) -> Result<Arc<Dnode>> {
-        let mut map = self.handles.lock();
+        if let Some(h) = self.handles.get(id) {
+            return Ok(h);
+        }
+        let mut map = self.handles.write_shard(id);
         if let Some(h) = map.get(&id) {
             return Ok(h.clone());
         }
         // Handles are charged to the ARC; past their share of it (or the
         // per-object-set cap) the ones nobody uses are dropped.
-        if map.len() >= HANDLE_CACHE_MAX || (map.len() >= HANDLE_PRUNE_MIN && tarn_block::arc().meta_over_budget()) {
+        if map.len() >= SHARD_HANDLES_MAX || (map.len() >= SHARD_PRUNE_MIN && tarn_block::arc().meta_over_budget()) {
             let before = map.len();
             map.retain(|_, h| Arc::strong_count(h) > 1 || !h.st.lock().dirty.is_empty());
             tarn_block::arc().charge_meta(-(((before - map.len()) as u64 * HANDLE_BYTES) as i64));
@@ -199,7 +206,7 @@ impl ObjsetInner {
 
 impl Drop for ObjsetInner {
     fn drop(&mut self) {
-        let n = self.handles.get_mut().len() as u64;
+        let n = self.handles.len_mut() as u64;
         tarn_block::arc().charge_meta(-((n * HANDLE_BYTES) as i64));
     }
 }
@@ -273,7 +280,7 @@ impl ObjectSet {
     }
 
     fn check_writable(&self) -> Result<()> {
-        if let Some(m) = self.shared.suspended.lock().clone() {
+        if let Some(m) = self.shared.suspended.why() {
             return Err(ObjError::Io(m));
         }
         if self.shared.readonly || self.inner.destroyed.load(Ordering::Relaxed) || self.inner.readonly.load(Ordering::Relaxed) {
@@ -292,6 +299,7 @@ impl ObjectSet {
     /// The dirty record of `txg`, created from the newest view if needed.
     fn dirty_for<'a>(&self, dn: &Arc<Dnode>, st: &'a mut DnodeState, txg: Txg) -> &'a mut TxgDirty {
         if !st.dirty.contains_key(&txg) {
+            self.shared.assert_txg_writable(txg);
             let attrs = match st.dirty.range(..txg).next_back() {
                 Some((_, d)) => d.attrs.clone(),
                 None if st.dirty.is_empty() => st.attrs(),
@@ -862,8 +870,11 @@ mod tests {
         let t_new = newer.txg();
         mos.write(&newer, id, 0, b"user-T+1").unwrap();
         drop(newer);
-        let older = Tx { txg: t_new - 1, _hold: None };
-        mos.write(&older, id, 128, b"sync-T").unwrap();
+        let sync_lock = pool.shared.sync_lock.lock();
+        let older = crate::pool::SyncTx::begin(&pool.shared, &sync_lock, t_new - 1);
+        mos.write(older.tx(), id, 128, b"sync-T").unwrap();
+        drop(older);
+        drop(sync_lock);
         let dn = mos.dnode(id).unwrap();
         let st = dn.st.lock();
         let t = st.dirty.get(&(t_new - 1)).unwrap().blocks.get(&0).unwrap();
@@ -872,6 +883,47 @@ mod tests {
         let n = st.dirty.get(&t_new).unwrap().blocks.get(&0).unwrap();
         assert_eq!(&n[0..8], b"user-T+1");
         assert_eq!(&n[128..134], b"sync-T", "T+1 must not roll T's change back");
+    }
+
+    /// A change tagged with a txg that is neither open nor syncing would
+    /// never reach disk: refused by an assertion, not lost.
+    #[test]
+    #[should_panic(expected = "neither open")]
+    fn a_change_in_a_txg_already_written_is_an_assertion() {
+        let pool = pool();
+        let mos = pool.mos();
+        let id = {
+            let tx = pool.begin();
+            mos.create(&tx, ObjType(30), 4096, &[0; BONUS_LEN]).unwrap()
+        };
+        pool.sync().unwrap();
+        let written = pool.last_synced_txg();
+        mos.write(&Tx { txg: written, _hold: None }, id, 0, b"late").unwrap();
+    }
+
+    /// Only a quiesced txg is synced: a syncing transaction for the open
+    /// txg is a bug.
+    #[test]
+    #[should_panic(expected = "only a quiesced txg")]
+    fn a_syncing_transaction_of_the_open_txg_is_an_assertion() {
+        let pool = pool();
+        let sync_lock = pool.shared.sync_lock.lock();
+        let open = pool.shared.open_txg.load(Ordering::Acquire);
+        let _stx = crate::pool::SyncTx::begin(&pool.shared, &sync_lock, open);
+    }
+
+    /// A syncing transaction kept past its sync (here: one made while
+    /// another txg is marked syncing) fails its check.
+    #[test]
+    #[should_panic(expected = "a syncing-context operation for txg")]
+    fn a_syncing_operation_with_another_txgs_transaction_is_an_assertion() {
+        let pool = pool();
+        pool.sync().unwrap();
+        let sync_lock = pool.shared.sync_lock.lock();
+        let synced = pool.last_synced_txg();
+        let stx = crate::pool::SyncTx::begin(&pool.shared, &sync_lock, synced);
+        pool.shared.syncing_txg.store(synced - 1, Ordering::Release);
+        stx.check();
     }
 
     #[test]

@@ -424,7 +424,7 @@ fn run_loop(weak: &Weak<Shared>) -> Exit {
                 continue;
             }
         }
-        if s.suspended.lock().is_some() {
+        if s.suspended.is_set() {
             std::thread::sleep(Duration::from_millis(200));
             continue;
         }
@@ -435,7 +435,7 @@ fn run_loop(weak: &Weak<Shared>) -> Exit {
             done: false,
             pool_meta_done: false,
         });
-        let tunables = *s.tunables.lock();
+        let tunables = s.tunables.load();
         let cap = (tunables.scan_mem_max / ENTRY_COST).max(64) as usize;
         let queued = s.scanner.queue.lock().map.len();
         if !issuing && !c.done && queued < cap {

@@ -36,7 +36,7 @@ use std::sync::Arc;
 use tarn_block::{BlockPtr, BP_SIZE};
 
 use crate::format::ObjsetPhys;
-use crate::pool::{ObjsetSync, Shared, MOS_OBJSET_TABLE};
+use crate::pool::{ObjsetSync, Shared, SyncTx, MOS_OBJSET_TABLE};
 use crate::tree::{self, block_err};
 use crate::{ObjError, ObjPool, ObjType, ObjectId, ObjectSet, ObjsetId, Result, Tx, Txg, BONUS_LEN};
 
@@ -56,10 +56,6 @@ pub(crate) enum SnapOp {
 
 fn mos(s: &Arc<Shared>) -> ObjectSet {
     ObjectSet { shared: s.clone(), inner: s.mos.clone() }
-}
-
-fn sync_tx(txg: Txg) -> Tx {
-    Tx { txg, _hold: None }
 }
 
 /// Count and bytes of a dead list.
@@ -85,15 +81,15 @@ pub(crate) fn deadlist_read(s: &Arc<Shared>, obj: u64) -> Result<Vec<BlockPtr>> 
     buf.chunks_exact(BP_SIZE).map(|c| BlockPtr::decode(c).map_err(ObjError::Corrupt)).collect()
 }
 
-fn set_totals(s: &Arc<Shared>, txg: Txg, obj: u64, count: u64, bytes: u64) -> Result<()> {
+fn set_totals(s: &Arc<Shared>, stx: &SyncTx, obj: u64, count: u64, bytes: u64) -> Result<()> {
     let mut bonus = [0u8; BONUS_LEN];
     bonus[0..8].copy_from_slice(&count.to_le_bytes());
     bonus[8..16].copy_from_slice(&bytes.to_le_bytes());
-    mos(s).set_bonus(&sync_tx(txg), ObjectId(obj), &bonus)
+    mos(s).set_bonus(stx.tx(), ObjectId(obj), &bonus)
 }
 
-/// Appends `bps` to dead list `obj` in `txg` (syncing context).
-pub(crate) fn deadlist_append(s: &Arc<Shared>, txg: Txg, obj: u64, bps: &[BlockPtr]) -> Result<()> {
+/// Appends `bps` to dead list `obj` in the syncing txg.
+pub(crate) fn deadlist_append(s: &Arc<Shared>, stx: &SyncTx, obj: u64, bps: &[BlockPtr]) -> Result<()> {
     if bps.is_empty() {
         return Ok(());
     }
@@ -102,21 +98,21 @@ pub(crate) fn deadlist_append(s: &Arc<Shared>, txg: Txg, obj: u64, bps: &[BlockP
     for bp in bps {
         data.extend_from_slice(&bp.encode());
     }
-    mos(s).write(&sync_tx(txg), ObjectId(obj), count * BP_SIZE as u64, &data)?;
+    mos(s).write(stx.tx(), ObjectId(obj), count * BP_SIZE as u64, &data)?;
     let added: u64 = bps.iter().map(|b| b.asize()).sum();
-    set_totals(s, txg, obj, count + bps.len() as u64, bytes + added)
+    set_totals(s, stx, obj, count + bps.len() as u64, bytes + added)
 }
 
 /// Replaces the contents of dead list `obj`.
-fn deadlist_replace(s: &Arc<Shared>, txg: Txg, obj: u64, bps: &[BlockPtr]) -> Result<()> {
+fn deadlist_replace(s: &Arc<Shared>, stx: &SyncTx, obj: u64, bps: &[BlockPtr]) -> Result<()> {
     let m = mos(s);
-    m.free_range(&sync_tx(txg), ObjectId(obj), 0, None)?;
-    set_totals(s, txg, obj, 0, 0)?;
-    deadlist_append(s, txg, obj, bps)
+    m.free_range(stx.tx(), ObjectId(obj), 0, None)?;
+    set_totals(s, stx, obj, 0, 0)?;
+    deadlist_append(s, stx, obj, bps)
 }
 
-fn table_write(s: &Arc<Shared>, txg: Txg, id: ObjsetId, bp: &BlockPtr) -> Result<()> {
-    mos(s).write(&sync_tx(txg), MOS_OBJSET_TABLE, id.0 * BP_SIZE as u64, &bp.encode())
+fn table_write(s: &Arc<Shared>, stx: &SyncTx, id: ObjsetId, bp: &BlockPtr) -> Result<()> {
+    mos(s).write(stx.tx(), MOS_OBJSET_TABLE, id.0 * BP_SIZE as u64, &bp.encode())
 }
 
 /// The root pointer and phys of object set `id` as of this txg's sync so
@@ -143,18 +139,18 @@ fn current_root(s: &Arc<Shared>, id: ObjsetId, synced: &[ObjsetSync]) -> Result<
 /// object set is open.
 fn rewrite_root(
     s: &Arc<Shared>,
-    txg: Txg,
+    stx: &SyncTx,
     id: ObjsetId,
     phys: ObjsetPhys,
     old_root: Option<BlockPtr>,
     synced: &mut Vec<ObjsetSync>,
 ) -> Result<BlockPtr> {
     let spec = tarn_block::WriteSpec { otype: crate::format::OT_OBJSET, ..s.meta_spec(1) };
-    let root = s.io.write(&phys.encode(), spec, txg).map_err(block_err)?;
+    let root = s.io.write(&phys.encode(), spec, stx.txg()).map_err(block_err)?;
     if let Some(old) = old_root {
-        s.io.free(&old, txg);
+        stx.free(&old);
     }
-    table_write(s, txg, id, &root)?;
+    table_write(s, stx, id, &root)?;
     if let Some(r) = synced.iter_mut().find(|r| r.inner.id == id) {
         r.root_bp = root;
         r.new_phys = phys;
@@ -166,19 +162,20 @@ fn rewrite_root(
 
 /// Applies the snapshot operations of `txg` (syncing context). Returns the
 /// heads whose in-memory state must be dropped after publishing (rollback).
-pub(crate) fn apply(s: &Arc<Shared>, txg: Txg, ops: Vec<SnapOp>, synced: &mut Vec<ObjsetSync>) -> Result<Vec<ObjsetId>> {
+pub(crate) fn apply(s: &Arc<Shared>, stx: &SyncTx, ops: Vec<SnapOp>, synced: &mut Vec<ObjsetSync>) -> Result<Vec<ObjsetId>> {
+    let txg = stx.txg();
     let mut evict = Vec::new();
     for op in ops {
         match op {
             SnapOp::Snapshot { head, snap, new_deadlist } => {
                 let (root1, phys) = current_root(s, head, synced)?;
                 // The snapshot takes the head's root block as it is.
-                table_write(s, txg, snap, &root1)?;
+                table_write(s, stx, snap, &root1)?;
                 // The head continues from a root of its own.
                 let mut next = phys;
                 next.prev_snap_txg = txg;
                 next.deadlist = new_deadlist;
-                rewrite_root(s, txg, head, next, None, synced)?;
+                rewrite_root(s, stx, head, next, None, synced)?;
             }
             SnapOp::Destroy { snap, prev_txg, next } => {
                 let (snap_root, snap_phys) = current_root(s, snap, synced)?;
@@ -188,7 +185,7 @@ pub(crate) fn apply(s: &Arc<Shared>, txg: Txg, ops: Vec<SnapOp>, synced: &mut Ve
                 for bp in deadlist_read(s, next_phys.deadlist)? {
                     if bp.birth > prev_txg {
                         freed += bp.asize();
-                        s.io.free(&bp, txg);
+                        stx.free(&bp);
                     } else {
                         keep.push(bp);
                     }
@@ -196,17 +193,17 @@ pub(crate) fn apply(s: &Arc<Shared>, txg: Txg, ops: Vec<SnapOp>, synced: &mut Ve
                 keep.extend(deadlist_read(s, snap_phys.deadlist)?);
                 let _ = freed;
                 if next_phys.deadlist != 0 {
-                    deadlist_replace(s, txg, next_phys.deadlist, &keep)?;
+                    deadlist_replace(s, stx, next_phys.deadlist, &keep)?;
                 }
                 if snap_phys.deadlist != 0 && snap_phys.deadlist != next_phys.deadlist {
-                    mos(s).free(&sync_tx(txg), ObjectId(snap_phys.deadlist))?;
+                    mos(s).free(stx.tx(), ObjectId(snap_phys.deadlist))?;
                 }
-                s.io.free(&snap_root, txg);
-                table_write(s, txg, snap, &BlockPtr::HOLE)?;
+                stx.free(&snap_root);
+                table_write(s, stx, snap, &BlockPtr::HOLE)?;
                 evict.push(snap);
                 next_phys.prev_snap_txg = prev_txg;
                 // A snapshot's root is its own; the head's is too (see Snapshot).
-                rewrite_root(s, txg, next, next_phys, Some(next_root), synced)?;
+                rewrite_root(s, stx, next, next_phys, Some(next_root), synced)?;
             }
             SnapOp::Rollback { head, snap } => {
                 let (_, snap_phys) = current_root(s, snap, synced)?;
@@ -216,10 +213,10 @@ pub(crate) fn apply(s: &Arc<Shared>, txg: Txg, ops: Vec<SnapOp>, synced: &mut Ve
                 let mut doomed = Vec::new();
                 collect_born_after(s, &head_phys, snap_txg, &mut doomed)?;
                 for bp in &doomed {
-                    s.io.free(bp, txg);
+                    stx.free(bp);
                 }
                 if head_phys.deadlist != 0 {
-                    deadlist_replace(s, txg, head_phys.deadlist, &[])?;
+                    deadlist_replace(s, stx, head_phys.deadlist, &[])?;
                 }
                 let mut phys = snap_phys;
                 phys.prev_snap_txg = snap_txg;
@@ -227,7 +224,7 @@ pub(crate) fn apply(s: &Arc<Shared>, txg: Txg, ops: Vec<SnapOp>, synced: &mut Ve
                 // Drop the open state's pending changes to this head: they
                 // were synced into the tree being discarded.
                 synced.retain(|r| r.inner.id != head);
-                rewrite_root(s, txg, head, phys, Some(head_root), synced)?;
+                rewrite_root(s, stx, head, phys, Some(head_root), synced)?;
                 evict.push(head);
             }
             SnapOp::Clone { snap, clone, snap_txg, new_deadlist } => {
@@ -238,7 +235,7 @@ pub(crate) fn apply(s: &Arc<Shared>, txg: Txg, ops: Vec<SnapOp>, synced: &mut Ve
                 let mut phys = snap_phys;
                 phys.prev_snap_txg = snap_txg;
                 phys.deadlist = new_deadlist;
-                rewrite_root(s, txg, clone, phys, None, synced)?;
+                rewrite_root(s, stx, clone, phys, None, synced)?;
             }
         }
     }

@@ -128,7 +128,7 @@ impl Shared {
     pub(crate) fn add_dirty(&self, c: Charge) {
         let now = self.dirty_bytes.fetch_add(c.bytes, Ordering::Relaxed) + c.bytes;
         self.dirty_asize.fetch_add(c.asize, Ordering::Relaxed);
-        let max = self.tunables.lock().dirty_data_max;
+        let max = self.tunables.dirty_data_max();
         if now > max / 4 {
             self.kick(0);
         }
@@ -182,10 +182,11 @@ impl Shared {
         }
     }
 
-    /// (raw size, free now, freed but in the defer window).
+    /// (raw size, free now, freed but in the defer window), without the
+    /// allocator's lock (the sync thread holds it while it places a txg).
     fn raw_space(&self) -> (u64, u64, u64) {
-        let a = self.io.alloc.lock();
-        (a.total_bytes(), a.free_bytes(), a.deferred_bytes())
+        let t = self.io.alloc.totals();
+        (t.total, t.free, t.deferred)
     }
 
     /// Can `asize` more raw bytes join the open txg? `reserve` is the share

@@ -65,6 +65,8 @@ pub struct Changes {
 }
 
 pub struct TreeCtx<'a> {
+    /// The sync this walk belongs to: frees and writes are of its txg.
+    pub stx: &'a crate::pool::SyncTx<'a>,
     pub io: &'a BlockIo,
     pub txg: u64,
     pub meta_spec: WriteSpec,
@@ -86,10 +88,11 @@ pub struct TreeCtx<'a> {
 }
 
 impl<'a> TreeCtx<'a> {
-    pub fn new(io: &'a BlockIo, txg: u64, meta_spec: WriteSpec, prev_snap_txg: u64) -> TreeCtx<'a> {
+    pub fn new(stx: &'a crate::pool::SyncTx<'a>, io: &'a BlockIo, meta_spec: WriteSpec, prev_snap_txg: u64) -> TreeCtx<'a> {
         TreeCtx {
+            stx,
             io,
-            txg,
+            txg: stx.txg(),
             meta_spec,
             used_delta: 0,
             logical_delta: 0,
@@ -114,7 +117,7 @@ impl<'a> TreeCtx<'a> {
             if bp.birth <= self.prev_snap_txg {
                 self.dead.push(*bp);
             } else {
-                self.io.free(bp, self.txg);
+                self.stx.free(bp);
             }
         }
     }

@@ -137,7 +137,7 @@ fn load(s: &Arc<Shared>) -> Option<Vec<LeafTrim>> {
 
 /// Writes the trim state in the open txg.
 fn save(s: &Arc<Shared>) -> Result<()> {
-    if s.readonly || s.suspended.lock().is_some() {
+    if s.readonly || s.suspended.is_set() {
         return Ok(());
     }
     let leaves = s.trim.leaves.lock().clone();
@@ -363,7 +363,7 @@ impl ObjPool {
         if s.readonly {
             return Err(ObjError::ReadOnly);
         }
-        if let Some(m) = s.suspended.lock().clone() {
+        if let Some(m) = s.suspended.why() {
             return Err(ObjError::Io(m));
         }
         let chosen = select(s, devices)?;

@@ -256,7 +256,7 @@ impl ObjPool {
         if s.readonly {
             return Err(ObjError::ReadOnly);
         }
-        if let Some(m) = s.suspended.lock().clone() {
+        if let Some(m) = s.suspended.why() {
             return Err(ObjError::Io(m));
         }
         let _g = s.sync_lock.lock();
@@ -673,7 +673,7 @@ impl ObjPool {
                 st.damaged.clear();
             }
         }
-        if !s.readonly && s.suspended.lock().is_none() {
+        if !s.readonly && !s.suspended.is_set() {
             let _g = s.sync_lock.lock();
             write_labels(s, None)?;
         }

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# The write path's scaling (issue 11): random 4 KiB writes with 1 and 4
+# jobs over one existing file, on raw ext4 (the reference) and tarn, same
+# machine, same run.
+#
+#   bench/writepath.sh [--systems raw,tarn] [--size 1G] [--runtime 20]
+#                      [--workdir DIR] [--perf FILE] [--tarn BIN]
+#
+# Systems as in bench/run.sh (bench/systems.sh): tarn is target/release/tarn
+# on a raidz1 of 4 sparse file vdevs under a FUSE mount. Per system: the
+# file is laid out by bench/fio/seq-write.fio, then bench/fio/rand-write.fio
+# (1 job) and bench/fio/rand-write-4jobs.fio (4 jobs) run over it.
+# With --perf FILE, `perf record -g` samples the tarn daemon during the
+# 4-job row and writes the report (by symbol) to FILE. --tarn BIN runs
+# another build of tarn (default target/release/tarn), to compare two.
+# Prints a markdown table; this is not a test and never fails on a number.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$(pwd)
+
+systems="raw,tarn"
+size="1G"
+runtime="20"
+workdir="/var/tmp/tarn-bench"
+perf_out=""
+tarn_override=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --systems) systems="$2"; shift 2 ;;
+        --size) size="$2"; shift 2 ;;
+        --runtime) runtime="$2"; shift 2 ;;
+        --workdir) workdir="$2"; shift 2 ;;
+        --perf) perf_out="$2"; shift 2 ;;
+        --tarn) tarn_override="$2"; shift 2 ;;
+        -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+        *) echo "bench/writepath.sh: unknown argument $1" >&2; exit 2 ;;
+    esac
+done
+[ "$(id -u)" = 0 ] || { echo "bench/writepath.sh: needs root (mounts)" >&2; exit 1; }
+mkdir -p "$workdir"
+workdir=$(cd "$workdir" && pwd)
+vdev_size=$(( 4 * 1024 * 1024 * 1024 ))
+# shellcheck source=bench/systems.sh
+. bench/systems.sh
+install_missing
+[ -z "$tarn_override" ] || tarn_bin=$(realpath "$tarn_override")
+export BENCH_SIZE="$size" BENCH_RUNTIME="$runtime"
+results="$workdir/writepath.tsv"
+: > "$results"
+
+iops() {
+    local system=$1 dir=$2 job=$3 json="$workdir/$1-$3.json"
+    BENCH_DIR="$dir" fio --output-format=json --output="$json" "bench/fio/$job.fio" >/dev/null
+    python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("%.0f" % sum(j["write"]["iops"] for j in d["jobs"]))' "$json"
+}
+
+for system in raw tarn; do
+    has "$system" || continue
+    system_start "$system"
+    dir=$mnt
+    BENCH_DIR="$dir" fio --output=/dev/null bench/fio/seq-write.fio
+    one=$(iops "$system" "$dir" rand-write)
+    if [ "$system" = tarn ] && [ -n "$perf_out" ]; then
+        perf record -g -o "$workdir/perf.data" -p "$tarn_pid" -- sleep "$(( runtime > 4 ? runtime - 2 : runtime ))" >/dev/null 2>&1 &
+        perf_pid=$!
+        four=$(iops "$system" "$dir" rand-write-4jobs)
+        wait "$perf_pid" || true
+        perf report -i "$workdir/perf.data" --no-children --sort symbol --stdio > "$perf_out" 2>/dev/null || true
+    else
+        four=$(iops "$system" "$dir" rand-write-4jobs)
+    fi
+    printf '%s\t%s\t%s\n' "$system" "$one" "$four" | tee -a "$results"
+    rm -f "$dir/bench.data"
+    system_stop "$system"
+done
+
+echo
+echo "Command: \`bench/writepath.sh --systems $systems --size $size --runtime $runtime${tarn_override:+ --tarn $tarn_override}\`  "
+echo "Machine: $(machine_line)"
+echo
+echo "| system | rand write 4K, 1 job | rand write 4K, 4 jobs | 4 jobs / 1 job |"
+echo "|---|---|---|---|"
+while IFS=$'\t' read -r s one four; do
+    printf '| %s | %s IOPS | %s IOPS | %s |\n' "$s" "$one" "$four" "$(python3 -c "print('%.2fx' % ($four / max($one, 1)))")"
+done < "$results"
