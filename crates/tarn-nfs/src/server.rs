@@ -6,11 +6,15 @@
 //! so replies go out in completion order (clients match them by xid) and
 //! a client that stops reading its replies stalls only its own calls.
 //! tarn-fs is synchronous and blocks on I/O and txg syncs (COMMIT), so
-//! each call runs in `spawn_blocking`, at most `WORKERS` at once across
-//! all connections. The worker that ran a call also writes its reply when
-//! the socket takes it at once (`Replies::send`): one thread hand-off per
-//! call instead of three; a reply the socket cannot take now is written
-//! by a task, so no worker ever waits on a client.
+//! each call runs under `block_in_place` (the runtime moves the thread's
+//! other tasks to another thread while it blocks), at most `WORKERS` at
+//! once across all connections. The thread that ran a call also writes
+//! its reply when the socket takes it at once (`Replies::send`): no
+//! thread hand-off on a call's way (there were three, with
+//! `spawn_blocking` and a writer task; at one call in flight that doubled
+//! the time of a CREATE or REMOVE, docs/benchmarks.md); a reply the
+//! socket cannot take now is written by a task, so no call ever waits on
+//! a client.
 //!
 //! Memory bound per connection: at most `IN_FLIGHT` calls are read and
 //! not yet answered; each record is at most `rpc::MAX_RECORD`, each reply
@@ -151,8 +155,7 @@ async fn serve(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
             let Ok(worker) = shared.workers.clone().acquire_owned().await else { return };
             let table = shared.table.read().clone();
             let (verifier, port) = (shared.verifier.load(std::sync::atomic::Ordering::Acquire).to_be_bytes(), shared.port);
-            // Not awaited: the worker sends the reply itself.
-            drop(tokio::task::spawn_blocking(move || {
+            let call = move || {
                 let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     crate::dispatch::handle(&record, &table, client, verifier, port)
                 }));
@@ -165,7 +168,10 @@ async fn serve(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
                     Err(_) => reply(xid, Status::SystemErr, None),
                 };
                 replies.send(rec, permit);
-            }));
+            };
+            // On this thread: the runtime hands this worker's other tasks
+            // to another thread, and no thread waits for this one.
+            tokio::task::block_in_place(call);
         });
     }
     // Every call answered (each gives its permit back once its reply is
@@ -174,3 +180,4 @@ async fn serve(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
     let mut wr = replies.wr.lock().await;
     let _ = wr.shutdown().await;
 }
+
