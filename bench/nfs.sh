@@ -2,7 +2,7 @@
 # NFS benchmarks: tarn's NFS server against nfs-ganesha over ext4 and
 # tarn's own FUSE mount, same machine, same run, same client (issue 10).
 #
-#   bench/nfs.sh [--systems ext4,ganesha,tarn-fuse,tarn-nfs] [--size 2G]
+#   bench/nfs.sh [--systems ext4,ganesha,tarn-fuse,tarn-fuse-uncached,tarn-nfs] [--size 2G]
 #                [--runtime 20] [--files 20000] [--workdir DIR]
 #                [--out docs/benchmarks.md]
 #
@@ -15,6 +15,10 @@
 #              NFSv3 over TCP only, no_root_squash
 #   tarn-fuse  nfsload --local on tarn's FUSE mount (raidz1 of 4 sparse
 #              file vdevs, release build, as bench/run.sh)
+#   tarn-fuse-uncached  the same mount with nfsload --local --uncached:
+#              reads with O_DIRECT and getattr with statx
+#              AT_STATX_FORCE_SYNC, so every read and getattr reaches the
+#              daemon as every NFS call does (column "tarn-fuse (uncached)")
 #   tarn-nfs   the same pool served by tarn's NFS server in the same daemon:
 #              `[nfs] listen = "127.0.0.1:42149"` in the daemon config,
 #              `tarn set sharenfs=rw,no_root_squash tbnfs`, export /tbnfs
@@ -37,7 +41,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
 
-systems="ext4,ganesha,tarn-fuse,tarn-nfs"
+systems="ext4,ganesha,tarn-fuse,tarn-fuse-uncached,tarn-nfs"
 size="2G"
 runtime="20"
 files="20000"
@@ -52,7 +56,7 @@ while [ $# -gt 0 ]; do
         --files) files="$2"; shift 2 ;;
         --workdir) workdir="$2"; shift 2 ;;
         --out) out="$2"; shift 2 ;;
-        -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,39p' "$0"; exit 0 ;;
         *) echo "bench/nfs.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -78,7 +82,7 @@ if [ "${TARN_BENCH_NS:-}" != 1 ]; then
         DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need[@]}" </dev/null
     fi
     cargo build -j2 --release -p tarn-bench-nfsload
-    if has tarn-fuse || has tarn-nfs; then cargo build -j2 --release -p tarn; fi
+    if has tarn-fuse || has tarn-fuse-uncached || has tarn-nfs; then cargo build -j2 --release -p tarn; fi
     TARN_BENCH_NS=1 exec unshare --net --mount --fork --propagation private "$0" "${args[@]}"
 fi
 
@@ -91,6 +95,7 @@ workdir=$(cd "$workdir" && pwd)
 nfsload="$repo/target/release/nfsload"
 tarn_bin="$repo/target/release/tarn"
 results="$workdir/results.tsv"
+load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 : > "$results"
 vdev_size=$(( 4 * 1024 * 1024 * 1024 ))
 
@@ -182,7 +187,7 @@ fi
 
 # ---- tarn: one pool, its FUSE mount, then its NFS server (one daemon)
 tarn() { "$tarn_bin" --socket "$workdir/tarn.sock" "$@"; }
-if has tarn-fuse || has tarn-nfs; then
+if has tarn-fuse || has tarn-fuse-uncached || has tarn-nfs; then
     rm -rf "$workdir/tarn" "$workdir/tarn-state"; mkdir -p "$workdir/tarn" "$workdir/tarn-state"
     for i in 1 2 3 4; do truncate -s "$vdev_size" "$workdir/tarn/d$i"; done
     config=()
@@ -196,6 +201,7 @@ if has tarn-fuse || has tarn-nfs; then
     tarn pool create -m "$workdir/mnt-tarn" tbnfs raidz1 "$workdir"/tarn/d{1,2,3,4}
     for _ in $(seq 100); do mountpoint -q "$workdir/mnt-tarn" && break; sleep 0.1; done
     has tarn-fuse && run_rows tarn-fuse --local "$workdir/mnt-tarn"
+    has tarn-fuse-uncached && run_rows "tarn-fuse (uncached)" --local "$workdir/mnt-tarn" --uncached
     if has tarn-nfs; then
         wait_port 42149 || { echo "bench/nfs.sh: tarn's NFS server does not listen on 127.0.0.1:42149" >&2; cat "$workdir/tarn-daemon.log" >&2; exit 1; }
         tarn set sharenfs=rw,no_root_squash tbnfs
@@ -219,7 +225,7 @@ for line in open(sys.argv[1]):
     rows.setdefault(row, {})[system] = (float(value), unit)
     if system not in systems:
         systems.append(system)
-ratios = [(a, b) for a, b in [("tarn-nfs", "ganesha"), ("tarn-nfs", "tarn-fuse"), ("tarn-fuse", "ext4")] if a in systems and b in systems]
+ratios = [(a, b) for a, b in [("tarn-nfs", "ganesha"), ("tarn-nfs", "tarn-fuse"), ("tarn-nfs", "tarn-fuse (uncached)"), ("tarn-fuse", "ext4")] if a in systems and b in systems]
 head = ["row"] + systems + [f"{a} / {b}" for a, b in ratios]
 print("| " + " | ".join(head) + " |")
 print("|" + "---|" * len(head))
@@ -239,8 +245,8 @@ PY
     echo "### NFS run of $(date -u '+%Y-%m-%d %H:%M UTC')"
     echo
     echo "Command: \`$command_line\`  "
-    echo "Machine: $machine; load average at the end $(cut -d' ' -f1-3 /proc/loadavg) (the machine is shared with other builds)  "
-    echo "Client: bench/nfsload (NFSv3 over TCP loopback; --local for ext4 and the FUSE mount). File $size, $runtime s per random row, $files files."
+    echo "Machine: $machine; load average at the start $load_start, at the end $(cut -d' ' -f1-3 /proc/loadavg) (the machine is shared with other builds)  "
+    echo "Client: bench/nfsload (NFSv3 over TCP loopback, one thread per connection at one call in flight; --local for ext4 and the FUSE mount, --local --uncached for the uncached FUSE column). File $size, $runtime s per random row, $files files."
     echo
     echo "$report"
 } >> "$out"

@@ -56,6 +56,11 @@ struct Args {
     /// Run on this local directory instead of an NFS server.
     #[arg(long)]
     local: Option<PathBuf>,
+    /// With --local: reads with O_DIRECT and getattr with statx
+    /// AT_STATX_FORCE_SYNC, past the kernel's page and attribute caches
+    /// (on a FUSE mount every call then reaches the daemon).
+    #[arg(long, requires = "local")]
+    uncached: bool,
     /// AUTH_SYS uid and gid of the calls.
     #[arg(long, default_value_t = 0)]
     uid: u32,
@@ -245,7 +250,7 @@ fn run_local(
     data_row: &dyn Fn(&str, u64, f64) -> String,
     meta_row: &dyn Fn([f64; 3]) -> String,
 ) -> Result<String, String> {
-    let l = local::Local { file: dir.join(&a.file), dir: dir.join(META_DIR) };
+    let l = local::Local { file: dir.join(&a.file), dir: dir.join(META_DIR), uncached: a.uncached };
     let threads = a.conns * a.qd;
     match a.workload {
         Workload::SeqWrite | Workload::RandWrite | Workload::SeqRead | Workload::RandRead => {
@@ -259,7 +264,8 @@ fn run_local(
                 _ => Kind::RandWrite,
             };
             let t0 = Instant::now();
-            let f = l.open(a.workload == Workload::SeqWrite)?;
+            let direct = a.uncached && matches!(a.workload, Workload::SeqRead | Workload::RandRead);
+            let f = l.open(a.workload == Workload::SeqWrite, direct)?;
             let done = l.run(threads, &src(kind), Some(&f), pattern)?;
             if matches!(a.workload, Workload::SeqWrite | Workload::RandWrite) {
                 f.sync_all().map_err(|e| format!("fsync {}: {e}", l.file.display()))?;

@@ -380,7 +380,12 @@ impl BlockIo {
     }
 
     pub fn read_uncached(&self, bp: &BlockPtr) -> Result<Vec<u8>, BlockError> {
-        let phys = self.read_phys(bp)?;
+        let mut phys = self.read_phys(bp)?;
+        if bp.compression == COMP_OFF && phys.len() >= bp.lsize as usize {
+            // Stored as is (incompressible data): the bytes read are the block.
+            phys.truncate(bp.lsize as usize);
+            return Ok(phys);
+        }
         compress::decompress(bp.compression, &phys, bp.lsize as usize)
             .map_err(|what| BlockError::Corrupt { where_: format!("{:?}", bp.dva[0]), what })
     }

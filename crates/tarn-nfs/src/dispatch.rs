@@ -4,7 +4,7 @@
 use nfs3_types::xdr_codec::Void;
 
 use crate::nfs::Ctx;
-use crate::rpc::{parse_call, reply, Header, Status};
+use crate::rpc::{parse_call, reply, Header, Record, Status};
 use crate::{mount, proc_dir, proc_read as rd, proc_write as wr};
 
 pub const NFS_PROGRAM: u32 = 100_003;
@@ -13,7 +13,7 @@ pub const PMAP_PROGRAM: u32 = 100_000;
 
 /// The reply record for `record`, or None when it cannot be answered
 /// (not a call; the connection is then closed).
-pub fn handle(record: &[u8], table: &crate::exports::Table, client: std::net::IpAddr, verifier: [u8; 8], port: u16) -> Option<Vec<u8>> {
+pub fn handle(record: &[u8], table: &crate::exports::Table, client: std::net::IpAddr, verifier: [u8; 8], port: u16) -> Option<Record> {
     let call = match parse_call(record) {
         Header::Call(c) => c,
         Header::RpcMismatch { xid } => return Some(reply(xid, Status::RpcMismatch, None)),
@@ -63,7 +63,7 @@ pub fn handle(record: &[u8], table: &crate::exports::Table, client: std::net::Ip
     Some(match result {
         None => reply(xid, Status::ProcUnavail, None),
         Some(Err(_)) => reply(xid, Status::GarbageArgs, None),
-        Some(Ok(body)) => reply(xid, Status::Success, Some(body.as_ref())),
+        Some(Ok(mut body)) => reply(xid, Status::Success, Some(body.as_mut())),
     })
 }
 

@@ -81,7 +81,7 @@ impl NfsServer {
         let local = std_listener.local_addr()?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
-            .max_blocking_threads(server::WORKERS)
+            .max_blocking_threads(server::WORKERS + 8)
             .thread_name("tarn-nfs")
             .enable_all()
             .build()?;

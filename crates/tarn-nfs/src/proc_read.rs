@@ -9,7 +9,7 @@ use nfs3_types::nfs3::{
     ACCESS3_MODIFY, ACCESS3_READ, FSF3_CANSETTIME, FSF3_HOMOGENEOUS, FSF3_LINK, FSF3_SYMLINK,
 };
 use nfs3_types::nfs3::{fattr3, nfs_fh3, nfspath3};
-use nfs3_types::xdr_codec::{Opaque, Void};
+use nfs3_types::xdr_codec::{Opaque, Pack, Void};
 
 use crate::exports::Node;
 use crate::handle::Kind;
@@ -139,28 +139,52 @@ pub fn readlink(ctx: &Ctx, r: &mut Reader) -> Reply {
     })
 }
 
+/// A successful READ: packed like `Nfs3Result::Ok(READ3resok)`, but the
+/// data (tarn-fs's buffer) is the record's tail, written to the socket
+/// from where tarn-fs put it instead of copied into the reply.
+struct ReadOk {
+    file_attributes: nfs3_types::nfs3::post_op_attr,
+    eof: bool,
+    data: Vec<u8>,
+}
+
+impl PackDyn for ReadOk {
+    fn size(&self) -> usize {
+        // status, attributes, count, eof, the opaque's length; then the data.
+        4 + self.file_attributes.packed_size() + 4 + 4 + 4
+    }
+
+    fn pack_into(&self, out: &mut Vec<u8>) {
+        let count = self.data.len() as u32;
+        let _ = nfsstat3::NFS3_OK.pack(out);
+        let _ = self.file_attributes.pack(out);
+        let _ = count.pack(out);
+        let _ = self.eof.pack(out);
+        let _ = count.pack(out);
+    }
+
+    fn take_tail(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.data)
+    }
+}
+
 pub fn read(ctx: &Ctx, r: &mut Reader) -> Reply {
     let fh = r.fh()?;
     let offset = r.u64()?;
     let count = r.u32()?.min(MAX_IO);
-    let res = (|| -> Result<READ3resok<'static>, (nfsstat3, READ3resfail)> {
+    let res = (|| -> Result<ReadOk, (nfsstat3, READ3resfail)> {
         let t = ctx.resolve(&fh).map_err(|s| (s, READ3resfail::default()))?;
         let fail = |s| (s, READ3resfail { file_attributes: t.post_op() });
         let (fs, ino) = t.inode().ok_or_else(|| fail(nfsstat3::NFS3ERR_ISDIR))?;
         let data = crate::caller::read(fs, ino, &t.creds, offset, count).map_err(|e| fail(status(&e)))?;
         let attr = t.attr().map_err(fail)?;
         let eof = offset.saturating_add(data.len() as u64) >= attr.size;
-        Ok(READ3resok {
-            file_attributes: Nfs3Option::Some(attr),
-            count: data.len() as u32,
-            eof,
-            data: Opaque::owned(data),
-        })
+        Ok(ReadOk { file_attributes: Nfs3Option::Some(attr), eof, data })
     })();
-    ok(match res {
-        Ok(v) => Nfs3Result::Ok(v),
-        Err(e) => Nfs3Result::Err(e),
-    })
+    match res {
+        Ok(v) => ok(v),
+        Err(e) => ok(Nfs3Result::<READ3resok, _>::Err(e)),
+    }
 }
 
 pub fn fsstat(ctx: &Ctx, r: &mut Reader) -> Reply {
@@ -221,4 +245,49 @@ pub fn pathconf(ctx: &Ctx, r: &mut Reader) -> Reply {
         }),
         Err(s) => Nfs3Result::Err((s, PATHCONF3resfail::default())),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rpc::{reply, Status};
+    use nfs3_types::nfs3::{fattr3, ftype3};
+
+    /// READ's data sent as the record's tail gives the bytes the codec
+    /// packs for the same READ3resok, for every padding length.
+    #[test]
+    fn read_reply_with_the_data_as_tail_is_the_packed_reply() {
+        for len in [0usize, 1, 2, 3, 4, 5, 4095, 4096, 131_073] {
+            let data: Vec<u8> = (0..len).map(|i| (i * 7 + 3) as u8).collect();
+            let t = nfstime3 { seconds: 1_700_000_000, nseconds: 5 };
+            let attr = fattr3 {
+                type_: ftype3::NF3REG,
+                mode: 0o644,
+                nlink: 1,
+                uid: 1000,
+                gid: 100,
+                size: len as u64 + 9,
+                used: 4096,
+                rdev: nfs3_types::nfs3::specdata3::default(),
+                fsid: 77,
+                fileid: 42,
+                atime: t,
+                mtime: t,
+                ctime: t,
+            };
+            for eof in [false, true] {
+                let mut packed = Nfs3Result::<READ3resok, READ3resfail>::Ok(READ3resok {
+                    file_attributes: Nfs3Option::Some(attr.clone()),
+                    count: len as u32,
+                    eof,
+                    data: Opaque::owned(data.clone()),
+                });
+                let mut tail = ReadOk { file_attributes: Nfs3Option::Some(attr.clone()), eof, data: data.clone() };
+                let want = reply(7, Status::Success, Some(&mut packed)).to_bytes();
+                let rec = reply(7, Status::Success, Some(&mut tail));
+                assert_eq!(rec.tail, data, "the data is handed over, not copied into the head");
+                assert_eq!(rec.to_bytes(), want, "len {len} eof {eof}");
+            }
+        }
+    }
 }

@@ -16,7 +16,7 @@ use nfs3_types::rpc::{
     reply_body, rpc_msg,
 };
 use nfs3_types::xdr_codec::Pack;
-use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::xdr::{Garbage, Reader};
 
@@ -48,9 +48,16 @@ pub async fn read_record<R: AsyncRead + Unpin>(r: &mut R) -> io::Result<Option<V
                 format!("RPC record larger than {MAX_RECORD} bytes"),
             ));
         }
-        let start = record.len();
-        record.resize(start + len, 0);
-        r.read_exact(&mut record[start..]).await?;
+        // Read straight into the reserved capacity: a 1 MiB WRITE is not
+        // zero-filled first.
+        let end = record.len() + len;
+        record.reserve_exact(len);
+        let mut frag = (&mut *r).take(len as u64);
+        while record.len() < end {
+            if frag.read_buf(&mut record).await? == 0 {
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
+        }
         if last {
             return Ok(Some(record));
         }
@@ -149,9 +156,82 @@ pub enum Status {
     AuthError(auth_stat),
 }
 
-/// A reply record with its record mark, the header for `status` and, for
-/// `Success`, `body` packed after it.
-pub fn reply(xid: u32, status: Status, body: Option<&dyn PackDyn>) -> Vec<u8> {
+/// A reply record: `head` (record mark, RPC header, the packed results),
+/// then `tail` (READ's data, sent from the buffer tarn-fs filled, not
+/// copied into `head`) and the XDR padding of the tail.
+pub struct Record {
+    pub head: Vec<u8>,
+    pub tail: Vec<u8>,
+    /// Zero bytes after `tail` (the tail's XDR padding, 0–3).
+    pub pad: usize,
+}
+
+impl Record {
+    pub fn pad(&self) -> usize {
+        self.pad
+    }
+
+    pub fn size(&self) -> usize {
+        self.head.len() + self.tail.len() + self.pad
+    }
+
+    /// What is left after its first `n` bytes went out (`n` < `len()`).
+    pub fn rest(self, n: usize) -> Record {
+        let Record { mut head, mut tail, pad } = self;
+        let total = head.len() + tail.len() + pad;
+        if n < head.len() {
+            head.drain(..n);
+            Record { head, tail, pad }
+        } else if n < head.len() + tail.len() {
+            tail.drain(..n - head.len());
+            Record { head: Vec::new(), tail, pad }
+        } else {
+            Record { head: Vec::new(), tail: Vec::new(), pad: total - n }
+        }
+    }
+
+    /// The whole record as one buffer (tests).
+    #[cfg(test)]
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.head.len() + self.tail.len() + 3);
+        out.extend_from_slice(&self.head);
+        out.extend_from_slice(&self.tail);
+        out.resize(out.len() + self.pad, 0);
+        out
+    }
+}
+
+/// Writes `rec` with vectored writes (head, tail, padding: no copy).
+pub async fn write_record<W: AsyncWrite + Unpin>(w: &mut W, rec: &Record) -> io::Result<()> {
+    let pad = [0u8; 3];
+    let parts: [&[u8]; 3] = [&rec.head, &rec.tail, &pad[..rec.pad()]];
+    let total = rec.size();
+    let mut done = 0;
+    while done < total {
+        let mut skip = done;
+        let mut slices = [io::IoSlice::new(&[]); 3];
+        let mut n = 0;
+        for p in parts {
+            if skip >= p.len() {
+                skip -= p.len();
+                continue;
+            }
+            slices[n] = io::IoSlice::new(&p[skip..]);
+            skip = 0;
+            n += 1;
+        }
+        let wrote = w.write_vectored(&slices[..n]).await?;
+        if wrote == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        done += wrote;
+    }
+    Ok(())
+}
+
+/// The reply record to call `xid`: the header for `status` and, for
+/// `Success`, `body` packed after it (its tail, if any, sent after that).
+pub fn reply(xid: u32, status: Status, body: Option<&mut dyn PackDyn>) -> Record {
     let reply_body = match status {
         Status::RpcMismatch => reply_body::MSG_DENIED(rejected_reply::rpc_mismatch(2, 2)),
         Status::AuthError(s) => reply_body::MSG_DENIED(rejected_reply::auth_error(s)),
@@ -168,24 +248,34 @@ pub fn reply(xid: u32, status: Status, body: Option<&dyn PackDyn>) -> Vec<u8> {
         }),
     };
     let msg = rpc_msg { xid, body: msg_body::REPLY(reply_body) };
-    let body_len = body.map_or(0, |b| b.size());
+    let body_len = body.as_ref().map_or(0, |b| b.size());
     let mut out = Vec::with_capacity(4 + msg.packed_size() + body_len);
     out.extend_from_slice(&[0; 4]);
     // Packing into a Vec cannot fail (the codec's only errors are the
     // writer's and lengths over 4 GiB, which a reply never has).
     let _ = msg.pack(&mut out);
+    let mut tail = Vec::new();
     if let Some(b) = body {
         b.pack_into(&mut out);
+        tail = b.take_tail();
     }
-    let len = (out.len() - 4) as u32;
-    out[..4].copy_from_slice(&(len | 0x8000_0000).to_be_bytes());
-    out
+    let pad = (4 - tail.len() % 4) % 4;
+    let mut rec = Record { head: out, tail, pad };
+    let len = (rec.size() - 4) as u32;
+    rec.head[..4].copy_from_slice(&(len | 0x8000_0000).to_be_bytes());
+    rec
 }
 
 /// `Pack` as a trait object (the codec's trait is generic over the writer).
 pub trait PackDyn {
     fn size(&self) -> usize;
     fn pack_into(&self, out: &mut Vec<u8>);
+    /// Bytes that follow what `pack_into` wrote, handed over rather than
+    /// copied (an opaque's data whose length `pack_into` already wrote;
+    /// `reply` adds the padding). Called once, after `pack_into`.
+    fn take_tail(&mut self) -> Vec<u8> {
+        Vec::new()
+    }
 }
 
 impl<T: Pack> PackDyn for T {
@@ -194,5 +284,25 @@ impl<T: Pack> PackDyn for T {
     }
     fn pack_into(&self, out: &mut Vec<u8>) {
         let _ = self.pack(out);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whatever prefix went out, the rest completes the same bytes.
+    #[test]
+    fn rest_of_a_record_is_its_remaining_bytes() {
+        for tail_len in [0usize, 1, 3, 4, 7] {
+            let rec = || Record { head: vec![1, 2, 3, 4, 5, 6], tail: (10..10 + tail_len as u8).collect(), pad: (4 - tail_len % 4) % 4 };
+            let whole = rec().to_bytes();
+            assert_eq!(whole.len(), rec().size());
+            for n in 0..rec().size() {
+                let rest = rec().rest(n);
+                assert_eq!(rest.size(), whole.len() - n, "tail {tail_len}, n {n}");
+                assert_eq!(rest.to_bytes(), whole[n..], "tail {tail_len}, n {n}");
+            }
+        }
     }
 }

@@ -4,6 +4,7 @@
 //! Exit status: 0 ok, 1 failure, 2 usage. Errors are one line on stderr,
 //! prefixed `tarn: `.
 
+mod alloc;
 mod cli;
 mod client;
 mod clock;
@@ -46,8 +47,24 @@ impl From<String> for Failure {
 /// mimalloc: the daemon allocates and frees block-sized buffers from many
 /// threads; glibc malloc spent a fifth of a metadata-heavy run in
 /// `malloc_consolidate` and friends (measured with perf, docs/benchmarks.md).
+/// In front of it, a cache of at most `alloc::CAP` bytes of large freed
+/// buffers (`alloc.rs`): with `purge_delay` 0 below, mimalloc would give
+/// each freed 128 KiB–1 MiB buffer back and the kernel would zero it again
+/// on its next use.
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: alloc::Alloc = alloc::Alloc::new(alloc::CAP);
+
+/// Empties the buffer cache whenever it sat unused for `alloc::IDLE_DRAIN`
+/// (an idle daemon holds none of it).
+fn spawn_idle_drain() {
+    let _ = std::thread::Builder::new().name("tarn-alloc-drain".into()).spawn(|| {
+        let mut seen = GLOBAL.cache.activity();
+        loop {
+            std::thread::sleep(alloc::IDLE_DRAIN);
+            GLOBAL.drain_if_idle(&mut seen);
+        }
+    });
+}
 
 /// mimalloc 3's option numbers (include/mimalloc.h, `mi_option_e`).
 const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
@@ -89,6 +106,7 @@ fn main() {
     // The daemon gives freed memory back after an export and when tunables
     // shrink the ARC (tarn-daemon's memory.rs).
     tarn_daemon::set_release_hook(|| {
+        GLOBAL.cache.drain();
         // SAFETY: mi_collect only walks mimalloc's own heaps.
         unsafe { libmimalloc_sys::mi_collect(true) }
     });
@@ -104,6 +122,9 @@ fn main() {
             std::process::exit(0);
         }
     };
+    if matches!(cli.command, cli::Command::Daemon { .. }) {
+        spawn_idle_drain();
+    }
     let code = match std::panic::catch_unwind(|| commands::run(cli)) {
         Ok(Ok(code)) => code.max(commands::PARTIAL_FAILURE_EXIT.load(std::sync::atomic::Ordering::Relaxed)),
         Ok(Err(failure)) => {
