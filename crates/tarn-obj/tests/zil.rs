@@ -192,3 +192,36 @@ fn a_damaged_log_block_ends_the_chain() {
     let r = pool.check();
     assert!(r.ok(), "{r:?}");
 }
+
+#[test]
+fn a_claimed_chain_waits_for_replay_across_txgs_and_imports() {
+    let mem = mem_devs(1, 64 << 20);
+    let pool = create(&as_dyn(&mem), TopKind::Disk);
+    quiet(&pool);
+    let (id, os) = new_objset(&pool);
+    let (other, _) = new_objset(&pool);
+    append_committed(&os, &pool, 0, 6);
+    drop(os);
+    drop(pool);
+    // Import claims the chain; nobody replays it while txgs go by.
+    let pool = import(as_dyn(&mem), false).unwrap();
+    let o = pool.open_objset(other).unwrap();
+    for i in 0..3u8 {
+        let tx = pool.begin();
+        let obj = o.create(&tx, ObjType(20), 4096, &[0; BONUS_LEN]).unwrap();
+        o.write(&tx, obj, 0, &[i + 1; 100]).unwrap();
+        drop(tx);
+        pool.sync().unwrap();
+    }
+    let r = pool.check();
+    assert!(r.ok(), "{r:?}");
+    drop(o);
+    drop(pool);
+    // Crash again: the claim (its txg on disk) holds, nothing is lost.
+    let pool = import(as_dyn(&mem), false).unwrap();
+    let os = pool.open_objset(id).unwrap();
+    let (got, _) = replay_all(&os);
+    assert_eq!(got, (0..6).collect::<Vec<u32>>());
+    let r = pool.check();
+    assert!(r.ok(), "{r:?}");
+}

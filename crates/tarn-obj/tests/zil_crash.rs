@@ -175,7 +175,7 @@ fn verify_effects(pool: &ObjPool, w: &Workload, cut: u64, what: &str) {
 
 #[test]
 fn power_cuts_keep_committed_records_and_replay_each_once() {
-    let run = tarn_testkit::seeded!(60);
+    let run = tarn_testkit::seeded!(1000);
     let (seed, count) = (run.seed, run.count);
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     let rec = CrashRecorder::new();
@@ -226,7 +226,7 @@ fn copy_into(src: &MemDevice, dst: &dyn Device) {
 
 #[test]
 fn power_cut_during_replay_resumes_without_applying_twice() {
-    let run = tarn_testkit::seeded!(24);
+    let run = tarn_testkit::seeded!(200);
     let (seed, count) = (run.seed, run.count);
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     // A crashed pool with committed records in one object set's log.

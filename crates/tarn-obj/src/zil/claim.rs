@@ -21,7 +21,8 @@ use super::alloc::extents;
 use super::format::{self, LogHeader, LogRecord};
 use super::{new_chain_id, Claimed, LogPhase};
 use crate::format::ObjsetPhys;
-use crate::pool::{Shared, MOS_OBJSET_TABLE};
+use crate::objset::ObjsetInner;
+use crate::pool::{default_props, Shared, MOS_OBJSET_TABLE};
 use crate::{ObjectSet, ObjsetId, Txg};
 
 /// Claims every object set's log (import, before the sync thread runs and
@@ -50,7 +51,11 @@ pub(crate) fn claim_all(s: &Arc<Shared>) {
         if phys.log.is_empty() || phys.log.owner != id {
             continue;
         }
-        claim_one(s, ObjsetId(id), &phys.log, synced);
+        // Loaded now, so every sync from here on writes its header (the
+        // claim txg above all) even if nobody opens it.
+        let log = phys.log;
+        s.objsets.lock().entry(ObjsetId(id)).or_insert_with(|| ObjsetInner::new(ObjsetId(id), phys, default_props(), bp));
+        claim_one(s, ObjsetId(id), &log, synced);
     }
 }
 

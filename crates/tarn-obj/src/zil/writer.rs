@@ -21,6 +21,9 @@ pub(crate) fn commit(s: &Arc<Shared>, id: ObjsetId, seq: u64) -> Result<()> {
     let Some(log) = s.logs.get(id) else { return Ok(()) };
     log.commits.fetch_add(1, Ordering::Relaxed);
     let mut st = log.st.lock();
+    if st.phase == LogPhase::Claimed {
+        return Err(ObjError::Invalid(format!("the intent log of object set {} awaits replay", id.0)));
+    }
     if seq >= st.next_rec_seq {
         return Err(ObjError::Invalid(format!("log sequence {seq} was never appended")));
     }
