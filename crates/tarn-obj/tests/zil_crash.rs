@@ -88,7 +88,7 @@ fn run_workload(pool: &Arc<ObjPool>, osids: Vec<ObjsetId>, rec: &Arc<CrashRecord
             let (sets, appended, acked) = (&sets, &appended, &acked);
             let pool = pool.clone();
             sc.spawn(move || {
-                let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ (t as u64 + 1) * 0x9e37_79b9);
+                let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ ((t as u64 + 1) * 0x9e37_79b9));
                 for c in 0..per_thread as u32 {
                     let k = rng.gen_range(0..OBJSETS);
                     let os = &sets[k];

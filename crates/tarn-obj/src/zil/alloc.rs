@@ -70,10 +70,13 @@ pub(crate) fn extents(bp: &BlockPtr) -> Vec<Extent> {
     bp.dvas().iter().map(|d| Extent { vdev: d.vdev, offset: d.offset, len: d.asize as u64 }).collect()
 }
 
+/// A held-back allocation record: the txg its block was allocated under.
+type Withheld = (Txg, Extent);
+
 /// Hands the held-back allocation records that `pick` selects to the
 /// allocator (syncing context: they go into the txg being synced).
 pub(crate) fn release_withheld(s: &Shared, st: &mut LogState, pick: &dyn Fn(Txg, &Extent) -> bool) {
-    let (now, keep): (Vec<(Txg, Extent)>, Vec<(Txg, Extent)>) = std::mem::take(&mut st.withheld).into_iter().partition(|(t, e)| pick(*t, e));
+    let (now, keep): (Vec<Withheld>, Vec<Withheld>) = std::mem::take(&mut st.withheld).into_iter().partition(|(t, e)| pick(*t, e));
     st.withheld = keep;
     if now.is_empty() {
         return;
