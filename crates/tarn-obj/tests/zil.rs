@@ -318,3 +318,61 @@ fn log_decoders_never_panic_on_garbage() {
     }
     assert!(tarn_obj::zil::format::verifies(&good, 9, 3));
 }
+
+#[test]
+fn file_vdevs_concurrent_commits_crash_and_replay() {
+    use tarn_dev::FileDevice;
+    let dir = tempfile::tempdir().unwrap();
+    let paths: Vec<std::path::PathBuf> = (0..3).map(|i| dir.path().join(format!("f{i}"))).collect();
+    let devs: Vec<Arc<dyn Device>> = paths.iter().map(|p| FileDevice::open(p, Some(64 << 20)).unwrap() as Arc<dyn Device>).collect();
+    let pool = create(&devs, TopKind::Raidz { parity: 1 });
+    quiet(&pool);
+    let sets: Vec<(ObjsetId, Arc<ObjectSet>)> = (0..2).map(|_| new_objset(&pool)).map(|(id, os)| (id, Arc::new(os))).collect();
+    // (object set index, seq, txg, payload) of every committed record.
+    let committed = parking_lot::Mutex::new(Vec::new());
+    let started = std::time::Instant::now();
+    std::thread::scope(|sc| {
+        for t in 0..4u32 {
+            let (sets, committed, pool) = (&sets, &committed, pool.clone());
+            sc.spawn(move || {
+                for i in 0..50u32 {
+                    let k = ((t + i) % 2) as usize;
+                    let p = (t * 1000 + i).to_le_bytes();
+                    let tx = pool.begin();
+                    let seq = sets[k].1.log_append(&tx, REC, &p).unwrap();
+                    let txg = tx.txg();
+                    drop(tx);
+                    sets[k].1.log_commit(seq).unwrap();
+                    committed.lock().push((k, seq, txg, u32::from_le_bytes(p)));
+                }
+            });
+        }
+    });
+    let elapsed = started.elapsed();
+    for (k, (_, os)) in sets.iter().enumerate() {
+        let st = os.log_stats();
+        eprintln!("object set {k}: {} commits, {} log writes, {} blocks (file vdevs, raidz1 of 3; 200 commits in {elapsed:?} in all)", st.commits, st.writes, st.blocks_written);
+    }
+    let ids: Vec<ObjsetId> = sets.iter().map(|(id, _)| *id).collect();
+    drop(sets);
+    drop(pool);
+    drop(devs);
+    let devs: Vec<Arc<dyn Device>> = paths.iter().map(|p| FileDevice::open(p, None).unwrap() as Arc<dyn Device>).collect();
+    let pool = import(devs, false).unwrap();
+    let synced = pool.last_synced_txg();
+    let mut committed = committed.into_inner();
+    committed.sort();
+    for (k, id) in ids.iter().enumerate() {
+        let os = pool.open_objset(*id).unwrap();
+        let mut got = Vec::new();
+        os.log_replay(&mut |_, r| {
+            got.push((r.seq, u32::from_le_bytes(r.payload[..4].try_into().unwrap())));
+            Ok(())
+        })
+        .unwrap();
+        let want: Vec<(u64, u32)> = committed.iter().filter(|c| c.0 == k && c.2 > synced).map(|c| (c.1, c.3)).collect();
+        assert_eq!(got, want, "object set {k}: replayed = committed records of unsynced txgs, in order");
+    }
+    let r = pool.check();
+    assert!(r.ok(), "{r:?}");
+}
