@@ -14,6 +14,9 @@ use super::{hold, new_chain_id, wait_synced, LiveBlock, LogPhase, LogState, Objs
 use crate::pool::Shared;
 use crate::{ObjError, ObjsetId, Result, Txg};
 
+/// A log writer with nothing to do for this long exits.
+const WRITER_IDLE_EXIT: Duration = Duration::from_secs(5);
+
 /// Copies of each log block (the vdev's own redundancy protects it).
 const LOG_COPIES: u8 = 1;
 
@@ -60,9 +63,13 @@ fn writer_thread(weak: Weak<Shared>, log: Arc<ObjsetLog>) {
     loop {
         let batch = {
             let mut st = log.st.lock();
+            let idle_since = std::time::Instant::now();
             loop {
                 let alive = weak.upgrade().is_some_and(|s| !s.shutdown.load(Ordering::Relaxed));
-                if !alive || log.stop.load(Ordering::Relaxed) {
+                // An idle writer goes away (`commit` starts another): a pool
+                // with many object sets keeps threads only for busy logs.
+                let idle = idle_since.elapsed() > WRITER_IDLE_EXIT;
+                if !alive || idle || log.stop.load(Ordering::Relaxed) {
                     st.writer_running = false;
                     log.cv.notify_all();
                     return;
