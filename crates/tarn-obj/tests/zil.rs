@@ -357,7 +357,17 @@ fn file_vdevs_concurrent_commits_crash_and_replay() {
     drop(sets);
     drop(pool);
     drop(devs);
-    let devs: Vec<Arc<dyn Device>> = paths.iter().map(|p| FileDevice::open(p, None).unwrap() as Arc<dyn Device>).collect();
+    // The pool's threads let go of the files as they notice the drop.
+    let reopen = |p: &std::path::Path| {
+        for _ in 0..100 {
+            match FileDevice::open(p, None) {
+                Ok(d) => return d as Arc<dyn Device>,
+                Err(_) => std::thread::sleep(std::time::Duration::from_millis(50)),
+            }
+        }
+        panic!("{} still in use 5 s after the pool was dropped", p.display());
+    };
+    let devs: Vec<Arc<dyn Device>> = paths.iter().map(|p| reopen(p)).collect();
     let pool = import(devs, false).unwrap();
     let synced = pool.last_synced_txg();
     let mut committed = committed.into_inner();

@@ -65,11 +65,17 @@ fn writer_thread(weak: Weak<Shared>, log: Arc<ObjsetLog>) {
             let mut st = log.st.lock();
             let idle_since = std::time::Instant::now();
             loop {
-                let alive = weak.upgrade().is_some_and(|s| !s.shutdown.load(Ordering::Relaxed));
-                // An idle writer goes away (`commit` starts another): a pool
-                // with many object sets keeps threads only for busy logs.
+                // `stop` first: once the pool is being dropped, this thread
+                // must not take a reference that would outlive the drop (and
+                // keep the devices open after it returned).
+                // An idle writer goes away too (`commit` starts another): a
+                // pool with many object sets keeps threads only for busy logs.
                 let idle = idle_since.elapsed() > WRITER_IDLE_EXIT;
-                if !alive || idle || log.stop.load(Ordering::Relaxed) {
+                let gone = log.stop.load(Ordering::Relaxed)
+                    || idle
+                    || weak.strong_count() == 0
+                    || weak.upgrade().is_none_or(|s| s.shutdown.load(Ordering::Relaxed));
+                if gone {
                     st.writer_running = false;
                     log.cv.notify_all();
                     return;
@@ -91,6 +97,9 @@ fn writer_thread(weak: Weak<Shared>, log: Arc<ObjsetLog>) {
             eprintln!("tarn: intent log of object set {}: {e}; falling back to a txg sync", log.id.0);
             crate::pool::sync_and_wait(&s).map(|_| ())
         });
+        // Let go of the pool before waking committers: the last of them may
+        // drop it at once, and the devices must close then, not later here.
+        drop(s);
         let mut st = log.st.lock();
         st.writing = false;
         match result {
