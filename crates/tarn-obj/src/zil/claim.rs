@@ -65,7 +65,7 @@ pub(crate) fn read_log_block(s: &Shared, bp: &BlockPtr, chain: u64, seq: u64) ->
     for d in bp.dvas() {
         let Some(top) = tops.get(d.vdev as usize) else { continue };
         let verify = |b: &[u8]| format::verifies(b, chain, seq);
-        if let Ok(out) = top.read(d.offset, bp.psize as u64, bp.birth, &verify) {
+        if let Ok(out) = top.read_speculative(d.offset, bp.psize as u64, bp.birth, &verify) {
             return format::decode_block(&out.data).ok();
         }
     }

@@ -70,7 +70,8 @@ fn writer_thread(weak: Weak<Shared>, log: Arc<ObjsetLog>) {
                 // keep the devices open after it returned).
                 // An idle writer goes away too (`commit` starts another): a
                 // pool with many object sets keeps threads only for busy logs.
-                let idle = idle_since.elapsed() > WRITER_IDLE_EXIT;
+                let work = st.want_seq > st.durable_seq && !st.pending.is_empty() && !st.writing;
+                let idle = !work && idle_since.elapsed() > WRITER_IDLE_EXIT;
                 let gone = log.stop.load(Ordering::Relaxed)
                     || idle
                     || weak.strong_count() == 0
@@ -80,7 +81,7 @@ fn writer_thread(weak: Weak<Shared>, log: Arc<ObjsetLog>) {
                     log.cv.notify_all();
                     return;
                 }
-                if st.want_seq > st.durable_seq && !st.pending.is_empty() && !st.writing {
+                if work {
                     break;
                 }
                 log.cv.wait_for(&mut st, Duration::from_millis(100));
@@ -88,7 +89,13 @@ fn writer_thread(weak: Weak<Shared>, log: Arc<ObjsetLog>) {
             st.writing = true;
             std::mem::take(&mut st.pending)
         };
-        let Some(s) = weak.upgrade() else { return };
+        let Some(s) = weak.upgrade() else {
+            let mut st = log.st.lock();
+            st.writing = false;
+            st.writer_running = false;
+            log.cv.notify_all();
+            return;
+        };
         let upto = batch.last().map_or(0, |r| r.seq);
         let result = write_batch(&s, &log, &batch).or_else(|e| {
             // The log could not take it: make the records durable the slow
