@@ -185,6 +185,11 @@ pub(crate) fn check(s: &Shared) -> CheckReport {
             w.report.damaged.push(format!("space map block: {e}"));
         }
     }
+    // Intent log blocks (live chains, blocks allocated ahead, claimed
+    // chains waiting for replay, blocks waiting to be freed).
+    for bp in crate::zil::blocks_in_use(s) {
+        w.note(&bp);
+    }
     // Compare referenced extents with the allocator's view.
     let a = s.io.alloc.lock();
     let mut allocated: BTreeMap<(u32, u64), u64> = BTreeMap::new();

@@ -21,7 +21,9 @@
 //! version u32, kind u32 (0 MOS, 1 dataset), the meta-dnode (512 bytes)
 //! whose data blocks (16 KiB) are arrays of 32 DnodePhys, then next_object,
 //! used_bytes, logical_bytes, object_count, next_objset, prev_snap_txg,
-//! deadlist, data_logical, data_bytes (u64 each), zero pad.
+//! deadlist, data_logical, data_bytes (u64 each), then at byte 600 the
+//! intent log header (168 bytes, `zil/format.rs`; zeros in object sets
+//! written before it existed: no log), zero pad.
 //!
 //! Uberblock payload: version u32, 4 reserved, MOS root block pointer (128),
 //! space map log head block pointer (128), space map chain records u64.
@@ -169,6 +171,9 @@ pub struct ObjsetPhys {
     /// `data_logical / data_bytes`. (Object sets written before these two
     /// fields existed read them as 0 and count from their next writes.)
     pub data_bytes: u64,
+    /// The intent log's header (zil/format.rs), rewritten by every sync of
+    /// an object set that has a log.
+    pub log: crate::zil::LogHeader,
 }
 
 impl ObjsetPhys {
@@ -189,6 +194,7 @@ impl ObjsetPhys {
             deadlist: 0,
             data_logical: 0,
             data_bytes: 0,
+            log: crate::zil::LogHeader::default(),
         }
     }
 
@@ -213,6 +219,8 @@ impl ObjsetPhys {
         for (i, v) in words.iter().enumerate() {
             b[o + i * 8..o + i * 8 + 8].copy_from_slice(&v.to_le_bytes());
         }
+        let l = crate::zil::format::LOG_HEADER_OFFSET;
+        self.log.encode(&mut b[l..l + crate::zil::format::LOG_HEADER_SIZE]);
         b
     }
 
@@ -239,6 +247,7 @@ impl ObjsetPhys {
             deadlist: u(6),
             data_logical: u(7),
             data_bytes: u(8),
+            log: crate::zil::LogHeader::decode(&b[crate::zil::format::LOG_HEADER_OFFSET..])?,
         })
     }
 }

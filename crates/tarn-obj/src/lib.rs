@@ -108,6 +108,7 @@ mod tree;
 mod vdev_space;
 pub mod trim;
 mod vdevs;
+pub mod zil;
 
 pub use dnode_prefetch::DNODE_PREFETCH_BLOCKS_MAX;
 pub use objset::ObjectSet;

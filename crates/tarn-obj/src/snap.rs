@@ -221,6 +221,9 @@ pub(crate) fn apply(s: &Arc<Shared>, stx: &SyncTx, ops: Vec<SnapOp>, synced: &mu
                 let mut phys = snap_phys;
                 phys.prev_snap_txg = snap_txg;
                 phys.deadlist = head_phys.deadlist;
+                // The log described changes the rollback discards.
+                crate::zil::destroy_objset_log(s, stx, head);
+                phys.log = crate::zil::LogHeader::default();
                 // Drop the open state's pending changes to this head: they
                 // were synced into the tree being discarded.
                 synced.retain(|r| r.inner.id != head);
@@ -235,6 +238,8 @@ pub(crate) fn apply(s: &Arc<Shared>, stx: &SyncTx, ops: Vec<SnapOp>, synced: &mu
                 let mut phys = snap_phys;
                 phys.prev_snap_txg = snap_txg;
                 phys.deadlist = new_deadlist;
+                // The origin's log header is not the clone's.
+                phys.log = crate::zil::LogHeader::default();
                 rewrite_root(s, stx, clone, phys, None, synced)?;
             }
         }

@@ -333,6 +333,32 @@ impl TopVdev {
         }
     }
 
+    /// As `read`, for a block that may never have been written (the next
+    /// block of an intent log chain): a copy that does not verify is not a
+    /// checksum error and is not rewritten. (A raidz block rebuilt from
+    /// parity still counts the columns it had to rebuild: it verified, so
+    /// they were really bad.)
+    pub fn read_speculative(&self, offset: u64, psize: u64, birth: u64, verify: Verify) -> Result<ReadOutcome> {
+        self.check_io(offset, psize)?;
+        let _start = IoStart::begin();
+        match self.config.kind {
+            TopKind::Disk | TopKind::Mirror => {
+                let (holders, stale) = self.mirror_order(birth);
+                let mut read_bytes = 0;
+                for leaf in holders.iter().chain(stale.iter()) {
+                    if let Ok(data) = leaf.read_vec(psize as usize, offset) {
+                        read_bytes += psize;
+                        if verify(&data) {
+                            return Ok(ReadOutcome { data, repaired_bytes: 0, read_bytes });
+                        }
+                    }
+                }
+                Err(VdevError::Unrecoverable { offset, psize })
+            }
+            TopKind::Raidz { .. } => self.raidz_read(offset, psize, birth, verify),
+        }
+    }
+
     /// Whether some leaf in service lacks blocks born in `birth` (so a
     /// resilver must visit them).
     pub fn needs_resilver(&self, birth: u64) -> bool {

@@ -99,6 +99,10 @@ impl ObjPool {
                     let shared = Self::shared(io, config, spares, mos, open, root, opts.readonly);
                     shared.synced_txg.store(ub.txg, Ordering::Relaxed);
                     crate::checkpoint::load(&shared)?;
+                    // Before anything allocates: the logs' blocks.
+                    if !opts.readonly {
+                        crate::zil::claim_all(&shared);
+                    }
                     let devices = crate::vdevs::uberblock_devices(&shared);
                     // A rewind to the checkpoint lands on a fresh txg above
                     // every txg seen, durable before the labels change and

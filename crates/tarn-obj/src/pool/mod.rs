@@ -116,6 +116,8 @@ pub(crate) struct Shared {
     pub ckpt: crate::checkpoint::State,
     /// Manual trim and autotrim (see trim.rs).
     pub trim: crate::trim::Trimmer,
+    /// The object sets' intent logs (zil/).
+    pub logs: crate::zil::PoolLogs,
 }
 
 #[derive(Default)]
@@ -251,6 +253,7 @@ impl ObjPool {
             reader_gate: RwLock::new(()),
             ckpt: crate::checkpoint::State::default(),
             trim: crate::trim::Trimmer::default(),
+            logs: Default::default(),
         })
     }
 
@@ -367,6 +370,7 @@ impl ObjPool {
         crate::scan::stop(&self.shared);
         crate::trim::stop(&self.shared);
         self.shared.prefetch_queue.lock().take();
+        crate::zil::stop(&self.shared);
         self.shared.shutdown.store(true, Ordering::Relaxed);
         self.shared.cv_sync.notify_all();
         if let Some(t) = self.thread.lock().take() {

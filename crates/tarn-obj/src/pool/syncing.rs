@@ -59,6 +59,7 @@ pub(super) fn sync_txg(s: &Arc<Shared>, stx: &SyncTx) -> Result<Txg> {
     let mos_handle = ObjectSet { shared: s.clone(), inner: s.mos.clone() };
     for (id, inner) in &destroyed {
         let phys = inner.committed.lock().clone();
+        crate::zil::destroy_objset_log(s, stx, *id);
         if phys.prev_snap_txg == 0 {
             free_objset_tree(&mut ctx, &phys)?;
         } else {
@@ -390,6 +391,9 @@ fn sync_objset(s: &Arc<Shared>, stx: &SyncTx, inner: &Arc<ObjsetInner>) -> Resul
     // The root's own size is known only after writing it: account a fixed
     // estimate first, then correct the stored value is impossible without a
     // rewrite, so the root block is not counted in used_bytes.
+    if !is_mos {
+        crate::zil::sync_objset_log(s, stx, inner.id, &mut committed.log);
+    }
     let root_data = committed.encode();
     let root_bp = s.io.write(&root_data, spec, txg).map_err(block_err)?;
     Ok(ObjsetSync { inner: inner.clone(), items, new_phys: committed, root_bp })

@@ -1,0 +1,96 @@
+//! Log block space: allocated when a block is written, outside syncing
+//! context, with the space map records held back until the sync of the
+//! txg the writer held (see mod.rs).
+
+use tarn_block::bp::checksum_code;
+use tarn_block::{BlockPtr, ChecksumKind, Dva, Extent};
+
+use super::format::OT_LOG_BLOCK;
+use super::LogState;
+use crate::pool::Shared;
+use crate::{ObjError, Result, Txg};
+
+/// Where log blocks go. Pools have only normal vdevs today; a `log` class
+/// (SLOG) will be one more arm here, falling back to normal when the pool
+/// has no usable log vdev.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum VdevClass {
+    #[default]
+    Normal,
+    Log,
+}
+
+/// Allocates a log block of `psize` bytes (`copies` copies on distinct
+/// top-level vdevs where possible) born in `txg`, whose allocation records
+/// go to `st.withheld` instead of the txg being synced. No gang blocks: a
+/// log block that does not fit whole is `NoSpace` (the caller falls back
+/// to a txg sync).
+pub(crate) fn alloc_block(s: &Shared, st: &mut LogState, psize: u64, copies: u8, class: VdevClass, txg: Txg) -> Result<BlockPtr> {
+    let _ = class; // no log vdevs yet: every class is served by the normal vdevs
+    let tops = s.io.tops();
+    let mut a = s.io.alloc.lock();
+    let n = copies.clamp(1, tarn_block::bp::MAX_COPIES as u8) as usize;
+    let mut got: Vec<Extent> = Vec::new();
+    while got.len() < n {
+        let avoid: Vec<u32> = got.iter().map(|e| e.vdev).collect();
+        let size_of = |v: usize| tops.get(v).map_or(u64::MAX, |t| t.alloc_size(psize));
+        let sector_of = |v: usize| tops.get(v).map_or(512, |t| t.sector());
+        let Some(e) = a.alloc(&size_of, &sector_of, &avoid, true) else { break };
+        // Hold the record back (see the module doc).
+        let i = a.records.iter().rposition(|r| r.extent == e).expect("allocation recorded");
+        a.records.remove(i);
+        got.push(e);
+    }
+    if got.len() < n || got.iter().any(|e| e.len > u32::MAX as u64) {
+        for e in got {
+            if let Some(v) = a.vdevs.get_mut(e.vdev as usize) {
+                v.add_free(e.offset, e.len);
+            }
+        }
+        return Err(ObjError::NoSpace);
+    }
+    drop(a);
+    let mut bp = BlockPtr::HOLE;
+    for (i, e) in got.iter().enumerate() {
+        bp.dva[i] = Dva { vdev: e.vdev, asize: e.len as u32, offset: e.offset };
+        st.withheld.push((txg, *e));
+    }
+    bp.ndva = got.len() as u8;
+    bp.lsize = psize as u32;
+    bp.psize = psize as u32;
+    bp.birth = txg;
+    bp.fill = 1;
+    bp.checksum_kind = checksum_code(ChecksumKind::Blake3);
+    bp.otype = OT_LOG_BLOCK;
+    Ok(bp)
+}
+
+/// The extents of a log block (never a gang block).
+pub(crate) fn extents(bp: &BlockPtr) -> Vec<Extent> {
+    bp.dvas().iter().map(|d| Extent { vdev: d.vdev, offset: d.offset, len: d.asize as u64 }).collect()
+}
+
+/// A held-back allocation record: the txg its block was allocated under.
+type Withheld = (Txg, Extent);
+
+/// Hands the held-back allocation records that `pick` selects to the
+/// allocator (syncing context: they go into the txg being synced).
+pub(crate) fn release_withheld(s: &Shared, st: &mut LogState, pick: &dyn Fn(Txg, &Extent) -> bool) {
+    let (now, keep): (Vec<Withheld>, Vec<Withheld>) = std::mem::take(&mut st.withheld).into_iter().partition(|(t, e)| pick(*t, e));
+    st.withheld = keep;
+    if now.is_empty() {
+        return;
+    }
+    let mut a = s.io.alloc.lock();
+    for (_, e) in now {
+        a.records.push(tarn_block::alloc::Record { kind: tarn_block::alloc::RecordKind::Alloc, extent: e });
+    }
+}
+
+/// Frees a log block in txg `txg` (syncing context), handing its held-back
+/// allocation record over first if it still has one.
+pub(crate) fn free_block(s: &Shared, st: &mut LogState, bp: &BlockPtr, txg: Txg) {
+    let mine = extents(bp);
+    release_withheld(s, st, &|_, e| mine.contains(e));
+    s.io.free(bp, txg);
+}

@@ -1,0 +1,176 @@
+//! Import: walk every object set's log chain and claim its blocks before
+//! anything else allocates.
+//!
+//! A block of the chain born at or before the synced txg is already in the
+//! space maps (the sync of the txg it was allocated under recorded it);
+//! one born later is not, and is claimed: taken out of the free tree, its
+//! allocation recorded for the next sync. The walk ends at the first block
+//! that does not verify (never written, torn, damaged, or stale from
+//! another chain or lap): records after it are discarded, as in ZFS, and
+//! the import goes on. That block (the *terminal*) was allocated by the
+//! log too; it is kept (claimed if free) as the first block of the chain
+//! that follows.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use tarn_block::alloc::{Record, RecordKind};
+use tarn_block::BlockPtr;
+
+use super::alloc::extents;
+use super::format::{self, LogHeader, LogRecord};
+use super::{new_chain_id, Claimed, LogPhase};
+use crate::format::ObjsetPhys;
+use crate::objset::ObjsetInner;
+use crate::pool::{default_props, Shared, MOS_OBJSET_TABLE};
+use crate::{ObjectSet, ObjsetId, Txg};
+
+/// Claims every object set's log (import, before the sync thread runs and
+/// before anything allocates). Problems end a chain, never the import.
+pub(crate) fn claim_all(s: &Arc<Shared>) {
+    let synced = s.synced_txg.load(Ordering::Acquire);
+    let mos = ObjectSet { shared: s.clone(), inner: s.mos.clone() };
+    let last = s.next_objset.load(Ordering::Relaxed);
+    for id in 1..last {
+        let mut raw = [0u8; tarn_block::BP_SIZE];
+        if mos.read(MOS_OBJSET_TABLE, id * tarn_block::BP_SIZE as u64, &mut raw).is_err() {
+            continue;
+        }
+        let Ok(bp) = BlockPtr::decode(&raw) else { continue };
+        if bp.is_hole() {
+            continue;
+        }
+        let phys = match s.io.read(&bp).map_err(|e| e.to_string()).and_then(|d| ObjsetPhys::decode(&d).map_err(|e| e.to_string())) {
+            Ok(p) => p,
+            Err(e) => {
+                eprintln!("tarn: object set {id}: cannot read its root to claim its intent log: {e}");
+                continue;
+            }
+        };
+        // A snapshot or clone carries its origin's header: not its log.
+        if phys.log.is_empty() || phys.log.owner != id {
+            continue;
+        }
+        // Loaded now, so every sync from here on writes its header (the
+        // claim txg above all) even if nobody opens it.
+        let log = phys.log;
+        s.objsets.lock().entry(ObjsetId(id)).or_insert_with(|| ObjsetInner::new(ObjsetId(id), phys, default_props(), bp));
+        claim_one(s, ObjsetId(id), &log, synced);
+    }
+}
+
+/// Reads block `seq` of chain `chain` at `bp`: the first copy that verifies.
+pub(crate) fn read_log_block(s: &Shared, bp: &BlockPtr, chain: u64, seq: u64) -> Option<format::LogBlock> {
+    let tops = s.io.tops();
+    for d in bp.dvas() {
+        let Some(top) = tops.get(d.vdev as usize) else { continue };
+        let verify = |b: &[u8]| format::verifies(b, chain, seq);
+        if let Ok(out) = top.read_speculative(d.offset, bp.psize as u64, bp.birth, &verify) {
+            return format::decode_block(&out.data).ok();
+        }
+    }
+    None
+}
+
+/// Takes the extents of `bp` that are free out of the free tree, recording
+/// the allocation for the next sync. Returns how many were free, or None
+/// if the pointer does not fit the pool (then nothing is taken).
+fn claim_block(s: &Shared, bp: &BlockPtr) -> Option<usize> {
+    let tops = s.io.tops();
+    let mut a = s.io.alloc.lock();
+    for d in bp.dvas() {
+        let top = tops.get(d.vdev as usize)?;
+        let fits = d.offset.checked_add(d.asize as u64).is_some_and(|end| end <= top.asize());
+        if !fits || top.alloc_size(bp.psize as u64) != d.asize as u64 || a.vdevs.get(d.vdev as usize).is_none() {
+            return None;
+        }
+    }
+    let mut n = 0;
+    for e in extents(bp) {
+        if a.vdevs[e.vdev as usize].remove_free(e.offset, e.len) {
+            a.records.push(Record { kind: RecordKind::Alloc, extent: e });
+            n += 1;
+        }
+    }
+    Some(n)
+}
+
+fn claim_one(s: &Arc<Shared>, id: ObjsetId, header: &LogHeader, synced: Txg) {
+    let mut blocks: Vec<BlockPtr> = Vec::new();
+    let mut records: Vec<LogRecord> = Vec::new();
+    let mut bp = header.head;
+    let mut seq = header.head_seq;
+    let mut last_rec_seq = 0u64;
+    let mut seen: Vec<BlockPtr> = Vec::new();
+    let mut terminal = BlockPtr::HOLE;
+    loop {
+        if bp.is_hole() || seen.iter().any(|b| b.dva[0] == bp.dva[0]) {
+            break;
+        }
+        let Some(block) = read_log_block(s, &bp, header.chain, seq) else {
+            terminal = bp;
+            break;
+        };
+        // Sequence numbers strictly increase along the chain; a block that
+        // breaks that is not part of it.
+        let in_order = block.records.iter().all(|r| {
+            let ok = r.seq > last_rec_seq;
+            last_rec_seq = r.seq;
+            ok
+        });
+        if !in_order {
+            eprintln!("tarn: object set {}: intent log block {seq} out of sequence: chain ends there", id.0);
+            break;
+        }
+        match claim_block(s, &bp) {
+            Some(n) => {
+                if n > 0 && bp.birth <= synced {
+                    eprintln!("tarn: object set {}: intent log block {seq} (txg {}) was not allocated; claimed", id.0, bp.birth);
+                }
+            }
+            None => {
+                eprintln!("tarn: object set {}: intent log block {seq} does not fit the pool: chain ends there", id.0);
+                break;
+            }
+        }
+        seen.push(bp);
+        blocks.push(bp);
+        records.extend(block.records);
+        bp = block.next;
+        seq += 1;
+    }
+    // The terminal becomes the first block of the next chain.
+    if !terminal.is_hole() && claim_block(s, &terminal).is_none() {
+        terminal = BlockPtr::HOLE;
+    }
+    let log = s.logs.get_or_create(id);
+    let mut st = log.st.lock();
+    st.ahead = terminal;
+    st.next_rec_seq = last_rec_seq + 1;
+    let open = s.open_txg.load(Ordering::Acquire);
+    if blocks.is_empty() {
+        // Nothing to replay: a new chain (new identity: a stale block of the
+        // old one at a reused address must never verify) from the terminal.
+        if terminal.is_hole() {
+            st.phase = LogPhase::Closed;
+            st.chain = 0;
+        } else {
+            st.phase = LogPhase::Open;
+            st.chain = new_chain_id();
+            st.ahead_seq = 1;
+            st.header_txg = open;
+        }
+    } else {
+        let mut h = *header;
+        if h.claim_txg == 0 {
+            h.claim_txg = synced;
+        }
+        st.phase = LogPhase::Claimed;
+        st.chain = h.chain;
+        st.ahead_seq = seq;
+        st.claimed = Some(Claimed { header: h, blocks, records });
+    }
+    drop(st);
+    // The next sync writes the header (claim txg, or the new chain).
+    s.note_dirty_objset(open, id);
+}

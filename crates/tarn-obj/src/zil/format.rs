@@ -1,0 +1,238 @@
+//! Byte layouts of the intent log (docs/on-disk-format.md, "Intent log").
+//! Everything little-endian; decoders return `Err(Corrupt)`, never panic.
+//!
+//! Log header (inside ObjsetPhys at byte 600, 168 bytes; zero = no log):
+//! | off | size | field |
+//! |----:|-----:|-------|
+//! | 0   | 128 | head: first block of the chain (possibly not written yet) |
+//! | 128 | 8   | head_seq: block sequence number the head must carry |
+//! | 136 | 8   | chain: chain identity (0 = no log) |
+//! | 144 | 8   | owner: id of the object set whose log it is (a snapshot or clone carries its origin's header: not theirs) |
+//! | 152 | 8   | claim_txg: 0, or the synced txg at the import that claimed the chain |
+//! | 160 | 8   | replay_seq: records with seq <= this have been replayed |
+//!
+//! Log block (psize bytes, a multiple of the sector):
+//! | off | size | field |
+//! |----:|-----:|-------|
+//! | 0   | 8   | magic `b"TARNLOG1"` |
+//! | 8   | 8   | chain identity |
+//! | 16  | 8   | block sequence number |
+//! | 24  | 4   | bytes of records from offset 64 |
+//! | 28  | 4   | number of records |
+//! | 32  | 32  | reserved, zero |
+//! | 64  | ... | records, each 8-aligned |
+//! | psize-160 | 128 | next: the block allocated to follow this one |
+//! | psize-32  | 32  | blake3 of bytes `[0, psize-32)` |
+//!
+//! Record: type u32 (non-zero), payload length u32, txg u64, seq u64,
+//! payload, zero padding to 8 bytes.
+
+use tarn_block::{BlockPtr, ChecksumKind, BP_SIZE};
+
+use crate::{ObjError, Result, Txg};
+
+pub const LOG_HEADER_OFFSET: usize = 600;
+pub const LOG_HEADER_SIZE: usize = 168;
+pub const LOG_MAGIC: &[u8; 8] = b"TARNLOG1";
+pub const BLOCK_HEAD: usize = 64;
+pub const BLOCK_TAIL: usize = BP_SIZE + 32;
+pub const RECORD_HEAD: usize = 24;
+/// Smallest and largest log blocks.
+pub const LOG_BLOCK_MIN: usize = 4096;
+pub const LOG_BLOCK_MAX: usize = 128 * 1024;
+/// The largest payload one record may carry (it must fit a block alone).
+pub const RECORD_PAYLOAD_MAX: usize = LOG_BLOCK_MAX - BLOCK_HEAD - BLOCK_TAIL - RECORD_HEAD;
+/// Object type stamped into log block pointers.
+pub const OT_LOG_BLOCK: u8 = 6;
+
+/// The log header an object set carries in its phys (written by every
+/// txg sync of that object set).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct LogHeader {
+    pub head: BlockPtr,
+    pub head_seq: u64,
+    pub chain: u64,
+    pub owner: u64,
+    pub claim_txg: Txg,
+    pub replay_seq: u64,
+}
+
+impl LogHeader {
+    pub fn is_empty(&self) -> bool {
+        self.chain == 0
+    }
+
+    pub fn encode(&self, out: &mut [u8]) {
+        out[..LOG_HEADER_SIZE].fill(0);
+        if self.is_empty() {
+            return;
+        }
+        out[0..128].copy_from_slice(&self.head.encode());
+        for (i, v) in [self.head_seq, self.chain, self.owner, self.claim_txg, self.replay_seq].iter().enumerate() {
+            out[128 + i * 8..136 + i * 8].copy_from_slice(&v.to_le_bytes());
+        }
+    }
+
+    /// An object set written before the log existed has zeros here: no log.
+    pub fn decode(b: &[u8]) -> Result<LogHeader> {
+        let b = b.get(..LOG_HEADER_SIZE).ok_or_else(|| ObjError::Corrupt("short log header".into()))?;
+        let u = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or([0; 8]));
+        let h = LogHeader {
+            head: BlockPtr::decode(&b[0..128]).map_err(|e| ObjError::Corrupt(format!("log header: {e}")))?,
+            head_seq: u(128),
+            chain: u(136),
+            owner: u(144),
+            claim_txg: u(152),
+            replay_seq: u(160),
+        };
+        if h.chain == 0 && b.iter().any(|&x| x != 0) {
+            return Err(ObjError::Corrupt("log header without a chain identity".into()));
+        }
+        if h.chain != 0 && h.head.is_hole() {
+            return Err(ObjError::Corrupt("log header with a chain but no head block".into()));
+        }
+        Ok(h)
+    }
+}
+
+/// One record: opaque payload for the layer above.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogRecord {
+    pub rtype: u32,
+    pub txg: Txg,
+    pub seq: u64,
+    pub payload: Vec<u8>,
+}
+
+impl LogRecord {
+    /// Bytes the record takes in a block.
+    pub fn framed_len(&self) -> usize {
+        RECORD_HEAD + self.payload.len().div_ceil(8) * 8
+    }
+
+    fn encode_into(&self, out: &mut [u8]) {
+        out[0..4].copy_from_slice(&self.rtype.to_le_bytes());
+        out[4..8].copy_from_slice(&(self.payload.len() as u32).to_le_bytes());
+        out[8..16].copy_from_slice(&self.txg.to_le_bytes());
+        out[16..24].copy_from_slice(&self.seq.to_le_bytes());
+        out[24..24 + self.payload.len()].copy_from_slice(&self.payload);
+    }
+}
+
+/// A decoded, verified log block.
+#[derive(Clone, Debug)]
+pub struct LogBlock {
+    pub chain: u64,
+    pub seq: u64,
+    pub records: Vec<LogRecord>,
+    pub next: BlockPtr,
+}
+
+/// Record bytes a block of `psize` bytes holds.
+pub fn capacity(psize: usize) -> usize {
+    psize.saturating_sub(BLOCK_HEAD + BLOCK_TAIL)
+}
+
+/// Encodes a block of exactly `psize` bytes. The records must fit
+/// (`capacity`): a bug otherwise.
+pub fn encode_block(psize: usize, chain: u64, seq: u64, records: &[LogRecord], next: &BlockPtr) -> Vec<u8> {
+    let used: usize = records.iter().map(LogRecord::framed_len).sum();
+    assert!(used <= capacity(psize), "log block of {psize} bytes cannot hold {used} bytes of records");
+    let mut b = vec![0u8; psize];
+    b[0..8].copy_from_slice(LOG_MAGIC);
+    b[8..16].copy_from_slice(&chain.to_le_bytes());
+    b[16..24].copy_from_slice(&seq.to_le_bytes());
+    b[24..28].copy_from_slice(&(used as u32).to_le_bytes());
+    b[28..32].copy_from_slice(&(records.len() as u32).to_le_bytes());
+    let mut o = BLOCK_HEAD;
+    for r in records {
+        r.encode_into(&mut b[o..]);
+        o += r.framed_len();
+    }
+    b[psize - BLOCK_TAIL..psize - 32].copy_from_slice(&next.encode());
+    let sum = tarn_block::checksum::compute(ChecksumKind::Blake3, &b[..psize - 32]);
+    b[psize - 32..].copy_from_slice(&sum);
+    b
+}
+
+/// Whether `b` is the block `seq` of chain `chain`: its checksum matches
+/// and it names that chain and sequence number. A stale block of another
+/// chain, or of an earlier lap of this one, fails here.
+pub fn verifies(b: &[u8], chain: u64, seq: u64) -> bool {
+    if b.len() < BLOCK_HEAD + BLOCK_TAIL || &b[0..8] != LOG_MAGIC {
+        return false;
+    }
+    let n = b.len();
+    if tarn_block::checksum::compute(ChecksumKind::Blake3, &b[..n - 32])[..] != b[n - 32..] {
+        return false;
+    }
+    b[8..16] == chain.to_le_bytes() && b[16..24] == seq.to_le_bytes()
+}
+
+/// Decodes a block that `verifies`; malformed framing is `Corrupt`.
+pub fn decode_block(b: &[u8]) -> Result<LogBlock> {
+    let bad = |what: &str| ObjError::Corrupt(format!("log block: {what}"));
+    if b.len() < BLOCK_HEAD + BLOCK_TAIL {
+        return Err(bad("too short"));
+    }
+    let u32at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap_or([0; 4]));
+    let u64at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or([0; 8]));
+    let used = u32at(24) as usize;
+    let count = u32at(28) as usize;
+    if used > capacity(b.len()) {
+        return Err(bad("records overrun the block"));
+    }
+    let area = &b[BLOCK_HEAD..BLOCK_HEAD + used];
+    let mut records = Vec::with_capacity(count.min(used / RECORD_HEAD));
+    let mut o = 0;
+    while o < area.len() {
+        let head = area.get(o..o + RECORD_HEAD).ok_or_else(|| bad("truncated record"))?;
+        let rtype = u32::from_le_bytes(head[0..4].try_into().unwrap_or([0; 4]));
+        let len = u32::from_le_bytes(head[4..8].try_into().unwrap_or([0; 4])) as usize;
+        let payload = area.get(o + RECORD_HEAD..o + RECORD_HEAD + len).ok_or_else(|| bad("record payload overruns"))?;
+        if rtype == 0 {
+            return Err(bad("record of type 0"));
+        }
+        records.push(LogRecord {
+            rtype,
+            txg: u64::from_le_bytes(head[8..16].try_into().unwrap_or([0; 8])),
+            seq: u64::from_le_bytes(head[16..24].try_into().unwrap_or([0; 8])),
+            payload: payload.to_vec(),
+        });
+        o += RECORD_HEAD + len.div_ceil(8) * 8;
+    }
+    if records.len() != count {
+        return Err(bad("record count does not match"));
+    }
+    let n = b.len();
+    let next = BlockPtr::decode(&b[n - BLOCK_TAIL..n - 32]).map_err(|e| bad(&format!("next pointer: {e}")))?;
+    Ok(LogBlock { chain: u64at(8), seq: u64at(16), records, next })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn block_round_trips_and_rejects_other_chains_and_laps() {
+        let recs = vec![
+            LogRecord { rtype: 1, txg: 7, seq: 1, payload: b"hello".to_vec() },
+            LogRecord { rtype: 2, txg: 8, seq: 2, payload: vec![] },
+        ];
+        let b = encode_block(4096, 42, 9, &recs, &BlockPtr::HOLE);
+        assert!(verifies(&b, 42, 9));
+        assert!(!verifies(&b, 43, 9), "another chain");
+        assert!(!verifies(&b, 42, 10), "another lap");
+        let d = decode_block(&b).unwrap();
+        assert_eq!(d.records, recs);
+        let mut torn = b.clone();
+        torn[100] ^= 1;
+        assert!(!verifies(&torn, 42, 9));
+    }
+
+    #[test]
+    fn zero_header_is_no_log() {
+        let h = LogHeader::decode(&[0u8; LOG_HEADER_SIZE]).unwrap();
+        assert!(h.is_empty());
+    }
+}
