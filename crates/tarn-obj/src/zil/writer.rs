@@ -144,7 +144,7 @@ fn block_size_for(s: &Shared, bytes: usize) -> u64 {
 /// holds the open txg meanwhile (see mod.rs), opening the chain first if
 /// there is none; it waits for the header's txg when the chain is new.
 fn write_batch(s: &Arc<Shared>, log: &ObjsetLog, batch: &[LogRecord]) -> Result<()> {
-    if s.suspended.lock().is_some() {
+    if s.suspended.is_set() {
         return Err(ObjError::Io("pool is suspended".into()));
     }
     let tx = hold(s);
