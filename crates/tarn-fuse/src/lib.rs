@@ -325,11 +325,14 @@ const OPENED_SHARDS: usize = 16;
 /// shards chosen by inode.
 #[derive(Default)]
 struct OpenedMap {
-    shards: [Mutex<HashMap<(u64, u64), (i64, u64)>>; OPENED_SHARDS],
+    shards: [OpenedShard; OPENED_SHARDS],
 }
 
+/// One shard: (snapshot index, inode) → (mtime, size).
+type OpenedShard = Mutex<HashMap<(u64, u64), (i64, u64)>>;
+
 impl OpenedMap {
-    fn shard(&self, ino: u64) -> &Mutex<HashMap<(u64, u64), (i64, u64)>> {
+    fn shard(&self, ino: u64) -> &OpenedShard {
         &self.shards[(ino % OPENED_SHARDS as u64) as usize]
     }
 }
