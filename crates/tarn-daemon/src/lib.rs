@@ -157,6 +157,7 @@ pub fn run(options: DaemonOptions) -> Result<(), String> {
         eprintln!("tarn daemon: {line}");
     }
     daemon.refresh_shares();
+    daemon.shares.serve_nfs();
     shares::spawn_refresher(daemon.clone());
     health::spawn_monitor(daemon.clone());
     memory::spawn_monitor();

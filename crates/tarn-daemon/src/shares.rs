@@ -162,7 +162,7 @@ impl Shares {
             *self.smbd.lock() = Some(smbd);
         }
         if let Some(nfs) = self.nfs_config.as_ref().filter(|n| n.enable) {
-            let server = tarn_nfs::NfsServer::start(nfs.listen, fresh_seed())
+            let server = tarn_nfs::NfsServer::start_held(nfs.listen, fresh_seed())
                 .map_err(|e| format!("NFS server: cannot listen on {}: {e}", nfs.listen))?;
             log.push(format!("NFS server listening on {} (MOUNT and NFS v3); exports follow sharenfs", server.local_addr()));
             *self.nfs_server.lock() = Some(server);
@@ -185,6 +185,14 @@ impl Shares {
 
     fn nfs_hosts(&self) -> HostList {
         self.nfs_config.as_ref().map_or_else(HostList::everyone, |n| n.hosts.clone())
+    }
+
+    /// Let NFS clients in: called once the pools found at start are
+    /// imported and their exports set (clients wait in the backlog).
+    pub fn serve_nfs(&self) {
+        if let Some(server) = self.nfs_server.lock().as_ref() {
+            server.serve_now();
+        }
     }
 
     /// The NFS server's address (when `[nfs]` is enabled).

@@ -61,6 +61,9 @@ pub struct NfsServer {
     shared: Arc<server::Shared>,
     runtime: Mutex<Option<tokio::runtime::Runtime>>,
     local: SocketAddr,
+    /// Opened by `serve_now`: the accept loop waits for its one permit.
+    gate: Arc<tokio::sync::Semaphore>,
+    gate_opened: std::sync::atomic::AtomicBool,
 }
 
 /// The 8-byte write verifier for a seed (splitmix64: every bit of the
@@ -76,6 +79,18 @@ impl NfsServer {
     /// Listens on `listen` (port 0: any free port, see `local_addr`) and
     /// serves no export until `set_exports`.
     pub fn start(listen: SocketAddr, verifier_seed: u64) -> io::Result<NfsServer> {
+        let server = NfsServer::start_held(listen, verifier_seed)?;
+        server.serve_now();
+        Ok(server)
+    }
+
+    /// Like [`NfsServer::start`], but connections wait in the listen
+    /// backlog until [`NfsServer::serve_now`]: the daemon binds its port at
+    /// start (a port in use is an error at once) and answers only once its
+    /// pools are imported and their exports set, so a client that held
+    /// handles across a daemon restart never gets STALE or NOENT for an
+    /// export that is about to come back.
+    pub fn start_held(listen: SocketAddr, verifier_seed: u64) -> io::Result<NfsServer> {
         let std_listener = std::net::TcpListener::bind(listen)?;
         std_listener.set_nonblocking(true)?;
         let local = std_listener.local_addr()?;
@@ -95,8 +110,16 @@ impl NfsServer {
             let _guard = runtime.enter();
             tokio::net::TcpListener::from_std(std_listener)?
         };
-        runtime.spawn(server::accept_loop(listener, shared.clone()));
-        Ok(NfsServer { shared, runtime: Mutex::new(Some(runtime)), local })
+        let gate = Arc::new(tokio::sync::Semaphore::new(0));
+        runtime.spawn(server::accept_loop(listener, shared.clone(), gate.clone()));
+        Ok(NfsServer { shared, runtime: Mutex::new(Some(runtime)), local, gate, gate_opened: std::sync::atomic::AtomicBool::new(false) })
+    }
+
+    /// Start accepting connections (a no-op after the first call).
+    pub fn serve_now(&self) {
+        if !self.gate_opened.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            self.gate.add_permits(1);
+        }
     }
 
     pub fn local_addr(&self) -> SocketAddr {

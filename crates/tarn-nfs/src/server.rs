@@ -48,7 +48,12 @@ pub struct Shared {
     pub port: u16,
 }
 
-pub async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
+/// Accepts connections once `gate` has a permit (`NfsServer::serve_now`);
+/// until then clients wait in the listen backlog.
+pub async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, gate: Arc<Semaphore>) {
+    if let Ok(permit) = gate.acquire().await {
+        permit.forget();
+    }
     loop {
         match listener.accept().await {
             Ok((stream, peer)) => {

@@ -185,3 +185,26 @@ fn oversized_record_and_disconnect_mid_request() {
     assert!(rt.block_on(getattr(&mut good, &root)).is_ok(), "the other client is unaffected");
     drop(slow);
 }
+
+/// A server started held (the daemon, while it imports its pools) keeps
+/// clients waiting — no answer, no refusal — and serves them once let go.
+#[test]
+fn a_held_server_answers_only_after_serve_now() {
+    let server = tarn_nfs::NfsServer::start_held("127.0.0.1:0".parse().unwrap(), 7).unwrap();
+    let mut s = TcpStream::connect(server.local_addr()).expect("the port is bound while held");
+    s.write_all(&framed(&call(41, 100003, 3, 0, &[]))).unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(400))).unwrap();
+    let mut b = [0u8; 4];
+    let early = s.read(&mut b);
+    assert!(
+        matches!(&early, Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut)),
+        "a held server must not answer yet: {early:?}"
+    );
+    server.serve_now();
+    server.serve_now(); // a second call changes nothing
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let r = reply(&mut s).expect("the NULL call is answered after serve_now");
+    assert_eq!(u32::from_be_bytes([r[0], r[1], r[2], r[3]]), 41, "xid");
+    assert_eq!(accept_stat(&r), 0, "SUCCESS");
+    server.shutdown();
+}
