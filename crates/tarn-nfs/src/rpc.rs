@@ -201,25 +201,36 @@ impl Record {
     }
 }
 
-/// Writes `rec` with vectored writes (head, tail, padding: no copy).
-pub async fn write_record<W: AsyncWrite + Unpin>(w: &mut W, rec: &Record) -> io::Result<()> {
-    let pad = [0u8; 3];
-    let parts: [&[u8]; 3] = [&rec.head, &rec.tail, &pad[..rec.pad()]];
-    let total = rec.size();
-    let mut done = 0;
-    while done < total {
+/// Zero bytes a record is padded with.
+const PAD: [u8; 3] = [0; 3];
+
+impl Record {
+    /// The bytes still to send after the first `done` (head, tail,
+    /// padding), as slices in `out`; returns how many of `out` are used.
+    pub fn unsent<'a>(&'a self, done: usize, out: &mut [io::IoSlice<'a>; 3]) -> usize {
+        let parts: [&'a [u8]; 3] = [&self.head, &self.tail, &PAD[..self.pad()]];
         let mut skip = done;
-        let mut slices = [io::IoSlice::new(&[]); 3];
         let mut n = 0;
         for p in parts {
             if skip >= p.len() {
                 skip -= p.len();
                 continue;
             }
-            slices[n] = io::IoSlice::new(&p[skip..]);
+            out[n] = io::IoSlice::new(&p[skip..]);
             skip = 0;
             n += 1;
         }
+        n
+    }
+}
+
+/// Writes `rec` with vectored writes (head, tail, padding: no copy).
+pub async fn write_record<W: AsyncWrite + Unpin>(w: &mut W, rec: &Record) -> io::Result<()> {
+    let total = rec.size();
+    let mut done = 0;
+    while done < total {
+        let mut slices = [io::IoSlice::new(&[]); 3];
+        let n = rec.unsent(done, &mut slices);
         let wrote = w.write_vectored(&slices[..n]).await?;
         if wrote == 0 {
             return Err(io::ErrorKind::WriteZero.into());

@@ -111,23 +111,11 @@ impl Replies {
 
 /// Writes what the socket takes now, without waiting.
 fn try_write(wr: &OwnedWriteHalf, rec: &Record) -> io::Result<usize> {
-    let pad = [0u8; 3];
-    let parts: [&[u8]; 3] = [&rec.head, &rec.tail, &pad[..rec.pad()]];
     let total = rec.size();
     let mut done = 0;
     while done < total {
-        let mut skip = done;
         let mut slices = [io::IoSlice::new(&[]); 3];
-        let mut k = 0;
-        for p in parts {
-            if skip >= p.len() {
-                skip -= p.len();
-                continue;
-            }
-            slices[k] = io::IoSlice::new(&p[skip..]);
-            skip = 0;
-            k += 1;
-        }
+        let k = rec.unsent(done, &mut slices);
         match wr.try_write_vectored(&slices[..k]) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
             Ok(n) => done += n,
