@@ -100,6 +100,7 @@ impl Smbd {
             let mut state = this.state.lock();
             this.spawn(&mut state)?;
         }
+        this.wait_ready(Duration::from_secs(10));
         let weak = Arc::downgrade(&this);
         std::thread::Builder::new()
             .name("tarn-smbd".into())
@@ -232,7 +233,7 @@ impl Smbd {
         if state.child.is_none() {
             return; // It reads the new file when the supervisor starts it.
         }
-        self.control(&["reload-config"]);
+        self.reload();
         for name in gone {
             self.control(&["close-share", &name]);
         }
@@ -253,9 +254,50 @@ impl Smbd {
         }
     }
 
+    /// Waits (at most `limit`) until smbd answers `smbcontrol ping`: it has
+    /// written its pid file and will take a reload, so the shares the
+    /// daemon sets right after its start are served at once.
+    fn wait_ready(&self, limit: Duration) {
+        let Some(smbcontrol) = find_program("smbcontrol", None) else { return };
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            let ping = Command::new(&smbcontrol).arg("-s").arg(self.config_path()).args(["smbd", "ping"]).output();
+            if ping.is_ok_and(|o| o.status.success()) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        eprintln!("tarn daemon: smbd did not answer within {} s (shares are set when it does)", limit.as_secs());
+    }
+
+    /// Has smbd reload its config. A smbd that has just started may not
+    /// have written its pid file yet (smbcontrol: "Can't find pid"); it
+    /// may also have read the config before we rewrote it. So a failed
+    /// reload is tried again in the background for a few seconds, until
+    /// smbd takes it.
+    fn reload(&self) {
+        if self.control(&["reload-config"]) {
+            return;
+        }
+        let Some(smbcontrol) = find_program("smbcontrol", None) else { return };
+        let config = self.config_path();
+        std::thread::spawn(move || {
+            let deadline = Instant::now() + Duration::from_secs(15);
+            while Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(200));
+                let done = Command::new(&smbcontrol).arg("-s").arg(&config).args(["smbd", "reload-config"]).output();
+                if done.is_ok_and(|o| o.status.success()) {
+                    eprintln!("tarn daemon: smbd reloaded its config");
+                    return;
+                }
+            }
+            eprintln!("tarn daemon: smbd did not take a config reload within 15 s");
+        });
+    }
+
     /// `smbcontrol -s <our config> smbd ARGS`; falls back to SIGHUP for a
-    /// reload when smbcontrol is missing.
-    fn control(&self, args: &[&str]) {
+    /// reload when smbcontrol is missing. Whether smbd took it.
+    fn control(&self, args: &[&str]) -> bool {
         let Some(smbcontrol) = find_program("smbcontrol", None) else {
             if args == ["reload-config"] {
                 if let Some(pid) = self.pid() {
@@ -263,17 +305,23 @@ impl Smbd {
                     unsafe { libc::kill(pid as libc::pid_t, libc::SIGHUP) };
                 }
             }
-            return;
+            return true;
         };
         let output = Command::new(smbcontrol).arg("-s").arg(self.config_path()).arg("smbd").args(args).output();
         match output {
-            Ok(out) if out.status.success() => {}
-            Ok(out) => eprintln!(
-                "tarn daemon: smbcontrol smbd {}: {}",
-                args.join(" "),
-                String::from_utf8_lossy(&out.stderr).trim()
-            ),
-            Err(e) => eprintln!("tarn daemon: smbcontrol: {e}"),
+            Ok(out) if out.status.success() => true,
+            Ok(out) => {
+                eprintln!(
+                    "tarn daemon: smbcontrol smbd {}: {}",
+                    args.join(" "),
+                    String::from_utf8_lossy(&out.stderr).trim()
+                );
+                false
+            }
+            Err(e) => {
+                eprintln!("tarn daemon: smbcontrol: {e}");
+                false
+            }
         }
     }
 
