@@ -160,9 +160,15 @@ impl MountHandle {
         }
         match umount2(&self.mountpoint, 0) {
             Ok(()) => {
-                // The connection is gone: the workers see ENODEV and exit.
+                // The connection is gone: the workers see ENODEV (or, racing
+                // the teardown, ECONNABORTED) and exit. The mount is gone
+                // either way: how a worker ended is not the unmount's error.
                 if let Some(session) = self.session.take() {
-                    session.join()?;
+                    if let Err(e) = session.join() {
+                        if !matches!(e.raw_os_error(), Some(libc::ENODEV | libc::ECONNABORTED)) {
+                            eprintln!("tarn: FUSE session of {} ended with: {e}", self.mountpoint.display());
+                        }
+                    }
                 }
                 Ok(())
             }
