@@ -19,7 +19,7 @@ use tarn_block::BlockPtr;
 
 use super::alloc::extents;
 use super::format::{self, LogHeader, LogRecord};
-use super::{new_chain_id, Claimed, LogPhase};
+use super::{Claimed, LogPhase};
 use crate::format::ObjsetPhys;
 use crate::objset::ObjsetInner;
 use crate::pool::{default_props, Shared, MOS_OBJSET_TABLE};
@@ -149,17 +149,8 @@ fn claim_one(s: &Arc<Shared>, id: ObjsetId, header: &LogHeader, synced: Txg) {
     st.next_rec_seq = last_rec_seq + 1;
     let open = s.open_txg.load(Ordering::Acquire);
     if blocks.is_empty() {
-        // Nothing to replay: a new chain (new identity: a stale block of the
-        // old one at a reused address must never verify) from the terminal.
-        if terminal.is_hole() {
-            st.phase = LogPhase::Closed;
-            st.chain = 0;
-        } else {
-            st.phase = LogPhase::Open;
-            st.chain = new_chain_id();
-            st.ahead_seq = 1;
-            st.header_txg = open;
-        }
+        // Nothing to replay: a new chain from the terminal.
+        st.restart_chain(open);
     } else {
         let mut h = *header;
         if h.claim_txg == 0 {

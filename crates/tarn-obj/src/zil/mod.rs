@@ -124,6 +124,23 @@ pub(crate) struct LogState {
     pub last_batch_bytes: usize,
 }
 
+impl LogState {
+    /// A new chain starting at `ahead` (a new identity: a stale block of
+    /// the old chain at a reused address must never verify), usable once
+    /// `header_txg` has synced; closed when there is no block ahead.
+    pub fn restart_chain(&mut self, header_txg: Txg) {
+        if self.ahead.is_hole() {
+            self.phase = LogPhase::Closed;
+            self.chain = 0;
+        } else {
+            self.phase = LogPhase::Open;
+            self.chain = new_chain_id();
+            self.ahead_seq = 1;
+            self.header_txg = header_txg;
+        }
+    }
+}
+
 /// The intent log of one object set.
 pub(crate) struct ObjsetLog {
     pub id: ObjsetId,

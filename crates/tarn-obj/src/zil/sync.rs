@@ -9,7 +9,7 @@ use tarn_block::BlockPtr;
 
 use super::alloc::{extents, free_block, release_withheld};
 use super::format::LogHeader;
-use super::{new_chain_id, LogPhase};
+use super::LogPhase;
 use crate::pool::{Shared, SyncTx};
 use crate::{ObjsetId, Txg};
 
@@ -54,17 +54,12 @@ pub(crate) fn sync_objset_log(s: &Arc<Shared>, stx: &SyncTx, id: ObjsetId, heade
                 free_block(s, st, bp, txg);
             }
             freed.extend(blocks);
-            if st.ahead.is_hole() {
-                st.phase = LogPhase::Closed;
-                st.chain = 0;
-                *header = LogHeader::default();
+            st.restart_chain(txg);
+            *header = if st.chain == 0 {
+                LogHeader::default()
             } else {
-                st.phase = LogPhase::Open;
-                st.chain = new_chain_id();
-                st.ahead_seq = 1;
-                st.header_txg = txg;
-                *header = LogHeader { head: st.ahead, head_seq: 1, chain: st.chain, owner: id.0, claim_txg: 0, replay_seq: 0 };
-            }
+                LogHeader { head: st.ahead, head_seq: 1, chain: st.chain, owner: id.0, claim_txg: 0, replay_seq: 0 }
+            };
         }
         LogPhase::Open => {
             // Retire: blocks at the head whose records all belong to synced txgs.
