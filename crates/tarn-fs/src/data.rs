@@ -34,8 +34,8 @@ impl Fs {
                 || p.atime_ns <= p.ctime_ns
                 || now.saturating_sub(p.atime_ns) > 86_400_000_000_000
             {
-                let tx = self.pool.begin();
-                let _g = self.lock_set(&[ino]);
+                let tx = self.begin();
+                let _g = self.lock_set(&tx, &[ino]);
                 if let Ok(mut p) = self.inode(ino) {
                     p.atime_ns = now;
                     let _ = self.put_inode(&tx, ino, &p);
@@ -69,8 +69,8 @@ impl Fs {
             .read()
             .recordsize
             .clamp(MIN_BLOCK, tarn_obj::MAX_BLOCK_SIZE);
-        let tx = self.pool.begin();
-        let _g = self.lock_set(&[ino]);
+        let tx = self.begin();
+        let _g = self.lock_set(&tx, &[ino]);
         let mut p = self.inode(ino)?;
         if is_dir(&p) {
             return Err(FsError::IsDir);
@@ -131,23 +131,37 @@ impl Fs {
         }
     }
 
-    /// Make everything written so far durable (returns after a txg sync),
-    /// unless the dataset has `sync=disabled`.
+    /// Make everything written so far durable, unless the dataset has
+    /// `sync=disabled`: the intent log's records of every change made in
+    /// this dataset until now are written and flushed (no txg; concurrent
+    /// callers share one log write). This commits more than the file's own
+    /// changes, never less.
     pub fn fsync(&self, _ino: u64) -> Result<()> {
         if self.opts.read().sync == SyncMode::Disabled {
             return Ok(());
         }
-        self.sync_now()
+        self.commit_log()
     }
 
     /// A change's result, made durable first under `sync=always` (call it
-    /// with no transaction or inode lock held: it waits for a txg sync).
+    /// with no transaction or inode lock held: it waits for the log).
     pub(crate) fn committed<T>(&self, r: Result<T>) -> Result<T> {
         let value = r?;
         if self.opts.read().sync == SyncMode::Always {
-            self.sync_now()?;
+            self.commit_log()?;
         }
         Ok(value)
+    }
+
+    /// The durability point of one dataset's changes: its intent log.
+    fn commit_log(&self) -> Result<()> {
+        if self.os.is_readonly() {
+            // Data written before `readonly` was set is in a txg that its
+            // own sync (or the export's) writes.
+            return self.sync_now();
+        }
+        self.os.log_commit_all()?;
+        Ok(())
     }
 
     /// The durability point: a txg sync of the pool.

@@ -134,8 +134,8 @@ impl Fs {
         check_name(name)?;
         self.make_room(4096 + symlink_target.map_or(0, |t| t.len() as u64))?;
         self.ensure_epoch()?;
-        let tx = self.pool.begin();
-        let _g = self.lock_set(&[dir]);
+        let tx = self.begin();
+        let _g = self.lock_set(&tx, &[dir]);
         let mut dp = self.dir(dir)?;
         if dp.nlink == 0 {
             return Err(FsError::NotFound);
@@ -374,8 +374,8 @@ impl Fs {
     fn link_how_uncommitted(&self, ino: u64, dir: u64, name: &[u8], how: How<'_>) -> Result<Attr> {
         self.writable()?;
         check_name(name)?;
-        let tx = self.pool.begin();
-        let _g = self.lock_set(&[dir, ino]);
+        let tx = self.begin();
+        let _g = self.lock_set(&tx, &[dir, ino]);
         let mut dp = self.dir(dir)?;
         if dp.nlink == 0 {
             return Err(FsError::NotFound);
@@ -444,8 +444,8 @@ impl Fs {
     ) -> Result<()> {
         self.writable()?;
         check_name(name)?;
-        let tx = self.pool.begin();
-        let (_g, ino, _) = self.lock_child(dir, name)?;
+        let tx = self.begin();
+        let (_g, ino, _) = self.lock_child(&tx, dir, name)?;
         let mut dp = self.dir(dir)?;
         let mut p = self.inode(ino)?;
         if let Some(check) = check {

@@ -64,8 +64,8 @@ impl Fs {
             let room = len.saturating_mul(FALLOCATE_RESERVE_PERCENT) / 100;
             self.make_room(room)?;
         }
-        let tx = self.pool.begin();
-        let _g = self.lock_set(&[ino]);
+        let tx = self.begin();
+        let _g = self.lock_set(&tx, &[ino]);
         let mut p = self.inode(ino)?;
         if is_dir(&p) {
             return Err(FsError::IsDir);

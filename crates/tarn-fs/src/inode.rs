@@ -157,8 +157,8 @@ impl Fs {
 
     fn setattr_uncommitted(&self, ino: u64, sa: &SetAttr) -> Result<Attr> {
         self.writable()?;
-        let tx = self.pool.begin();
-        let _g = self.lock_set(&[ino]);
+        let tx = self.begin();
+        let _g = self.lock_set(&tx, &[ino]);
         let mut p = self.inode(ino)?;
         let now = now_ns();
         if let Some(size) = sa.size {

@@ -183,8 +183,13 @@ impl Fs {
         Ok(())
     }
 
-    /// Open a formatted object set; frees inodes left in the unlinked set.
+    /// Open a formatted object set: replays its intent log if the import
+    /// found one (the changes acknowledged before a crash), then frees
+    /// inodes left in the unlinked set.
     pub fn open(pool: Arc<ObjPool>, os: ObjectSet, opts: FsOptions) -> Result<Arc<Fs>> {
+        if !opts.readonly && !os.is_readonly() {
+            os.replay_redo()?;
+        }
         let m = ObjectId(MASTER_OBJECT);
         let get = |k: &[u8]| -> Result<u64> {
             let v = Zap::lookup(&os, m, k)?
@@ -240,13 +245,21 @@ impl Fs {
         };
         let next = old + 1;
         {
-            let tx = self.pool.begin();
+            let tx = self.begin();
             Zap::update(&self.os, &tx, m, b"EPOCH", &next.to_le_bytes())?;
         }
         self.pool.sync()?;
         self.epoch.store(next, std::sync::atomic::Ordering::Release);
         *begun = true;
         Ok(())
+    }
+
+    /// A transaction whose changes become records of the dataset's intent
+    /// log (appended when the inode locks it changed under are released:
+    /// `LockSet`). Also under `sync=disabled`: an fsync after the property
+    /// changes back must find every change before it in the log.
+    pub(crate) fn begin(&self) -> Tx {
+        self.pool.begin().logged(&self.os)
     }
 
     /// The generation of an inode created in `tx`: this session's epoch
@@ -265,8 +278,8 @@ impl Fs {
             true
         })?;
         for ino in inos {
-            let tx = self.pool.begin();
-            let _g = self.lock_set(&[ino]);
+            let tx = self.begin();
+            let _g = self.lock_set(&tx, &[ino]);
             // One inode that cannot be freed must not make the dataset
             // unmountable: it stays in the set and is retried next mount.
             if let Err(e) = self.free_inode(&tx, ino) {

@@ -3,11 +3,24 @@
 
 use parking_lot::{RwLockReadGuard, RwLockWriteGuard};
 
+use tarn_obj::Tx;
+
 use crate::{FileKind, Fs, FsError, Result, REF_SHARDS, SHARDS};
 
-/// Guard over a set of inode shard locks (taken in ascending order).
+/// Guard over a set of inode shard locks (taken in ascending order) for
+/// the changes of one transaction: dropping it appends what the
+/// transaction changed to the dataset's intent log *before* the locks go,
+/// so two changes to one inode get log sequence numbers in the order they
+/// were made (tarn_obj::redo).
 pub(crate) struct LockSet<'a> {
+    tx: &'a Tx,
     _guards: Vec<RwLockWriteGuard<'a, ()>>,
+}
+
+impl Drop for LockSet<'_> {
+    fn drop(&mut self) {
+        tarn_obj::redo::flush(self.tx);
+    }
 }
 
 impl Fs {
@@ -17,18 +30,19 @@ impl Fs {
     pub(crate) fn read_lock(&self, ino: u64) -> RwLockReadGuard<'_, ()> {
         self.shards[Self::shard_of(ino)].read()
     }
-    pub(crate) fn lock_set(&self, inos: &[u64]) -> LockSet<'_> {
+    pub(crate) fn lock_set<'a>(&'a self, tx: &'a Tx, inos: &[u64]) -> LockSet<'a> {
         let mut idx: Vec<usize> = inos.iter().map(|&i| Self::shard_of(i)).collect();
         idx.sort_unstable();
         idx.dedup();
         LockSet {
+            tx,
             _guards: idx.into_iter().map(|i| self.shards[i].write()).collect(),
         }
     }
 
     /// Lock `dir` and the inode currently named `name` in it (retrying if
     /// the name moves between the unlocked look-up and the lock).
-    pub(crate) fn lock_child(&self, dir: u64, name: &[u8]) -> Result<(LockSet<'_>, u64, FileKind)> {
+    pub(crate) fn lock_child<'a>(&'a self, tx: &'a Tx, dir: u64, name: &[u8]) -> Result<(LockSet<'a>, u64, FileKind)> {
         loop {
             let found = {
                 let _r = self.read_lock(dir);
@@ -38,7 +52,7 @@ impl Fs {
             let Some((ino, _)) = found else {
                 return Err(FsError::NotFound);
             };
-            let g = self.lock_set(&[dir, ino]);
+            let g = self.lock_set(tx, &[dir, ino]);
             match self.dir_lookup(dir, name)? {
                 Some((i2, k)) if i2 == ino => return Ok((g, ino, k)),
                 _ => continue,
@@ -88,8 +102,8 @@ impl Fs {
                 return;
             }
         }
-        let tx = self.pool.begin();
-        let _g = self.lock_set(&[ino]);
+        let tx = self.begin();
+        let _g = self.lock_set(&tx, &[ino]);
         if self.refs_of(ino) == 0 && matches!(self.inode(ino), Ok(p) if p.nlink == 0) {
             // Errors here leave the inode in the unlinked set; the next mount frees it.
             let _ = self.free_inode(&tx, ino);

@@ -62,8 +62,8 @@ impl Fs {
         }
         if setid {
             self.writable()?;
-            let tx = self.pool.begin();
-            let _g = self.lock_set(&[ino]);
+            let tx = self.begin();
+            let _g = self.lock_set(&tx, &[ino]);
             let mut p = self.inode(ino)?;
             p.mode &= !drops(&p);
             p.ctime_ns = now_ns();

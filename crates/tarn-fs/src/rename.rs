@@ -78,7 +78,7 @@ impl Fs {
         {
             return Err(FsError::Invalid("rename flags"));
         }
-        let tx = self.pool.begin();
+        let tx = self.begin();
         let _rl = self.rename_lock.lock();
         // Names cannot change under us except through unlink/create, which
         // take the directory locks: look up, lock all, verify, else retry.
@@ -92,7 +92,7 @@ impl Fs {
             if let Some(d) = dst {
                 set.push(d.0);
             }
-            let g = self.lock_set(&set);
+            let g = self.lock_set(&tx, &set);
             if self.dir_lookup(src_dir, src_name)? == Some(src)
                 && self.dir_lookup(dst_dir, dst_name)? == dst
             {

@@ -26,8 +26,8 @@ impl Fs {
         self.writable()?;
         self.make_room(4096)?;
         self.ensure_epoch()?;
-        let tx = self.pool.begin();
-        let _g = self.lock_set(&[dir]);
+        let tx = self.begin();
+        let _g = self.lock_set(&tx, &[dir]);
         let dp = self.dir(dir)?;
         if dp.nlink == 0 {
             return Err(FsError::NotFound);

@@ -55,8 +55,8 @@ impl Fs {
             return Err(FsError::TooBig);
         }
         self.make_room(value.len() as u64)?;
-        let tx = self.pool.begin();
-        let _g = self.lock_set(&[ino]);
+        let tx = self.begin();
+        let _g = self.lock_set(&tx, &[ino]);
         let mut p = self.inode(ino)?;
         let old = if p.xattr_obj != 0 {
             Zap::lookup(&self.os, ObjectId(p.xattr_obj), name)?
@@ -130,8 +130,8 @@ impl Fs {
     fn removexattr_uncommitted(&self, ino: u64, name: &[u8]) -> Result<()> {
         self.writable()?;
         Self::check_xattr_name(name)?;
-        let tx = self.pool.begin();
-        let _g = self.lock_set(&[ino]);
+        let tx = self.begin();
+        let _g = self.lock_set(&tx, &[ino]);
         let mut p = self.inode(ino)?;
         if p.xattr_obj == 0 {
             return Err(FsError::NoData);

@@ -84,6 +84,9 @@ pub struct ObjInfo {
 pub struct Tx {
     pub(crate) txg: Txg,
     pub(crate) _hold: Option<parking_lot::lock_api::ArcRwLockReadGuard<parking_lot::RawRwLock, ()>>,
+    /// Notes of the changes to one object set, for its intent log
+    /// ([`Tx::logged`], redo.rs).
+    pub(crate) redo: Option<Box<redo::Capture>>,
 }
 impl Tx {
     pub fn txg(&self) -> Txg {
@@ -100,6 +103,7 @@ mod handles;
 mod objset;
 mod par;
 mod pool;
+pub mod redo;
 pub mod scan;
 mod seek;
 mod snap;

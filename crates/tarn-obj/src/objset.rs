@@ -322,7 +322,7 @@ impl ObjectSet {
         Ok(id)
     }
 
-    pub fn create_with_id(&self, tx: &Tx, id: ObjectId, t: ObjType, block_size: u32, bonus: &[u8; BONUS_LEN]) -> Result<()> {
+    pub(crate) fn create_with_id_inner(&self, tx: &Tx, id: ObjectId, t: ObjType, block_size: u32, bonus: &[u8; BONUS_LEN]) -> Result<()> {
         self.check_writable()?;
         if block_size == 0 || block_size > MAX_BLOCK_SIZE || !block_size.is_multiple_of(512) {
             return Err(ObjError::Invalid(format!("block size {block_size}")));
@@ -350,7 +350,7 @@ impl ObjectSet {
         Ok(())
     }
 
-    pub fn free(&self, tx: &Tx, id: ObjectId) -> Result<()> {
+    pub(crate) fn free_inner(&self, tx: &Tx, id: ObjectId) -> Result<()> {
         self.check_writable()?;
         let dn = self.dnode(id)?;
         let mut st = dn.st.lock();
@@ -387,7 +387,7 @@ impl ObjectSet {
         Ok(self.info(id)?.bonus)
     }
 
-    pub fn set_bonus(&self, tx: &Tx, id: ObjectId, b: &[u8; BONUS_LEN]) -> Result<()> {
+    pub(crate) fn set_bonus_inner(&self, tx: &Tx, id: ObjectId, b: &[u8; BONUS_LEN]) -> Result<()> {
         self.check_writable()?;
         let dn = self.dnode(id)?;
         let mut st = dn.st.lock();
@@ -400,7 +400,7 @@ impl ObjectSet {
 
     /// Marks an object as metadata (`DN_METADATA`): the ZAP layer does for
     /// every map it formats.
-    pub fn mark_metadata(&self, tx: &Tx, id: ObjectId) -> Result<()> {
+    pub(crate) fn mark_metadata_inner(&self, tx: &Tx, id: ObjectId) -> Result<()> {
         self.check_writable()?;
         let dn = self.dnode(id)?;
         let mut st = dn.st.lock();
@@ -411,7 +411,7 @@ impl ObjectSet {
         Ok(())
     }
 
-    pub fn set_block_size(&self, tx: &Tx, id: ObjectId, block_size: u32) -> Result<()> {
+    pub(crate) fn set_block_size_inner(&self, tx: &Tx, id: ObjectId, block_size: u32) -> Result<()> {
         self.check_writable()?;
         if block_size == 0 || block_size > MAX_BLOCK_SIZE || !block_size.is_multiple_of(512) {
             return Err(ObjError::Invalid(format!("block size {block_size}")));
@@ -682,10 +682,8 @@ impl ObjectSet {
         self.write(tx, id, offset, data)
     }
 
-    /// Write without the space check: metadata updates (directory entries,
-    /// maps) that removals and renames need even on a full pool; they may
-    /// use the slop, as in ZFS.
-    pub fn write(&self, tx: &Tx, id: ObjectId, offset: u64, data: &[u8]) -> Result<()> {
+    /// Body of [`ObjectSet::write`] (redo.rs).
+    pub(crate) fn write_inner(&self, tx: &Tx, id: ObjectId, offset: u64, data: &[u8]) -> Result<()> {
         self.check_writable()?;
         let dn = self.dnode(id)?;
         let bs = {
@@ -712,7 +710,7 @@ impl ObjectSet {
         Ok(())
     }
 
-    pub fn free_range(&self, tx: &Tx, id: ObjectId, offset: u64, len: Option<u64>) -> Result<()> {
+    pub(crate) fn free_range_inner(&self, tx: &Tx, id: ObjectId, offset: u64, len: Option<u64>) -> Result<()> {
         self.check_writable()?;
         let dn = self.dnode(id)?;
         let (bs, nblocks) = {
@@ -898,7 +896,7 @@ mod tests {
         };
         pool.sync().unwrap();
         let written = pool.last_synced_txg();
-        mos.write(&Tx { txg: written, _hold: None }, id, 0, b"late").unwrap();
+        mos.write(&Tx { txg: written, _hold: None, redo: None }, id, 0, b"late").unwrap();
     }
 
     /// Only a quiesced txg is synced: a syncing transaction for the open

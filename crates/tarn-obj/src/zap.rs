@@ -94,6 +94,7 @@
 //! `47 - d` of `h48` (0 stays, 1 moves to the new leaf). Map creation seed:
 //! xxh3-64 of (object set id, object id, txg), so runs are reproducible.
 
+use crate::redo::{self, Op};
 use crate::{ObjError, ObjType, ObjectId, ObjectSet, Result, Tx, BONUS_LEN};
 use parking_lot::RwLock;
 
@@ -589,11 +590,21 @@ impl Zap {
     /// `ZAP_BLOCK_SIZE`) as an empty map — e.g. a well-known object made with
     /// `create_with_id`.
     pub fn init(os: &ObjectSet, tx: &Tx, obj: ObjectId) -> Result<()> {
+        Self::init_seeded(os, tx, obj, tx.txg())
+    }
+
+    /// `init` with the hash seed of a map formatted in txg `seed_txg`
+    /// (replay formats a map again as the txg that made it did).
+    pub fn init_seeded(os: &ObjectSet, tx: &Tx, obj: ObjectId, seed_txg: u64) -> Result<()> {
+        redo::scoped(os, tx, || Self::init_inner(os, tx, obj, seed_txg), |_| Op::ZapInit { obj: obj.0, seed_txg })
+    }
+
+    fn init_inner(os: &ObjectSet, tx: &Tx, obj: ObjectId, seed_txg: u64) -> Result<()> {
         os.mark_metadata(tx, obj)?;
         let mut sb = [0u8; 24];
         sb[..8].copy_from_slice(&os.id().0.to_le_bytes());
         sb[8..16].copy_from_slice(&obj.0.to_le_bytes());
-        sb[16..].copy_from_slice(&tx.txg().to_le_bytes());
+        sb[16..].copy_from_slice(&seed_txg.to_le_bytes());
         let h = Header {
             seed: xxhash_rust::xxh3::xxh3_64(&sb),
             count: 0,
@@ -639,11 +650,13 @@ impl Zap {
     }
 
     pub fn insert(os: &ObjectSet, tx: &Tx, obj: ObjectId, key: &[u8], value: &[u8]) -> Result<()> {
-        Self::put(os, tx, obj, key, value, PutMode::Insert)
+        let op = || Op::ZapPut { obj: obj.0, key: key.to_vec(), value: value.to_vec(), insert: true };
+        redo::scoped(os, tx, || Self::put(os, tx, obj, key, value, PutMode::Insert), |_| op())
     }
 
     pub fn update(os: &ObjectSet, tx: &Tx, obj: ObjectId, key: &[u8], value: &[u8]) -> Result<()> {
-        Self::put(os, tx, obj, key, value, PutMode::Upsert)
+        let op = || Op::ZapPut { obj: obj.0, key: key.to_vec(), value: value.to_vec(), insert: false };
+        redo::scoped(os, tx, || Self::put(os, tx, obj, key, value, PutMode::Upsert), |_| op())
     }
 
     fn put(
@@ -710,6 +723,10 @@ impl Zap {
     }
 
     pub fn remove(os: &ObjectSet, tx: &Tx, obj: ObjectId, key: &[u8]) -> Result<bool> {
+        redo::scoped(os, tx, || Self::remove_inner(os, tx, obj, key), |_| Op::ZapRemove { obj: obj.0, key: key.to_vec() })
+    }
+
+    fn remove_inner(os: &ObjectSet, tx: &Tx, obj: ObjectId, key: &[u8]) -> Result<bool> {
         check_kv(key, None)?;
         let _g = stripe(os, obj).write();
         let mut h = read_header(os, obj)?;

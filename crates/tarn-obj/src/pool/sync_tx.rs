@@ -42,7 +42,7 @@ impl<'a> SyncTx<'a> {
         assert!(txg > 0 && txg < open, "sync of txg {txg} while txg {open} is open: only a quiesced txg is synced");
         let prev = shared.syncing_txg.swap(txg, Ordering::AcqRel);
         assert_eq!(prev, 0, "sync of txg {txg} began while txg {prev} was still syncing");
-        SyncTx { shared, tx: Tx { txg, _hold: None } }
+        SyncTx { shared, tx: Tx { txg, _hold: None, redo: None } }
     }
 
     pub fn txg(&self) -> Txg {

@@ -83,7 +83,7 @@ pub(crate) fn begin_tx(s: &Arc<Shared>) -> Tx {
         }
     }
     let guard = s.txg_lock.read_arc();
-    Tx { txg: s.open_txg.load(Ordering::Acquire), _hold: Some(guard) }
+    Tx { txg: s.open_txg.load(Ordering::Acquire), _hold: Some(guard), redo: None }
 }
 
 pub(crate) use tarn_block::DEFER_TXGS;

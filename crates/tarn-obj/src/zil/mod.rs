@@ -84,6 +84,12 @@ pub(crate) struct LiveBlock {
     pub max_txg: Txg,
 }
 
+/// An appended record and the bytes the writer reads into it (redo.rs).
+pub(crate) struct Pending {
+    pub rec: LogRecord,
+    pub fills: Vec<crate::redo::Fill>,
+}
+
 /// A chain found at import, waiting for replay.
 pub(crate) struct Claimed {
     pub header: LogHeader,
@@ -103,7 +109,14 @@ pub(crate) struct LogState {
     /// header naming it is on disk).
     pub header_txg: Txg,
     pub next_rec_seq: u64,
-    pub pending: Vec<LogRecord>,
+    /// Appended, not yet handed to the writer (in sequence order). A sync
+    /// drops those of the txgs it wrote: they need no log block.
+    pub pending: Vec<Pending>,
+    /// First sequence number of the batch being written (0: none).
+    pub inflight_from: u64,
+    /// A record could not be appended in this txg: commits wait for its
+    /// sync instead (the change is in it).
+    pub needs_txg: Txg,
     pub durable_seq: u64,
     pub want_seq: u64,
     pub writing: bool,
@@ -166,6 +179,8 @@ impl ObjsetLog {
                 header_txg: 0,
                 next_rec_seq: 1,
                 pending: Vec::new(),
+                inflight_from: 0,
+                needs_txg: 0,
                 durable_seq: 0,
                 want_seq: 0,
                 writing: false,
@@ -261,6 +276,12 @@ impl ObjectSet {
     /// txg of `tx` (the txg whose changes the record describes); returns
     /// its sequence number. Cheap: nothing is written until `log_commit`.
     pub fn log_append(&self, tx: &Tx, rtype: u32, payload: &[u8]) -> Result<u64> {
+        self.log_append_filled(tx, rtype, payload.to_vec(), Vec::new())
+    }
+
+    /// `log_append` of a record whose `fills` ranges the writer reads from
+    /// the object set when it writes the record.
+    pub(crate) fn log_append_filled(&self, tx: &Tx, rtype: u32, payload: Vec<u8>, fills: Vec<crate::redo::Fill>) -> Result<u64> {
         let s = &self.shared;
         if s.readonly || self.inner.readonly.load(Ordering::Relaxed) {
             return Err(ObjError::ReadOnly);
@@ -281,7 +302,7 @@ impl ObjectSet {
             }
             let seq = st.next_rec_seq;
             st.next_rec_seq += 1;
-            st.pending.push(LogRecord { rtype, txg: tx.txg, seq, payload: payload.to_vec() });
+            st.pending.push(Pending { rec: LogRecord { rtype, txg: tx.txg, seq, payload }, fills });
             seq
         };
         // The sync of this txg retires the record and rewrites the header.
@@ -293,6 +314,25 @@ impl ObjectSet {
     /// flushed), then returns. Must not be called while holding a `Tx`.
     pub fn log_commit(&self, seq: u64) -> Result<()> {
         writer::commit(&self.shared, self.inner.id, seq)
+    }
+
+    /// `log_commit` of every record appended so far (nothing to do without
+    /// a log or records).
+    pub fn log_commit_all(&self) -> Result<()> {
+        let Some(log) = self.shared.logs.get(self.inner.id) else { return Ok(()) };
+        let last = log.st.lock().next_rec_seq - 1;
+        if last == 0 {
+            return Ok(());
+        }
+        writer::commit(&self.shared, self.inner.id, last)
+    }
+
+    /// A change of `tx` has no record (its append failed): commits from now
+    /// on wait for the sync of `tx`'s txg instead.
+    pub(crate) fn log_needs_sync(&self, tx: &Tx) {
+        let log = self.shared.logs.get_or_create(self.inner.id);
+        let mut st = log.st.lock();
+        st.needs_txg = st.needs_txg.max(tx.txg);
     }
 
     /// Replays a chain found at import: `apply` gets each record not yet
@@ -350,7 +390,7 @@ pub(crate) fn new_chain_id() -> u64 {
 /// must not wait behind the dirty data it is there to avoid waiting for).
 pub(crate) fn hold(s: &Shared) -> Tx {
     let guard = s.txg_lock.read_arc();
-    Tx { txg: s.open_txg.load(Ordering::Acquire), _hold: Some(guard) }
+    Tx { txg: s.open_txg.load(Ordering::Acquire), _hold: Some(guard), redo: None }
 }
 
 /// Waits until `txg` is on disk (kicking the sync thread).

@@ -9,7 +9,7 @@ use tarn_block::BlockPtr;
 
 use super::alloc::{extents, free_block, release_withheld};
 use super::format::LogHeader;
-use super::LogPhase;
+use super::{LogPhase, LogState};
 use crate::pool::{Shared, SyncTx};
 use crate::{ObjsetId, Txg};
 
@@ -21,6 +21,8 @@ pub(crate) fn sync_objset_log(s: &Arc<Shared>, stx: &SyncTx, id: ObjsetId, heade
     let Some(log) = s.logs.get(id) else { return };
     let mut guard = log.st.lock();
     let st = &mut *guard;
+    retire_pending(st, txg);
+    log.cv.notify_all();
     // Blocks allocated under txgs up to this one are on disk (their writer
     // held that txg until their flush): their space becomes allocated in
     // this txg's space map, alongside the header that names them.
@@ -81,6 +83,16 @@ pub(crate) fn sync_objset_log(s: &Arc<Shared>, stx: &SyncTx, id: ObjsetId, heade
         let names_freed = freed.iter().any(|bp| extents(bp).iter().any(|e| head.contains(e)));
         assert!(!names_freed, "log header of object set {} names a block freed in txg {txg}", id.0);
     }
+}
+
+/// Records of txgs up to `txg` still waiting for a commit never need a log
+/// block (their changes are in `txg`): drop them, and count as durable
+/// every sequence number below the first record still unwritten.
+fn retire_pending(st: &mut LogState, txg: Txg) {
+    st.pending.retain(|p| p.rec.txg > txg);
+    let first_unwritten = [st.pending.first().map(|p| p.rec.seq), (st.inflight_from > 0).then_some(st.inflight_from)].into_iter().flatten().min();
+    let bound = first_unwritten.map_or(st.next_rec_seq - 1, |f| f - 1);
+    st.durable_seq = st.durable_seq.max(bound);
 }
 
 /// The object set is destroyed (or rolled back) in the txg being synced:

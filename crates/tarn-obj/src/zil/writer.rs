@@ -10,7 +10,7 @@ use tarn_block::BlockPtr;
 
 use super::alloc::{alloc_block, VdevClass};
 use super::format::{self, LogRecord, BLOCK_HEAD, BLOCK_TAIL, LOG_BLOCK_MAX, LOG_BLOCK_MIN};
-use super::{hold, new_chain_id, wait_synced, LiveBlock, LogPhase, LogState, ObjsetLog};
+use super::{hold, new_chain_id, wait_synced, LiveBlock, LogPhase, LogState, ObjsetLog, Pending};
 use crate::pool::Shared;
 use crate::{ObjError, ObjsetId, Result, Txg};
 
@@ -21,6 +21,16 @@ const WRITER_IDLE_EXIT: Duration = Duration::from_secs(5);
 const LOG_COPIES: u8 = 1;
 
 pub(crate) fn commit(s: &Arc<Shared>, id: ObjsetId, seq: u64) -> Result<()> {
+    commit_log(s, id, seq)?;
+    // A change whose record could not be appended is durable only with its txg.
+    let needs = s.logs.get(id).map_or(0, |l| l.st.lock().needs_txg);
+    if needs > s.synced_txg.load(Ordering::Acquire) {
+        wait_synced(s, needs)?;
+    }
+    Ok(())
+}
+
+fn commit_log(s: &Arc<Shared>, id: ObjsetId, seq: u64) -> Result<()> {
     let Some(log) = s.logs.get(id) else { return Ok(()) };
     log.commits.fetch_add(1, Ordering::Relaxed);
     let mut st = log.st.lock();
@@ -87,7 +97,9 @@ fn writer_thread(weak: Weak<Shared>, log: Arc<ObjsetLog>) {
                 log.cv.wait_for(&mut st, Duration::from_millis(100));
             }
             st.writing = true;
-            std::mem::take(&mut st.pending)
+            let batch = std::mem::take(&mut st.pending);
+            st.inflight_from = batch.first().map_or(0, |p| p.rec.seq);
+            batch
         };
         let Some(s) = weak.upgrade() else {
             let mut st = log.st.lock();
@@ -96,8 +108,8 @@ fn writer_thread(weak: Weak<Shared>, log: Arc<ObjsetLog>) {
             log.cv.notify_all();
             return;
         };
-        let upto = batch.last().map_or(0, |r| r.seq);
-        let result = write_batch(&s, &log, &batch).or_else(|e| {
+        let upto = batch.last().map_or(0, |p| p.rec.seq);
+        let result = fill(&s, log.id, batch).and_then(|batch| write_batch(&s, &log, &batch)).or_else(|e| {
             // The log could not take it: make the records durable the slow
             // way (a txg sync covers every record appended before it) and
             // throw the chain away at that sync.
@@ -109,6 +121,7 @@ fn writer_thread(weak: Weak<Shared>, log: Arc<ObjsetLog>) {
         drop(s);
         let mut st = log.st.lock();
         st.writing = false;
+        st.inflight_from = 0;
         match result {
             Ok(()) => st.durable_seq = st.durable_seq.max(upto),
             Err(e) => {
@@ -118,6 +131,31 @@ fn writer_thread(weak: Weak<Shared>, log: Arc<ObjsetLog>) {
         }
         log.cv.notify_all();
     }
+}
+
+/// Reads the data of the batch's write notes from the object set (an
+/// object freed since reads as zeros: a later record frees it again).
+fn fill(s: &Arc<Shared>, id: ObjsetId, batch: Vec<Pending>) -> Result<Vec<LogRecord>> {
+    let mut os = None;
+    let mut out = Vec::with_capacity(batch.len());
+    for Pending { mut rec, fills } in batch {
+        for f in fills {
+            if os.is_none() {
+                let inner = s.objsets.lock().get(&id).cloned();
+                let Some(inner) = inner else {
+                    return Err(ObjError::Io(format!("object set {} is not open", id.0)));
+                };
+                os = Some(crate::ObjectSet { shared: s.clone(), inner });
+            }
+            let os = os.as_ref().expect("set above");
+            match os.read(f.obj, f.off, &mut rec.payload[f.at..f.at + f.len]) {
+                Ok(()) | Err(ObjError::NotFound(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        out.push(rec);
+    }
+    Ok(out)
 }
 
 /// Bytes of records that fit from `recs[from..]` into `capacity`: how many.

@@ -1,0 +1,523 @@
+//! Redo records: what a transaction changed in one object set, as intent
+//! log records, and how replay applies them again.
+//!
+//! Big theory:
+//! - A [`Tx`] made with [`Tx::logged`] carries a capture for one object
+//!   set. Every change that object set's methods make through it (create,
+//!   free, bonus, block size, data write, range free) and every map
+//!   operation of [`crate::zap::Zap`] is noted, in order, at the level the
+//!   caller used: a map insert is one note, not the block writes inside it
+//!   (a depth counter silences the layers below).
+//! - [`flush`] turns the notes into records and appends them to the object
+//!   set's intent log. The layer above calls it while it still holds the
+//!   locks of what it changed (tarn-fs: when its inode lock set drops), so
+//!   two changes to one thing get sequence numbers in the order they were
+//!   made; a `Tx` dropped with notes left flushes them itself.
+//! - Data writes are noted without their bytes: the record keeps room for
+//!   them and the log writer reads them from the object when (if ever) the
+//!   record is committed (`Fill`). A write no one commits before its txg
+//!   syncs is never copied. A commit can so carry bytes newer than the
+//!   write that noted them; they are bytes a later record of the same range
+//!   writes again, so replay still ends in the state the records describe.
+//! - Replay ([`ObjectSet::replay_redo`]) applies each record's notes in one
+//!   transaction, on top of exactly the state that preceded them (the
+//!   intent log replays only records of txgs that did not reach disk, in
+//!   sequence order), so the same deterministic operations give the same
+//!   result: object ids, generations and times come from the notes, never
+//!   from the replaying machine.
+//! - One transaction's notes fit one record unless they carry more data
+//!   than a record holds (a large write): then the write is split over
+//!   records, each still a whole operation on its range, and the inode
+//!   attributes that follow the write move in front of it, so a crash
+//!   between the records shows zeros in the file rather than bytes past
+//!   its end.
+//!
+//! Record payload: a sequence of notes, each a tag byte and its fields
+//! (docs/on-disk-format.md, "Redo records").
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use parking_lot::Mutex;
+
+use crate::zil::{ReplayReport, RECORD_PAYLOAD_MAX};
+use crate::zap::Zap;
+use crate::{ObjError, ObjType, ObjectId, ObjectSet, Result, Tx, BONUS_LEN};
+
+/// Intent log record type of redo records.
+pub const REDO_RECORD: u32 = 1;
+
+const T_CREATE: u8 = 1;
+const T_FREE: u8 = 2;
+const T_BONUS: u8 = 3;
+const T_MARK_META: u8 = 4;
+const T_BLOCK_SIZE: u8 = 5;
+const T_WRITE: u8 = 6;
+const T_FREE_RANGE: u8 = 7;
+const T_ZAP_PUT: u8 = 8;
+const T_ZAP_REMOVE: u8 = 9;
+const T_ZAP_INIT: u8 = 10;
+
+/// Bytes of a write note before its data.
+const WRITE_HEAD: usize = 1 + 8 + 8 + 4;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Op {
+    Create { id: u64, otype: u8, block_size: u32, bonus: [u8; BONUS_LEN] },
+    Free { id: u64 },
+    Bonus { id: u64, bonus: [u8; BONUS_LEN] },
+    MarkMeta { id: u64 },
+    BlockSize { id: u64, block_size: u32 },
+    /// Bytes read from the object when the record is committed.
+    Write { id: u64, off: u64, len: u64 },
+    FreeRange { id: u64, off: u64, len: Option<u64> },
+    ZapPut { obj: u64, key: Vec<u8>, value: Vec<u8>, insert: bool },
+    ZapRemove { obj: u64, key: Vec<u8> },
+    ZapInit { obj: u64, seed_txg: u64 },
+}
+
+/// The notes of one `Tx` for one object set.
+pub(crate) struct Capture {
+    os: ObjectSet,
+    ops: Mutex<Vec<Op>>,
+    depth: AtomicU32,
+}
+
+/// Bytes of a record the log writer fills from an object at commit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Fill {
+    pub at: usize,
+    pub obj: ObjectId,
+    pub off: u64,
+    pub len: usize,
+}
+
+impl Tx {
+    /// This transaction's changes to `os` become redo records of its intent
+    /// log (see the module doc). A read-only object set is not captured.
+    pub fn logged(mut self, os: &ObjectSet) -> Tx {
+        if !os.is_readonly() {
+            self.redo = Some(Box::new(Capture { os: os.clone(), ops: Mutex::new(Vec::new()), depth: AtomicU32::new(0) }));
+        }
+        self
+    }
+}
+
+impl Drop for Tx {
+    fn drop(&mut self) {
+        // Still holding the txg: the records carry it.
+        flush(self);
+    }
+}
+
+fn capture_for<'a>(os: &ObjectSet, tx: &'a Tx) -> Option<&'a Capture> {
+    tx.redo.as_deref().filter(|c| c.os.id() == os.id())
+}
+
+/// Runs a composite operation (a map operation) with the notes of what it
+/// does underneath silenced, and notes `op` if it succeeded.
+pub(crate) fn scoped<T>(os: &ObjectSet, tx: &Tx, f: impl FnOnce() -> Result<T>, op: impl FnOnce(&T) -> Op) -> Result<T> {
+    let Some(c) = capture_for(os, tx) else { return f() };
+    let outer = c.depth.fetch_add(1, Ordering::Relaxed) == 0;
+    let r = f();
+    c.depth.fetch_sub(1, Ordering::Relaxed);
+    if let (true, Ok(v)) = (outer, &r) {
+        c.ops.lock().push(op(v));
+    }
+    r
+}
+
+/// Appends what `tx` noted so far to the intent log (call it while still
+/// holding the locks of what was changed).
+pub fn flush(tx: &Tx) {
+    let Some(c) = tx.redo.as_deref() else { return };
+    let ops = std::mem::take(&mut *c.ops.lock());
+    if ops.is_empty() {
+        return;
+    }
+    for (payload, fills) in encode(ops) {
+        if let Err(e) = c.os.log_append_filled(tx, REDO_RECORD, payload, fills) {
+            // The change is in the txg; without its record a commit must
+            // not claim it durable: the log falls back to a txg sync.
+            c.os.log_needs_sync(tx);
+            if !matches!(e, ObjError::ReadOnly) {
+                eprintln!("tarn: intent log of object set {}: {e}", c.os.id().0);
+            }
+        }
+    }
+}
+
+fn note_len(op: &Op) -> usize {
+    match op {
+        Op::Create { .. } => 1 + 8 + 1 + 4 + BONUS_LEN,
+        Op::Free { .. } | Op::MarkMeta { .. } => 1 + 8,
+        Op::Bonus { .. } => 1 + 8 + BONUS_LEN,
+        Op::BlockSize { .. } => 1 + 8 + 4,
+        Op::Write { len, .. } => WRITE_HEAD + *len as usize,
+        Op::FreeRange { .. } => 1 + 8 + 8 + 8,
+        Op::ZapPut { key, value, .. } => 1 + 8 + 1 + 2 + key.len() + 4 + value.len(),
+        Op::ZapRemove { key, .. } => 1 + 8 + 2 + key.len(),
+        Op::ZapInit { .. } => 1 + 8 + 8,
+    }
+}
+
+/// Moves the bonus written after a run of writes to the same object in
+/// front of the run (used when the writes are split over records).
+fn bonus_first(ops: &mut [Op]) {
+    for i in 1..ops.len() {
+        let Op::Bonus { id, .. } = ops[i] else { continue };
+        let mut j = i;
+        while j > 0 && matches!(ops[j - 1], Op::Write { id: w, .. } if w == id) {
+            j -= 1;
+        }
+        if j < i {
+            ops[j..=i].rotate_right(1);
+        }
+    }
+}
+
+/// Packs notes into record payloads of at most `RECORD_PAYLOAD_MAX` bytes,
+/// splitting writes that do not fit.
+pub(crate) fn encode(mut ops: Vec<Op>) -> Vec<(Vec<u8>, Vec<Fill>)> {
+    let total: usize = ops.iter().map(note_len).sum();
+    if total > RECORD_PAYLOAD_MAX {
+        bonus_first(&mut ops);
+    }
+    let mut out = Vec::new();
+    let mut cur: Vec<u8> = Vec::new();
+    let mut fills: Vec<Fill> = Vec::new();
+    for op in ops {
+        if let Op::Write { id, mut off, mut len } = op {
+            while len > 0 {
+                let mut room = RECORD_PAYLOAD_MAX - cur.len();
+                if room <= WRITE_HEAD {
+                    out.push((std::mem::take(&mut cur), std::mem::take(&mut fills)));
+                    room = RECORD_PAYLOAD_MAX;
+                }
+                let n = (len as usize).min(room - WRITE_HEAD);
+                cur.push(T_WRITE);
+                cur.extend_from_slice(&id.to_le_bytes());
+                cur.extend_from_slice(&off.to_le_bytes());
+                cur.extend_from_slice(&(n as u32).to_le_bytes());
+                fills.push(Fill { at: cur.len(), obj: ObjectId(id), off, len: n });
+                cur.resize(cur.len() + n, 0);
+                off += n as u64;
+                len -= n as u64;
+            }
+            continue;
+        }
+        if cur.len() + note_len(&op) > RECORD_PAYLOAD_MAX && !cur.is_empty() {
+            out.push((std::mem::take(&mut cur), std::mem::take(&mut fills)));
+        }
+        encode_note(&op, &mut cur);
+    }
+    if !cur.is_empty() {
+        out.push((cur, fills));
+    }
+    out
+}
+
+fn encode_note(op: &Op, b: &mut Vec<u8>) {
+    match op {
+        Op::Create { id, otype, block_size, bonus } => {
+            b.push(T_CREATE);
+            b.extend_from_slice(&id.to_le_bytes());
+            b.push(*otype);
+            b.extend_from_slice(&block_size.to_le_bytes());
+            b.extend_from_slice(bonus);
+        }
+        Op::Free { id } => {
+            b.push(T_FREE);
+            b.extend_from_slice(&id.to_le_bytes());
+        }
+        Op::Bonus { id, bonus } => {
+            b.push(T_BONUS);
+            b.extend_from_slice(&id.to_le_bytes());
+            b.extend_from_slice(bonus);
+        }
+        Op::MarkMeta { id } => {
+            b.push(T_MARK_META);
+            b.extend_from_slice(&id.to_le_bytes());
+        }
+        Op::BlockSize { id, block_size } => {
+            b.push(T_BLOCK_SIZE);
+            b.extend_from_slice(&id.to_le_bytes());
+            b.extend_from_slice(&block_size.to_le_bytes());
+        }
+        Op::Write { .. } => unreachable!("writes are encoded by `encode`"),
+        Op::FreeRange { id, off, len } => {
+            b.push(T_FREE_RANGE);
+            b.extend_from_slice(&id.to_le_bytes());
+            b.extend_from_slice(&off.to_le_bytes());
+            b.extend_from_slice(&len.unwrap_or(u64::MAX).to_le_bytes());
+        }
+        Op::ZapPut { obj, key, value, insert } => {
+            b.push(T_ZAP_PUT);
+            b.extend_from_slice(&obj.to_le_bytes());
+            b.push(u8::from(*insert));
+            b.extend_from_slice(&(key.len() as u16).to_le_bytes());
+            b.extend_from_slice(key);
+            b.extend_from_slice(&(value.len() as u32).to_le_bytes());
+            b.extend_from_slice(value);
+        }
+        Op::ZapRemove { obj, key } => {
+            b.push(T_ZAP_REMOVE);
+            b.extend_from_slice(&obj.to_le_bytes());
+            b.extend_from_slice(&(key.len() as u16).to_le_bytes());
+            b.extend_from_slice(key);
+        }
+        Op::ZapInit { obj, seed_txg } => {
+            b.push(T_ZAP_INIT);
+            b.extend_from_slice(&obj.to_le_bytes());
+            b.extend_from_slice(&seed_txg.to_le_bytes());
+        }
+    }
+}
+
+/// A note and, for writes, its bytes.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Decoded<'a> {
+    Op(Op),
+    Write { id: u64, off: u64, data: &'a [u8] },
+}
+
+struct Cursor<'a> {
+    b: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+        let end = self.pos.checked_add(n).filter(|&e| e <= self.b.len());
+        let Some(end) = end else {
+            return Err(ObjError::Corrupt(format!("redo record cut short at byte {}", self.pos)));
+        };
+        let s = &self.b[self.pos..end];
+        self.pos = end;
+        Ok(s)
+    }
+    fn u8(&mut self) -> Result<u8> {
+        Ok(self.take(1)?[0])
+    }
+    fn u16(&mut self) -> Result<u16> {
+        Ok(u16::from_le_bytes(self.take(2)?.try_into().expect("2 bytes")))
+    }
+    fn u32(&mut self) -> Result<u32> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")))
+    }
+    fn u64(&mut self) -> Result<u64> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
+    }
+    fn bonus(&mut self) -> Result<[u8; BONUS_LEN]> {
+        Ok(self.take(BONUS_LEN)?.try_into().expect("bonus bytes"))
+    }
+}
+
+/// Decodes a redo record's payload; `Err(Corrupt)` on anything malformed.
+pub(crate) fn decode(payload: &[u8]) -> Result<Vec<Decoded<'_>>> {
+    let mut c = Cursor { b: payload, pos: 0 };
+    let mut out = Vec::new();
+    while c.pos < payload.len() {
+        let tag = c.u8()?;
+        let d = match tag {
+            T_CREATE => Decoded::Op(Op::Create { id: c.u64()?, otype: c.u8()?, block_size: c.u32()?, bonus: c.bonus()? }),
+            T_FREE => Decoded::Op(Op::Free { id: c.u64()? }),
+            T_BONUS => Decoded::Op(Op::Bonus { id: c.u64()?, bonus: c.bonus()? }),
+            T_MARK_META => Decoded::Op(Op::MarkMeta { id: c.u64()? }),
+            T_BLOCK_SIZE => Decoded::Op(Op::BlockSize { id: c.u64()?, block_size: c.u32()? }),
+            T_WRITE => {
+                let (id, off) = (c.u64()?, c.u64()?);
+                let n = c.u32()? as usize;
+                Decoded::Write { id, off, data: c.take(n)? }
+            }
+            T_FREE_RANGE => {
+                let (id, off, len) = (c.u64()?, c.u64()?, c.u64()?);
+                Decoded::Op(Op::FreeRange { id, off, len: (len != u64::MAX).then_some(len) })
+            }
+            T_ZAP_PUT => {
+                let obj = c.u64()?;
+                let insert = c.u8()? != 0;
+                let kl = c.u16()? as usize;
+                let key = c.take(kl)?.to_vec();
+                let vl = c.u32()? as usize;
+                Decoded::Op(Op::ZapPut { obj, key, value: c.take(vl)?.to_vec(), insert })
+            }
+            T_ZAP_REMOVE => {
+                let obj = c.u64()?;
+                let kl = c.u16()? as usize;
+                Decoded::Op(Op::ZapRemove { obj, key: c.take(kl)?.to_vec() })
+            }
+            T_ZAP_INIT => Decoded::Op(Op::ZapInit { obj: c.u64()?, seed_txg: c.u64()? }),
+            t => return Err(ObjError::Corrupt(format!("redo record: unknown note type {t} at byte {}", c.pos - 1))),
+        };
+        out.push(d);
+    }
+    Ok(out)
+}
+
+/// Applies one decoded record in `tx` (no capture: replay writes no log).
+fn apply(os: &ObjectSet, tx: &Tx, notes: Vec<Decoded<'_>>) -> Result<()> {
+    for d in notes {
+        match d {
+            Decoded::Write { id, off, data } => os.write(tx, ObjectId(id), off, data)?,
+            Decoded::Op(op) => match op {
+                Op::Create { id, otype, block_size, bonus } => os.create_with_id(tx, ObjectId(id), ObjType(otype), block_size, &bonus)?,
+                Op::Free { id } => os.free(tx, ObjectId(id))?,
+                Op::Bonus { id, bonus } => os.set_bonus(tx, ObjectId(id), &bonus)?,
+                Op::MarkMeta { id } => os.mark_metadata(tx, ObjectId(id))?,
+                Op::BlockSize { id, block_size } => os.set_block_size(tx, ObjectId(id), block_size)?,
+                Op::Write { .. } => unreachable!("decoded as Decoded::Write"),
+                Op::FreeRange { id, off, len } => os.free_range(tx, ObjectId(id), off, len)?,
+                Op::ZapPut { obj, key, value, insert: true } => Zap::insert(os, tx, ObjectId(obj), &key, &value)?,
+                Op::ZapPut { obj, key, value, insert: false } => Zap::update(os, tx, ObjectId(obj), &key, &value)?,
+                Op::ZapRemove { obj, key } => {
+                    Zap::remove(os, tx, ObjectId(obj), &key)?;
+                }
+                Op::ZapInit { obj, seed_txg } => Zap::init_seeded(os, tx, ObjectId(obj), seed_txg)?,
+            },
+        }
+    }
+    Ok(())
+}
+
+/// The object set's changing methods: each notes itself in a capturing
+/// `Tx` once it succeeded (the bodies are in objset.rs).
+impl ObjectSet {
+    /// Whether changes are refused (a snapshot, a destroyed or read-only
+    /// object set, a read-only pool).
+    pub fn is_readonly(&self) -> bool {
+        self.shared.readonly || self.inner.readonly.load(Ordering::Relaxed) || self.inner.destroyed.load(Ordering::Relaxed)
+    }
+
+    pub fn create_with_id(&self, tx: &Tx, id: ObjectId, t: ObjType, block_size: u32, bonus: &[u8; BONUS_LEN]) -> Result<()> {
+        scoped(self, tx, || self.create_with_id_inner(tx, id, t, block_size, bonus), |_| Op::Create { id: id.0, otype: t.0, block_size, bonus: *bonus })
+    }
+
+    pub fn free(&self, tx: &Tx, id: ObjectId) -> Result<()> {
+        scoped(self, tx, || self.free_inner(tx, id), |_| Op::Free { id: id.0 })
+    }
+
+    pub fn set_bonus(&self, tx: &Tx, id: ObjectId, b: &[u8; BONUS_LEN]) -> Result<()> {
+        scoped(self, tx, || self.set_bonus_inner(tx, id, b), |_| Op::Bonus { id: id.0, bonus: *b })
+    }
+
+    /// Marks an object as metadata (`DN_METADATA`): the ZAP layer does for
+    /// every map it formats.
+    pub fn mark_metadata(&self, tx: &Tx, id: ObjectId) -> Result<()> {
+        scoped(self, tx, || self.mark_metadata_inner(tx, id), |_| Op::MarkMeta { id: id.0 })
+    }
+
+    /// Changes the block size of an object of at most one block.
+    pub fn set_block_size(&self, tx: &Tx, id: ObjectId, block_size: u32) -> Result<()> {
+        scoped(self, tx, || self.set_block_size_inner(tx, id, block_size), |_| Op::BlockSize { id: id.0, block_size })
+    }
+
+    /// Write without the space check: metadata updates (directory entries,
+    /// maps) that removals and renames need even on a full pool; they may
+    /// use the slop, as in ZFS.
+    pub fn write(&self, tx: &Tx, id: ObjectId, offset: u64, data: &[u8]) -> Result<()> {
+        scoped(self, tx, || self.write_inner(tx, id, offset, data), |_| Op::Write { id: id.0, off: offset, len: data.len() as u64 })
+    }
+
+    /// Frees `len` bytes (None: to the end) from `offset`: whole blocks
+    /// become holes, partial ones are zeroed.
+    pub fn free_range(&self, tx: &Tx, id: ObjectId, offset: u64, len: Option<u64>) -> Result<()> {
+        scoped(self, tx, || self.free_range_inner(tx, id, offset, len), |_| Op::FreeRange { id: id.0, off: offset, len })
+    }
+}
+
+impl ObjectSet {
+    /// Replays this object set's intent log, if import found one: each redo
+    /// record not yet applied is applied again (see the module doc). A
+    /// record that cannot be decoded or applied ends the replay there, as a
+    /// damaged log block ends a chain: it and the records after it are
+    /// dropped (one line on stderr says so), so the object set is left as
+    /// the records before it made it and stays usable.
+    pub fn replay_redo(&self) -> Result<ReplayReport> {
+        let mut broken: Option<String> = None;
+        let r = self.log_replay(&mut |tx, rec| {
+            if broken.is_some() {
+                return Ok(());
+            }
+            let applied = if rec.rtype != REDO_RECORD {
+                Err(ObjError::Corrupt(format!("record type {}", rec.rtype)))
+            } else {
+                decode(&rec.payload).and_then(|notes| apply(self, tx, notes))
+            };
+            if let Err(e) = applied {
+                broken = Some(format!("record {} (txg {}): {e}", rec.seq, rec.txg));
+            }
+            Ok(())
+        })?;
+        if let Some(why) = broken {
+            eprintln!("tarn: intent log of object set {}: replay stopped at {why}; later records discarded", self.id().0);
+        }
+        Ok(r)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Vec<Op> {
+        vec![
+            Op::Create { id: 9, otype: 18, block_size: 512, bonus: [3; BONUS_LEN] },
+            Op::ZapPut { obj: 4, key: b"name".to_vec(), value: vec![1, 2, 3], insert: true },
+            Op::Write { id: 9, off: 10, len: 300_000 },
+            Op::Bonus { id: 9, bonus: [7; BONUS_LEN] },
+            Op::ZapRemove { obj: 4, key: b"old".to_vec() },
+            Op::FreeRange { id: 9, off: 4096, len: None },
+            Op::ZapInit { obj: 11, seed_txg: 77 },
+        ]
+    }
+
+    #[test]
+    fn encode_splits_and_decodes() {
+        let recs = encode(sample());
+        assert!(recs.len() >= 3, "a 300,000-byte write spans records: {}", recs.len());
+        let mut written = 0usize;
+        let mut ops = Vec::new();
+        for (payload, fills) in &recs {
+            assert!(payload.len() <= RECORD_PAYLOAD_MAX);
+            for f in fills {
+                assert!(f.at + f.len <= payload.len());
+            }
+            for d in decode(payload).unwrap() {
+                match d {
+                    Decoded::Write { id, off, data } => {
+                        assert_eq!((id, off), (9, 10 + written as u64));
+                        written += data.len();
+                    }
+                    Decoded::Op(op) => ops.push(op),
+                }
+            }
+        }
+        assert_eq!(written, 300_000);
+        // The bonus moved in front of the split write, nothing else moved.
+        assert!(matches!(ops[2], Op::Bonus { id: 9, .. }), "{ops:?}");
+        assert_eq!(ops.len(), 6);
+    }
+
+    #[test]
+    fn small_transactions_keep_their_order_in_one_record() {
+        let ops = vec![Op::Write { id: 5, off: 0, len: 100 }, Op::Bonus { id: 5, bonus: [1; BONUS_LEN] }];
+        let recs = encode(ops);
+        assert_eq!(recs.len(), 1);
+        let d = decode(&recs[0].0).unwrap();
+        assert!(matches!(d[0], Decoded::Write { id: 5, .. }) && matches!(d[1], Decoded::Op(Op::Bonus { .. })));
+    }
+
+    #[test]
+    fn malformed_payloads_are_errors() {
+        let (payload, _) = encode(sample()).remove(0);
+        for cut in 1..payload.len().min(200) {
+            let _ = decode(&payload[..cut]);
+        }
+        assert!(decode(&payload[..5]).is_err());
+        assert!(decode(&[200]).is_err());
+        let mut bad = vec![T_ZAP_PUT];
+        bad.extend_from_slice(&[0; 9]);
+        bad.extend_from_slice(&u16::MAX.to_le_bytes());
+        assert!(decode(&bad).is_err());
+    }
+}
