@@ -9,7 +9,9 @@
 # Systems as in bench/run.sh (bench/systems.sh): tarn is target/release/tarn
 # on a raidz1 of 4 sparse file vdevs under a FUSE mount. Per system: the
 # file is laid out by bench/fio/seq-write.fio, then bench/fio/rand-write.fio
-# (1 job) and bench/fio/rand-write-4jobs.fio (4 jobs) run over it.
+# (1 job) and bench/fio/rand-write-4jobs.fio (4 jobs) run over it, then the
+# same with an fsync after every write (bench/fio/sync-write*.fio: on tarn
+# each fsync commits the dataset's intent log).
 # With --perf FILE, `perf record -g` samples the tarn daemon during the
 # 4-job row and writes the report (by symbol) to FILE. --tarn BIN runs
 # another build of tarn (default target/release/tarn), to compare two.
@@ -69,7 +71,9 @@ for system in raw tarn; do
     else
         four=$(iops "$system" "$dir" rand-write-4jobs)
     fi
-    printf '%s\t%s\t%s\n' "$system" "$one" "$four" | tee -a "$results"
+    sync1=$(iops "$system" "$dir" sync-write)
+    sync4=$(iops "$system" "$dir" sync-write-4jobs)
+    printf '%s\t%s\t%s\t%s\t%s\n' "$system" "$one" "$four" "$sync1" "$sync4" | tee -a "$results"
     rm -f "$dir/bench.data"
     system_stop "$system"
 done
@@ -78,8 +82,8 @@ echo
 echo "Command: \`bench/writepath.sh --systems $systems --size $size --runtime $runtime${tarn_override:+ --tarn $tarn_override}\`  "
 echo "Machine: $(machine_line)"
 echo
-echo "| system | rand write 4K, 1 job | rand write 4K, 4 jobs | 4 jobs / 1 job |"
-echo "|---|---|---|---|"
-while IFS=$'\t' read -r s one four; do
-    printf '| %s | %s IOPS | %s IOPS | %s |\n' "$s" "$one" "$four" "$(python3 -c "print('%.2fx' % ($four / max($one, 1)))")"
+echo "| system | rand write 4K, 1 job | rand write 4K, 4 jobs | 4 jobs / 1 job | fsync=1, 1 job | fsync=1, 4 jobs |"
+echo "|---|---|---|---|---|---|"
+while IFS=$'\t' read -r s one four sync1 sync4; do
+    printf '| %s | %s IOPS | %s IOPS | %s | %s IOPS | %s IOPS |\n' "$s" "$one" "$four" "$(python3 -c "print('%.2fx' % ($four / max($one, 1)))")" "$sync1" "$sync4"
 done < "$results"

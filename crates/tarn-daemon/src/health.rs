@@ -309,6 +309,7 @@ impl Daemon {
                 self.device_op(&pool, "remove", |obj| obj.remove_spare(&device).map_err(|e| e.to_string()))
             }
             Request::PoolClear { pool, device } => self.clear(&pool, device.as_deref()),
+            Request::PoolSync { pools } => self.sync_pools(&pools),
             Request::PoolEvents { pool, after, wait_secs, clear } => self.pool_events(pool.as_deref(), after, wait_secs, clear),
             Request::AlertTest { pool } => self.alert_test(pool.as_deref()),
             other => Err(format!("unsupported request {other:?}")),
@@ -479,6 +480,21 @@ impl Daemon {
         }
         obj.clear(device, &|leaf: &LeafStatus| reopen_leaf(leaf))
         .map_err(|e| f(e.to_string()))?;
+        Ok(Response::text(""))
+    }
+
+    /// `pool sync`: every pool named is looked up first (an unknown name
+    /// syncs nothing), then each syncs a txg and waits for it.
+    fn sync_pools(&self, names: &[String]) -> HandlerResult {
+        let objs: Vec<(String, Arc<ObjPool>)> = if names.is_empty() {
+            let pools = self.pools.lock();
+            pools.iter().map(|(n, p)| (n.clone(), p.ds.obj().clone())).collect()
+        } else {
+            names.iter().map(|n| Ok((n.clone(), self.obj_of(n, "sync")?))).collect::<Result<_, String>>()?
+        };
+        for (name, obj) in objs {
+            obj.sync().map_err(|e| fail("sync", &name)(e.to_string()))?;
+        }
         Ok(Response::text(""))
     }
 

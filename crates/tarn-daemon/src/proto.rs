@@ -203,6 +203,8 @@ pub enum Request {
     /// `pool remove` (available spares).
     PoolRemove { pool: String, device: String },
     PoolClear { pool: String, device: Option<String> },
+    /// `pool sync`: a txg sync of each pool named (empty: every pool).
+    PoolSync { pools: Vec<String> },
     /// `pool events`: events with sequence > `after` (`pool` None: all
     /// pools); waits up to `wait_secs` for one to arrive (for `-f`);
     /// `clear` (-c) forgets the pool's events instead.

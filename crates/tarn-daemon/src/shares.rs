@@ -386,6 +386,7 @@ pub fn may_change_shares(request: &Request) -> bool {
             | Request::PoolList { .. }
             | Request::PoolStatus { .. }
             | Request::PoolEvents { .. }
+            | Request::PoolSync { .. }
             | Request::PoolIostat { .. }
             | Request::PoolHistory { .. }
             | Request::Holds { .. }

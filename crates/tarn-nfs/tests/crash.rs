@@ -9,13 +9,15 @@
 //! byte.
 //!
 //! What an acknowledgement promises: tarn-fs's fsync (COMMIT, stable
-//! writes) syncs the whole txg, so everything done before it — data of
-//! every file and the namespace — is durable once it is answered. With no
-//! other sync (txg timeout an hour), the file system after a cut is
-//! exactly the state at the last acknowledgement before the cut, or the
-//! state of the next one (its sync may have reached the disk before its
-//! answer did); unacknowledged changes may or may not be there only in
-//! that sense. The handles the client held for the acknowledged files
+//! writes) commits the dataset's intent log, every change made before it
+//! — data of every file and the namespace — so all of it is durable once
+//! it is answered. With no other sync (txg timeout an hour), the file
+//! system after a cut is exactly the state at the last acknowledgement
+//! before the cut, or a state the next round passed through on its way to
+//! the next acknowledgement, operation by operation (the log is replayed
+//! as far as it reached the disk, and each operation is one record), or
+//! the next acknowledged state itself. Nothing else: no operation half
+//! applied, none out of order. The handles the client held for the acknowledged files
 //! read the same bytes through a new server on the recovered pool.
 
 mod support;
@@ -38,14 +40,19 @@ const ROUNDS: usize = 60;
 
 /// (directory index, name) → contents.
 type Model = BTreeMap<(usize, String), Vec<u8>>;
+/// (directory index, name) → the client's handle.
+type Handles = BTreeMap<(usize, String), nfs_fh3>;
 
 /// An acknowledged state: the first recorder event after the answer, the
 /// file system as it must be, and the client's handle of each file.
 struct Acked {
     event: u64,
     model: Model,
-    handles: BTreeMap<(usize, String), nfs_fh3>,
+    handles: Handles,
     what: String,
+    /// The states the round passed through before the acknowledgement
+    /// (after each of its operations but the last).
+    steps: Vec<(Model, Handles)>,
 }
 
 fn root_caller() -> Caller {
@@ -124,16 +131,20 @@ fn power_cut_keeps_every_committed_and_stable_write() {
         let sub = c.mkdir(&MKDIR3args { where_: dirop(&root, "sub"), attributes: sattr_mode(0o755) }).await.unwrap().unwrap().obj.unwrap();
         let dirs = [root.clone(), sub];
         let mut model = Model::new();
-        let mut handles: BTreeMap<(usize, String), nfs_fh3> = BTreeMap::new();
+        let mut handles: Handles = BTreeMap::new();
         let mut next_name = 0;
         let mut verf = None;
         let mut acked = Vec::new();
         // The empty file system with `sub`, made durable.
         c.commit(&COMMIT3args { file: root.clone(), offset: 0, count: 0 }).await.unwrap().unwrap();
-        acked.push(Acked { event: rec.event_count(), model: model.clone(), handles: handles.clone(), what: "start".into() });
+        acked.push(Acked { event: rec.event_count(), model: model.clone(), handles: handles.clone(), what: "start".into(), steps: Vec::new() });
         for round in 0..ROUNDS {
             let mut ops: Vec<String> = Vec::new();
+            let mut steps = Vec::new();
             for _ in 0..rng.gen_range(1..7) {
+                if !ops.is_empty() {
+                    steps.push((model.clone(), handles.clone()));
+                }
                 let op = rng.gen_range(0..10);
                 if model.is_empty() || (op < 2 && model.len() < MAX_FILES) {
                     let key = (rng.gen_range(0..DIRS.len()), format!("f{next_name}"));
@@ -196,6 +207,7 @@ fn power_cut_keeps_every_committed_and_stable_write() {
                 }
             }
             // The acknowledgement: a COMMIT, or a stable write.
+            let (acked_model_before_ack, acked_handles_before_ack) = (model.clone(), handles.clone());
             let keys: Vec<_> = model.keys().cloned().collect();
             let what = if keys.is_empty() || rng.gen_bool(0.5) {
                 let fh = keys.first().map_or(root.clone(), |k| handles[k].clone());
@@ -217,7 +229,9 @@ fn power_cut_keeps_every_committed_and_stable_write() {
                 m[off..off + data.len()].copy_from_slice(&data);
                 format!("round {round}: {}, {stable:?} write to {key:?} {off}+{}", ops.join(", "), data.len())
             };
-            acked.push(Acked { event: rec.event_count(), model: model.clone(), handles: handles.clone(), what });
+            // The state after the round's last operation but before the stable write.
+            steps.push((acked_model_before_ack, acked_handles_before_ack));
+            acked.push(Acked { event: rec.event_count(), model: model.clone(), handles: handles.clone(), what, steps });
         }
         acked
     });
@@ -229,7 +243,8 @@ fn power_cut_keeps_every_committed_and_stable_write() {
     let first = acked[0].event;
     let mut cuts: Vec<u64> = (0..count).map(|_| rng.gen_range(first..=total)).collect();
     cuts.sort_unstable();
-    let mut matched = [0u64; 2];
+    // At the last acknowledgement, part of the way to the next, at the next.
+    let mut matched = [0u64; 3];
     for (i, &cut) in cuts.iter().enumerate() {
         let mode = match i % 3 {
             0 => CutMode::DropUnflushed,
@@ -245,12 +260,17 @@ fn power_cut_keeps_every_committed_and_stable_write() {
         let fs = Fs::open(pool.clone(), pool.open_objset(ObjsetId(osid.0)).unwrap_or_else(|e| panic!("{at}: objset: {e}")), FsOptions::default())
             .unwrap_or_else(|e| panic!("{at}: open the file system: {e}"));
         let got = state_of(&fs);
-        // The last acknowledgement before the cut, or the next one.
+        // The last acknowledgement before the cut, a state on the way to
+        // the next one, or the next one.
         let r = acked.iter().rposition(|a| a.event <= cut).expect("the first acknowledgement precedes every cut");
-        let which = if got == acked[r].model {
-            0
-        } else if acked.get(r + 1).is_some_and(|a| got == a.model) {
-            1
+        let mut candidates = vec![(&acked[r].model, &acked[r].handles, 0)];
+        if let Some(n) = acked.get(r + 1) {
+            candidates.extend(n.steps.iter().map(|(m, h)| (m, h, 1)));
+            candidates.push((&n.model, &n.handles, 2));
+        }
+        let found = candidates.iter().find(|(m, _, _)| **m == got);
+        let (state_model, state_handles, which) = if let Some(&(m, h, w)) = found {
+            (m, h, w)
         } else {
             let like = acked.iter().position(|a| a.model == got).map_or("no acknowledged state".to_string(), |j| format!("the state after {}", acked[j].what));
             let next = acked.get(r + 1).map_or("none".to_string(), |a| format!("{} (event {})", a.what, a.event));
@@ -263,14 +283,13 @@ fn power_cut_keeps_every_committed_and_stable_write() {
             );
         };
         matched[which] += 1;
-        let state = &acked[r + which];
         // The client's handles of the acknowledged files, through a new
         // server on the recovered pool.
         let srv = server(&fs, "rw,no_root_squash", seed ^ cut);
         rt().block_on(async {
             let mut c = nfs_client(srv.local_addr(), "127.0.0.1", 0, 0).await;
-            for (key, data) in &state.model {
-                let fh = &state.handles[key];
+            for (key, data) in state_model {
+                let fh = &state_handles[key];
                 let size = getattr(&mut c, fh).await.unwrap_or_else(|s| panic!("{at}: {key:?}: handle after the crash: {s:?}")).size;
                 assert_eq!(size, data.len() as u64, "{at}: {key:?}");
                 let mut got = Vec::new();
@@ -286,6 +305,9 @@ fn power_cut_keeps_every_committed_and_stable_write() {
         drop(fs);
         drop(pool);
     }
-    eprintln!("checked {count} cut points over {total} events: {} at the last acknowledgement, {} at the next", matched[0], matched[1]);
+    eprintln!(
+        "checked {count} cut points over {total} events: {} at the last acknowledgement, {} on the way to the next, {} at the next",
+        matched[0], matched[1], matched[2]
+    );
     assert!(count < 100 || matched[0] > 0, "no cut landed on an acknowledged state");
 }

@@ -22,6 +22,11 @@ struct Walker<'a> {
     dataset_refs: Vec<(Extent, u64)>,
     /// Set while walking the trees of a dataset object set.
     in_dataset: bool,
+    /// The intent log header of the object set walked last.
+    last_log: crate::zil::LogHeader,
+    /// Log headers of the object sets walked (their own, not a snapshot's
+    /// copy of its origin's).
+    logs: Vec<crate::zil::LogHeader>,
     report: CheckReport,
 }
 
@@ -81,6 +86,7 @@ impl Walker<'_> {
             }
         };
         let os = ObjsetPhys::decode(&data)?;
+        self.last_log = os.log;
         self.report.objsets += 1;
         self.in_dataset = !keep_level0_of_table;
         let r = self.objset_trees(name, &os, keep_level0_of_table);
@@ -136,14 +142,26 @@ impl Walker<'_> {
 /// Every block reachable from `mos_root` (the MOS, the object-set table,
 /// every object set), verified; `refs` holds each copy with its birth.
 fn walk_from<'a>(s: &'a Shared, mos_root: &BlockPtr) -> Walker<'a> {
-    let mut w = Walker { s, refs: Vec::new(), dataset_refs: Vec::new(), in_dataset: false, report: CheckReport::default() };
+    let mut w = Walker {
+        s,
+        refs: Vec::new(),
+        dataset_refs: Vec::new(),
+        in_dataset: false,
+        last_log: Default::default(),
+        logs: Vec::new(),
+        report: CheckReport::default(),
+    };
     match w.objset("MOS", mos_root, true) {
         Ok(table) => {
             for (i, chunk) in table.chunks_exact(tarn_block::BP_SIZE).enumerate() {
                 match BlockPtr::decode(chunk) {
                     Ok(bp) if !bp.is_hole() => {
+                        w.last_log = Default::default();
                         if let Err(e) = w.objset(&format!("objset {i}"), &bp, false) {
                             w.report.damaged.push(format!("objset {i}: {e}"));
+                        }
+                        if !w.last_log.is_empty() && w.last_log.owner == i as u64 {
+                            w.logs.push(w.last_log);
                         }
                     }
                     Ok(_) => {}
@@ -168,6 +186,22 @@ pub(crate) fn tree_extents(s: &Shared, mos_root: &BlockPtr, spacemap_head: &Bloc
             }
         }
         Err(e) => w.report.damaged.push(format!("space map chain: {e}")),
+    }
+    // The intent log chains those object sets name, as far as blocks born
+    // by then go: an import of this tree would claim them.
+    let limit = mos_root.birth;
+    for h in std::mem::take(&mut w.logs) {
+        let (mut bp, mut seq) = (h.head, h.head_seq);
+        while !bp.is_hole() && bp.birth <= limit {
+            w.note(&bp);
+            match crate::zil::read_log_block(s, &bp, h.chain, seq) {
+                Some(b) => {
+                    bp = b.next;
+                    seq += 1;
+                }
+                None => break,
+            }
+        }
     }
     let mut out: Vec<Extent> = w.refs.into_iter().map(|(e, _)| e).collect();
     out.sort();

@@ -611,7 +611,9 @@ impl ObjectSet {
     /// record holding the block, so no later txg rolls it back.
     /// `expect_bs` is the block size the caller split its range with; if it
     /// changed meanwhile the call fails rather than write at wrong offsets.
-    fn modify_block(&self, dn: &Arc<Dnode>, txg: Txg, blkid: u64, expect_bs: u64, whole: Option<&[u8]>, f: &mut dyn FnMut(&mut [u8])) -> Result<()> {
+    /// Changes block `blkid` in `txg` (and in newer txgs that have it
+    /// dirty); returns `txg`'s version of it.
+    fn modify_block(&self, dn: &Arc<Dnode>, txg: Txg, blkid: u64, expect_bs: u64, whole: Option<&[u8]>, f: &mut dyn FnMut(&mut [u8])) -> Result<Arc<Vec<u8>>> {
         let mut st = dn.st.lock();
         let bs = st.attrs().block_size as usize;
         if bs as u64 != expect_bs {
@@ -663,6 +665,7 @@ impl ObjectSet {
                 self.add_charge(d, self.charge_of(bs as u64));
             }
         }
+        let mine = st.dirty.get(&txg).and_then(|d| d.blocks.get(&blkid)).cloned().expect("block just dirtied");
         for (_, newer) in st.dirty.range_mut(txg + 1..) {
             if let Some(b) = newer.blocks.get_mut(&blkid) {
                 let b = Arc::make_mut(b);
@@ -670,7 +673,7 @@ impl ObjectSet {
                 f(b);
             }
         }
-        Ok(())
+        Ok(mine)
     }
 
     /// Write new data (file contents, symlink targets, large xattrs): refused
@@ -682,8 +685,10 @@ impl ObjectSet {
         self.write(tx, id, offset, data)
     }
 
-    /// Body of [`ObjectSet::write`] (redo.rs).
-    pub(crate) fn write_inner(&self, tx: &Tx, id: ObjectId, offset: u64, data: &[u8]) -> Result<()> {
+    /// Body of [`ObjectSet::write`] (redo.rs); with `parts`, each block's
+    /// new version and the range of it the write covers, in order (a redo
+    /// note keeps them: a later change of the block copies it).
+    pub(crate) fn write_inner(&self, tx: &Tx, id: ObjectId, offset: u64, data: &[u8], mut parts: Option<&mut Vec<crate::redo::WritePart>>) -> Result<()> {
         self.check_writable()?;
         let dn = self.dnode(id)?;
         let bs = {
@@ -704,7 +709,10 @@ impl ObjectSet {
             let in_blk = (off % bs) as usize;
             let n = (bs as usize - in_blk).min(data.len() - pos);
             let src = &data[pos..pos + n];
-            self.modify_block(&dn, tx.txg(), blkid, bs, (n == bs as usize).then_some(src), &mut |b| b[in_blk..in_blk + n].copy_from_slice(src))?;
+            let block = self.modify_block(&dn, tx.txg(), blkid, bs, (n == bs as usize).then_some(src), &mut |b| b[in_blk..in_blk + n].copy_from_slice(src))?;
+            if let Some(p) = parts.as_deref_mut() {
+                p.push(crate::redo::WritePart { block, start: in_blk, len: n });
+            }
             pos += n;
         }
         Ok(())

@@ -13,12 +13,13 @@
 //!   locks of what it changed (tarn-fs: when its inode lock set drops), so
 //!   two changes to one thing get sequence numbers in the order they were
 //!   made; a `Tx` dropped with notes left flushes them itself.
-//! - Data writes are noted without their bytes: the record keeps room for
-//!   them and the log writer reads them from the object when (if ever) the
-//!   record is committed (`Fill`). A write no one commits before its txg
-//!   syncs is never copied. A commit can so carry bytes newer than the
-//!   write that noted them; they are bytes a later record of the same range
-//!   writes again, so replay still ends in the state the records describe.
+//! - Data writes are noted without copying their bytes: the note keeps the
+//!   versions of the blocks the write made (`WritePart`, the same buffers
+//!   the txg will write; a later change of such a block in the txg copies
+//!   it first, as any shared block), and the log writer copies the bytes
+//!   into the record when (if ever) it is committed (`Fill`). A write no
+//!   one commits before its txg syncs is never copied, and a record always
+//!   holds the bytes of its own write, not a later one's.
 //! - Replay ([`ObjectSet::replay_redo`]) applies each record's notes in one
 //!   transaction, on top of exactly the state that preceded them (the
 //!   intent log replays only records of txgs that did not reach disk, in
@@ -36,6 +37,7 @@
 //! (docs/on-disk-format.md, "Redo records").
 
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 
 use parking_lot::Mutex;
 
@@ -67,8 +69,8 @@ pub(crate) enum Op {
     Bonus { id: u64, bonus: [u8; BONUS_LEN] },
     MarkMeta { id: u64 },
     BlockSize { id: u64, block_size: u32 },
-    /// Bytes read from the object when the record is committed.
-    Write { id: u64, off: u64, len: u64 },
+    /// The bytes are copied from `parts` when the record is committed.
+    Write { id: u64, off: u64, len: u64, parts: Arc<Vec<WritePart>> },
     FreeRange { id: u64, off: u64, len: Option<u64> },
     ZapPut { obj: u64, key: Vec<u8>, value: Vec<u8>, insert: bool },
     ZapRemove { obj: u64, key: Vec<u8> },
@@ -82,13 +84,46 @@ pub(crate) struct Capture {
     depth: AtomicU32,
 }
 
-/// Bytes of a record the log writer fills from an object at commit.
+/// A piece of a write: the version of a block the write made (shared
+/// with the txg's dirty data: a later change of the block copies it first)
+/// and the range of it the write covers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WritePart {
+    pub(crate) block: Arc<Vec<u8>>,
+    pub(crate) start: usize,
+    pub(crate) len: usize,
+}
+
+/// Bytes of a record the log writer copies in at commit: `len` bytes from
+/// offset `skip` of the write `parts` describe, to payload offset `at`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Fill {
     pub at: usize,
-    pub obj: ObjectId,
-    pub off: u64,
     pub len: usize,
+    pub skip: usize,
+    pub parts: Arc<Vec<WritePart>>,
+}
+
+impl Fill {
+    /// Copies the bytes into `payload`.
+    pub(crate) fn apply(&self, payload: &mut [u8]) {
+        let dst = &mut payload[self.at..self.at + self.len];
+        let (mut skip, mut done) = (self.skip, 0);
+        for p in self.parts.iter() {
+            if done == dst.len() {
+                break;
+            }
+            if skip >= p.len {
+                skip -= p.len;
+                continue;
+            }
+            let n = (p.len - skip).min(dst.len() - done);
+            dst[done..done + n].copy_from_slice(&p.block[p.start + skip..p.start + skip + n]);
+            done += n;
+            skip = 0;
+        }
+        assert_eq!(done, dst.len(), "a write note's blocks cover fewer bytes than the note");
+    }
 }
 
 impl Tx {
@@ -186,7 +221,8 @@ pub(crate) fn encode(mut ops: Vec<Op>) -> Vec<(Vec<u8>, Vec<Fill>)> {
     let mut cur: Vec<u8> = Vec::new();
     let mut fills: Vec<Fill> = Vec::new();
     for op in ops {
-        if let Op::Write { id, mut off, mut len } = op {
+        if let Op::Write { id, mut off, mut len, parts } = op {
+            let mut skip = 0usize;
             while len > 0 {
                 let mut room = RECORD_PAYLOAD_MAX - cur.len();
                 if room <= WRITE_HEAD {
@@ -198,10 +234,11 @@ pub(crate) fn encode(mut ops: Vec<Op>) -> Vec<(Vec<u8>, Vec<Fill>)> {
                 cur.extend_from_slice(&id.to_le_bytes());
                 cur.extend_from_slice(&off.to_le_bytes());
                 cur.extend_from_slice(&(n as u32).to_le_bytes());
-                fills.push(Fill { at: cur.len(), obj: ObjectId(id), off, len: n });
+                fills.push(Fill { at: cur.len(), len: n, skip, parts: parts.clone() });
                 cur.resize(cur.len() + n, 0);
                 off += n as u64;
                 len -= n as u64;
+                skip += n;
             }
             continue;
         }
@@ -415,7 +452,17 @@ impl ObjectSet {
     /// maps) that removals and renames need even on a full pool; they may
     /// use the slop, as in ZFS.
     pub fn write(&self, tx: &Tx, id: ObjectId, offset: u64, data: &[u8]) -> Result<()> {
-        scoped(self, tx, || self.write_inner(tx, id, offset, data), |_| Op::Write { id: id.0, off: offset, len: data.len() as u64 })
+        let Some(c) = capture_for(self, tx).filter(|c| c.depth.load(Ordering::Relaxed) == 0) else {
+            return self.write_inner(tx, id, offset, data, None);
+        };
+        c.depth.fetch_add(1, Ordering::Relaxed);
+        let mut parts = Vec::new();
+        let r = self.write_inner(tx, id, offset, data, Some(&mut parts));
+        c.depth.fetch_sub(1, Ordering::Relaxed);
+        if r.is_ok() {
+            c.ops.lock().push(Op::Write { id: id.0, off: offset, len: data.len() as u64, parts: Arc::new(parts) });
+        }
+        r
     }
 
     /// Frees `len` bytes (None: to the end) from `offset`: whole blocks
@@ -459,11 +506,28 @@ impl ObjectSet {
 mod tests {
     use super::*;
 
+    /// A write of `len` bytes (i as u8 at byte i) as 4 KiB blocks, starting 10 bytes into the first.
+    fn parts(len: usize) -> Arc<Vec<WritePart>> {
+        let mut out = Vec::new();
+        let (mut done, mut start) = (0, 10);
+        while done < len {
+            let n = (4096 - start).min(len - done);
+            let mut block = vec![0u8; 4096];
+            for (i, b) in block[start..start + n].iter_mut().enumerate() {
+                *b = (done + i) as u8;
+            }
+            out.push(WritePart { block: Arc::new(block), start, len: n });
+            done += n;
+            start = 0;
+        }
+        Arc::new(out)
+    }
+
     fn sample() -> Vec<Op> {
         vec![
             Op::Create { id: 9, otype: 18, block_size: 512, bonus: [3; BONUS_LEN] },
             Op::ZapPut { obj: 4, key: b"name".to_vec(), value: vec![1, 2, 3], insert: true },
-            Op::Write { id: 9, off: 10, len: 300_000 },
+            Op::Write { id: 9, off: 10, len: 300_000, parts: parts(300_000) },
             Op::Bonus { id: 9, bonus: [7; BONUS_LEN] },
             Op::ZapRemove { obj: 4, key: b"old".to_vec() },
             Op::FreeRange { id: 9, off: 4096, len: None },
@@ -479,13 +543,16 @@ mod tests {
         let mut ops = Vec::new();
         for (payload, fills) in &recs {
             assert!(payload.len() <= RECORD_PAYLOAD_MAX);
+            let mut payload = payload.clone();
             for f in fills {
                 assert!(f.at + f.len <= payload.len());
+                f.apply(&mut payload);
             }
-            for d in decode(payload).unwrap() {
+            for d in decode(&payload).unwrap() {
                 match d {
                     Decoded::Write { id, off, data } => {
                         assert_eq!((id, off), (9, 10 + written as u64));
+                        assert!(data.iter().enumerate().all(|(i, &b)| b == (written + i) as u8), "bytes of the write, in order");
                         written += data.len();
                     }
                     Decoded::Op(op) => ops.push(op),
@@ -500,7 +567,7 @@ mod tests {
 
     #[test]
     fn small_transactions_keep_their_order_in_one_record() {
-        let ops = vec![Op::Write { id: 5, off: 0, len: 100 }, Op::Bonus { id: 5, bonus: [1; BONUS_LEN] }];
+        let ops = vec![Op::Write { id: 5, off: 0, len: 100, parts: parts(100) }, Op::Bonus { id: 5, bonus: [1; BONUS_LEN] }];
         let recs = encode(ops);
         assert_eq!(recs.len(), 1);
         let d = decode(&recs[0].0).unwrap();

@@ -696,6 +696,10 @@ pub enum PoolCommand {
     },
     /// Clear device errors (all devices, or one); resumes a suspended pool.
     Clear { pool: String, device: Option<String> },
+    /// Write the pools' (all, or the ones named) changes to their devices
+    /// now, as a transaction group: not only to the intent log, so space
+    /// and `du` are current too (as zpool sync).
+    Sync { pools: Vec<String> },
     /// Trim the free space of the pool's devices (all, or the ones named):
     /// holes in file vdevs, discards on block devices.
     Trim {
@@ -852,6 +856,9 @@ mod tests {
         let Command::Pool(PoolCommand::Clear { pool, device }) = parse("pool clear tank").unwrap().command else { panic!() };
         assert_eq!((pool.as_str(), device), ("tank", None));
         assert!(matches!(parse("pool clear tank /d1").unwrap().command, Command::Pool(PoolCommand::Clear { device: Some(_), .. })));
+        let Command::Pool(PoolCommand::Sync { pools }) = parse("pool sync a b").unwrap().command else { panic!() };
+        assert_eq!(pools, vec!["a", "b"]);
+        assert!(matches!(parse("pool sync").unwrap().command, Command::Pool(PoolCommand::Sync { pools }) if pools.is_empty()));
     }
 
     #[test]

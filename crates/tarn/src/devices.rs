@@ -195,6 +195,10 @@ pub fn run(socket: &Path, command: PoolCommand) -> Result<i32, Failure> {
             send(socket, &Request::PoolClear { pool, device: device.map(|d| resolve_member(&d)) })?;
             Ok(0)
         }
+        PoolCommand::Sync { pools } => {
+            send(socket, &Request::PoolSync { pools })?;
+            Ok(0)
+        }
         other => unreachable!("not a device command: {other:?}"),
     }
 }

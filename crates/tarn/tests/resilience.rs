@@ -271,6 +271,8 @@ fn offline_online_resilvers_only_what_changed() {
     assert_eq!(status["state"], "DEGRADED");
     assert_eq!(leaf_state(&status, &devices[1]).as_deref(), Some("OFFLINE"));
     let new = write_tree(&root, "new", &mut rng, 8, 400_000); // ~1.6 MB while away
+    // On the remaining side in a txg (fsync alone puts it in the intent log).
+    harness.tarn_ok(&["pool", "sync", "tank"]);
     let new_bytes: u64 = new.keys().map(|p| std::fs::metadata(root.join(p)).unwrap().len()).sum();
     harness.tarn_ok(&["pool", "online", "tank", &path_str(&devices[1])]);
     harness.tarn_ok(&["pool", "wait", "-t", "resilver", "tank"]);
@@ -313,6 +315,7 @@ fn spare_takes_over_and_scans_resume_after_export() {
     let text = harness.tarn_ok(&["pool", "status", "tank"]);
     assert!(text.contains("spares") && text.contains("AVAIL"), "{text}");
     let files = write_tree(&root, "t", &mut rng, 40, 1 << 20);
+    harness.tarn_ok(&["pool", "sync", "tank"]);
 
     // Scrub, interrupted by export, resumed after import.
     harness.tarn_ok(&["pool", "scrub", "tank"]);

@@ -162,12 +162,15 @@ fn punching_returns_space_and_tarn_only_modes() {
     let data = random_bytes(&mut rng, (64 * M) as usize);
     fs::write(&f, &data).unwrap();
     fsync(&f);
+    // fsync makes the data durable in the intent log; `du` and `used`
+    // count what a txg wrote (as on ZFS): sync the pool.
+    harness.tarn_ok(&["pool", "sync", "tank"]);
     let used_before = used();
     let du_before = du_kib(&f);
     assert!(du_before >= 64 * 1024, "{du_before} KiB");
     // Punch 48 MiB: the blocks go, `du` and `used` drop once a txg syncs.
     fallocate(&["-p", "-o", "8MiB", "-l", "48MiB"], &f).unwrap();
-    fsync(&f);
+    harness.tarn_ok(&["pool", "sync", "tank"]);
     let du_after = du_kib(&f);
     assert!(du_before - du_after >= 47 * 1024, "du {du_before} -> {du_after} KiB");
     let used_after = used();
@@ -281,15 +284,16 @@ fn o_tmpfile_matches_tmpfs_and_frees_on_close() {
     assert_eq!(tmpfile_scenario(&root, &data), tmpfile_scenario(&reference, &data));
 
     let used = || -> u64 { harness.tarn_ok(&["list", "-Hp", "-o", "used", "tank"]).trim().parse().expect("used is a number") };
+    // `used` counts what a txg wrote (fsync only commits the intent log).
     let sync = || {
-        let f = File::open(&root).unwrap();
-        f.sync_all().unwrap();
+        harness.tarn_ok(&["pool", "sync", "tank"]);
     };
     sync();
     let before = used();
     let t = open_tmpfile(&root, 0).unwrap();
     t.write_all_at(&random_bytes(&mut rng, (32 * M) as usize), 0).unwrap();
     t.sync_all().unwrap();
+    sync();
     let during = used();
     assert!(during >= before + 31 * M, "used {before} -> {during} with 32 MiB in a tmpfile");
     drop(t);

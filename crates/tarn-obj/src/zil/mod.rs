@@ -61,7 +61,7 @@ mod writer;
 pub use alloc::VdevClass;
 pub use format::{LogHeader, LogRecord, RECORD_PAYLOAD_MAX};
 pub use replay::ReplayReport;
-pub(crate) use claim::claim_all;
+pub(crate) use claim::{claim_all, read_log_block};
 pub(crate) use sync::{destroy_objset_log, sync_objset_log};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]

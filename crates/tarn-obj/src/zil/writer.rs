@@ -109,7 +109,7 @@ fn writer_thread(weak: Weak<Shared>, log: Arc<ObjsetLog>) {
             return;
         };
         let upto = batch.last().map_or(0, |p| p.rec.seq);
-        let result = fill(&s, log.id, batch).and_then(|batch| write_batch(&s, &log, &batch)).or_else(|e| {
+        let result = write_batch(&s, &log, &fill(batch)).or_else(|e| {
             // The log could not take it: make the records durable the slow
             // way (a txg sync covers every record appended before it) and
             // throw the chain away at that sync.
@@ -133,29 +133,17 @@ fn writer_thread(weak: Weak<Shared>, log: Arc<ObjsetLog>) {
     }
 }
 
-/// Reads the data of the batch's write notes from the object set (an
-/// object freed since reads as zeros: a later record frees it again).
-fn fill(s: &Arc<Shared>, id: ObjsetId, batch: Vec<Pending>) -> Result<Vec<LogRecord>> {
-    let mut os = None;
-    let mut out = Vec::with_capacity(batch.len());
-    for Pending { mut rec, fills } in batch {
-        for f in fills {
-            if os.is_none() {
-                let inner = s.objsets.lock().get(&id).cloned();
-                let Some(inner) = inner else {
-                    return Err(ObjError::Io(format!("object set {} is not open", id.0)));
-                };
-                os = Some(crate::ObjectSet { shared: s.clone(), inner });
+/// Copies the bytes of the batch's write notes into their records.
+fn fill(batch: Vec<Pending>) -> Vec<LogRecord> {
+    batch
+        .into_iter()
+        .map(|Pending { mut rec, fills }| {
+            for f in &fills {
+                f.apply(&mut rec.payload);
             }
-            let os = os.as_ref().expect("set above");
-            match os.read(f.obj, f.off, &mut rec.payload[f.at..f.at + f.len]) {
-                Ok(()) | Err(ObjError::NotFound(_)) => {}
-                Err(e) => return Err(e),
-            }
-        }
-        out.push(rec);
-    }
-    Ok(out)
+            rec
+        })
+        .collect()
 }
 
 /// Bytes of records that fit from `recs[from..]` into `capacity`: how many.
