@@ -274,7 +274,13 @@ impl Daemon {
             Request::PoolScrub { pool, pause, stop } => self.scrub(&pool, pause, stop),
             Request::PoolWait { pool, activities, timeout_secs } => self.wait(&pool, &activities, timeout_secs),
             Request::PoolOffline { pool, device } => {
-                self.device_op(&pool, "offline", |obj| obj.offline(&device).map_err(|e| e.to_string()))
+                // Like zpool: what was written before the device goes away is
+                // on it (a txg, not only the intent log), so a later online
+                // resilvers only what changed while it was away.
+                self.device_op(&pool, "offline", |obj| {
+                    obj.sync().map_err(|e| e.to_string())?;
+                    obj.offline(&device).map_err(|e| e.to_string())
+                })
             }
             Request::PoolOnline { pool, device } => self.device_op(&pool, "online", |obj| {
                 let leaf = find_leaf_status(obj, &device).ok_or_else(|| format!("no such device in pool: {device}"))?;
