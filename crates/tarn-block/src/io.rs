@@ -304,6 +304,16 @@ impl BlockIo {
         self.read_cached(bp, true)
     }
 
+    /// As `read`, but a block read from the vdevs is not kept in the cache
+    /// (a dataset whose `primarycache` leaves it out); one already cached
+    /// is served from there.
+    pub fn read_passing(&self, bp: &BlockPtr) -> Result<Arc<Vec<u8>>, BlockError> {
+        if let Some(v) = self.cache.get(&self.key(bp), bp, false) {
+            return Ok(v);
+        }
+        Ok(Arc::new(self.read_uncached(bp)?))
+    }
+
     fn read_cached(&self, bp: &BlockPtr, prefetch: bool) -> Result<Arc<Vec<u8>>, BlockError> {
         let key = self.key(bp);
         if let Some(v) = self.cache.get(&key, bp, prefetch) {

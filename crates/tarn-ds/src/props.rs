@@ -51,6 +51,7 @@ pub const PROPERTIES: &[PropDef] = &[
     settable("readonly", true, "off"),
     settable("snapdir", true, "hidden"),
     settable("sync", true, "standard"),
+    settable("primarycache", true, "all"),
     settable("sharenfs", true, "off"),
     settable("sharesmb", true, "off"),
     readonly("logicalused"),
@@ -117,7 +118,6 @@ pub const NOT_YET_SUPPORTED: &[&str] = &[
     "keystatus",
     "encryptionroot",
     "pbkdf2iters",
-    "primarycache",
     "secondarycache",
     "logbias",
     "volsize",
@@ -290,6 +290,10 @@ fn validate_native(prop: &str, value: &str) -> Result<(&'static str, String), Pr
             "standard" | "always" | "disabled" => value.to_string(),
             _ => return Err(bad(name, value, "must be standard, always or disabled")),
         },
+        "primarycache" => match value {
+            "all" | "metadata" | "none" => value.to_string(),
+            _ => return Err(bad(name, value, "must be all, metadata or none")),
+        },
         "quota" => {
             if value == "none" {
                 "none".to_string()
@@ -456,6 +460,8 @@ pub struct Settings {
     pub snapdir_visible: bool,
     /// `sync`.
     pub sync: SyncProp,
+    /// `primarycache`.
+    pub primarycache: tarn_obj::CachePolicy,
 }
 
 /// The `sync` property's values (what each means: tarn-fs `SyncMode`).
@@ -490,6 +496,11 @@ pub fn settings(name: &str, local: &dyn Fn(&str, &str) -> Option<String>) -> Set
             "always" => SyncProp::Always,
             "disabled" => SyncProp::Disabled,
             _ => SyncProp::Standard,
+        },
+        primarycache: match value("primarycache").as_str() {
+            "metadata" => tarn_obj::CachePolicy::Metadata,
+            "none" => tarn_obj::CachePolicy::None,
+            _ => tarn_obj::CachePolicy::All,
         },
         quota: value("quota").parse().ok(),
         mountpoint,

@@ -65,11 +65,40 @@ mod libc_errno {
     pub const EROFS: i32 = 30;
 }
 
+/// An object set's per-dataset settings for how its blocks are written
+/// and cached.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct WriteProps {
     pub compression: Compression,
     pub checksum: ChecksumKind,
     pub copies: u8,
+    /// `primarycache`: which of its blocks the ARC keeps.
+    pub primarycache: CachePolicy,
+}
+
+/// `primarycache` (and later `secondarycache`): all blocks, metadata only
+/// (blocks of maps and dnodes, indirect blocks), or none. Under `none`,
+/// indirect blocks are still cached (every read needs them to find the
+/// data), unlike ZFS; a block already cached is still served from the
+/// cache.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum CachePolicy {
+    #[default]
+    All,
+    Metadata,
+    None,
+}
+
+impl CachePolicy {
+    /// Whether a level-0 block (of a map or metadata object if `metadata`)
+    /// is kept in the cache.
+    pub fn keeps(self, metadata: bool) -> bool {
+        match self {
+            CachePolicy::All => true,
+            CachePolicy::Metadata => metadata,
+            CachePolicy::None => false,
+        }
+    }
 }
 
 pub struct ObjInfo {

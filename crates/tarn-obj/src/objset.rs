@@ -109,6 +109,8 @@ enum Found {
 pub(crate) struct ObjsetInner {
     pub id: ObjsetId,
     pub props: Mutex<WriteProps>,
+    /// `props.primarycache`, readable without the lock (every read asks).
+    pub cache_policy: std::sync::atomic::AtomicU8,
     /// Dnode handles, sharded by object id (handles.rs).
     pub handles: crate::handles::HandleMap,
     /// Root as of the last synced txg.
@@ -143,6 +145,7 @@ impl ObjsetInner {
         Arc::new(ObjsetInner {
             id,
             props: Mutex::new(props),
+            cache_policy: std::sync::atomic::AtomicU8::new(props.primarycache as u8),
             handles: crate::handles::HandleMap::new(),
             next_object: AtomicU64::new(phys.next_object),
             committed: Mutex::new(phys),
@@ -229,7 +232,18 @@ impl ObjectSet {
     }
 
     pub fn set_write_props(&self, p: WriteProps) {
-        *self.inner.props.lock() = p;
+        let mut g = self.inner.props.lock();
+        *g = p;
+        self.inner.cache_policy.store(p.primarycache as u8, Ordering::Relaxed);
+    }
+
+    /// `primarycache` of this object set.
+    pub(crate) fn cache_policy(&self) -> crate::CachePolicy {
+        match self.inner.cache_policy.load(Ordering::Relaxed) {
+            0 => crate::CachePolicy::All,
+            1 => crate::CachePolicy::Metadata,
+            _ => crate::CachePolicy::None,
+        }
     }
 
     pub fn write_props(&self) -> WriteProps {
@@ -480,7 +494,14 @@ impl ObjectSet {
         if bp.is_hole() {
             return Ok(None);
         }
-        let data = if prefetch { self.io().read_prefetch(&bp) } else { self.io().read(&bp) };
+        let keep = self.cache_policy().keeps(phys.flags & crate::format::DN_METADATA != 0);
+        let data = if !keep {
+            self.io().read_passing(&bp)
+        } else if prefetch {
+            self.io().read_prefetch(&bp)
+        } else {
+            self.io().read(&bp)
+        };
         Ok(Some(data.map_err(block_err)?))
     }
 
@@ -532,11 +553,15 @@ impl ObjectSet {
     /// starts where the previous one ended, the next `PREFETCH_BYTES` worth
     /// of blocks are read in the background (each at most once per stream).
     fn maybe_prefetch(&self, dn: &Arc<Dnode>, offset: u64, len: u64) {
-        let (bs, nblocks) = {
+        let (bs, nblocks, metadata) = {
             let st = dn.st.lock();
             let a = st.attrs();
-            (a.block_size.max(512) as u64, st.nblocks())
+            (a.block_size.max(512) as u64, st.nblocks(), a.metadata)
         };
+        if !self.cache_policy().keeps(metadata) {
+            // Read ahead into a cache that would not keep it: nothing to gain.
+            return;
+        }
         let first = offset / bs;
         let last = (offset + len - 1) / bs;
         let expected = dn.next_read.swap(last + 1, Ordering::Relaxed);
@@ -580,6 +605,24 @@ impl ObjectSet {
                 }
             }
         }));
+    }
+
+    /// Whether the cache holds the committed version of data block `blkid`
+    /// of object `id` (false for a hole, a dirty block, or past the end).
+    pub fn is_block_cached(&self, id: ObjectId, blkid: u64) -> Result<bool> {
+        let dn = self.dnode(id)?;
+        let phys = {
+            let st = dn.st.lock();
+            if blkid >= st.nblocks() {
+                return Ok(false);
+            }
+            match self.block_view(&st, blkid)? {
+                Found::Committed(p) => *p,
+                _ => return Ok(false),
+            }
+        };
+        let bp = tree::lookup(self.io(), &phys, blkid)?;
+        Ok(!bp.is_hole() && self.io().is_cached(&bp))
     }
 
     /// The newest version of data block `blkid`, shared (no copy); `None`

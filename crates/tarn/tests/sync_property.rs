@@ -41,6 +41,15 @@ fn sync_always_standard_and_disabled_across_a_crash() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("sync") && err.trim_end().lines().count() == 1, "{err}");
+    // primarycache: set, inherited, a bad value refused in one line.
+    harness.tarn_ok(&["set", "primarycache=metadata", "sp/standard"]);
+    let got = harness.tarn_ok(&["get", "-H", "-o", "name,value,source", "-r", "primarycache", "sp"]);
+    assert_eq!(got, "sp\tall\tdefault\nsp/always\tall\tdefault\nsp/disabled\tall\tdefault\nsp/standard\tmetadata\tlocal\n");
+    let out = harness.tarn(&["set", "primarycache=some", "sp/standard"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("primarycache") && err.trim_end().lines().count() == 1, "{err}");
+    harness.tarn_ok(&["inherit", "primarycache", "sp/standard"]);
 
     // sync=always: no fsync, yet every change is durable when it returns —
     // data, a directory, a rename, an xattr-free chmod.

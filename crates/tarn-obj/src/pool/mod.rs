@@ -155,7 +155,7 @@ fn random_guid() -> u64 {
 }
 
 pub(crate) fn default_props() -> WriteProps {
-    WriteProps { compression: Compression::Lz4, checksum: ChecksumKind::Fletcher4, copies: 1 }
+    WriteProps { compression: Compression::Lz4, checksum: ChecksumKind::Fletcher4, copies: 1, primarycache: crate::CachePolicy::All }
 }
 
 impl ObjPool {

@@ -280,7 +280,9 @@ fn sync_objset(s: &Arc<Shared>, stx: &SyncTx, inner: &Arc<ObjsetInner>) -> Resul
     for (job, (i, b, r, lsize)) in jobs.iter().zip(results) {
         let bp = r.map_err(block_err)?;
         assert_eq!((job.0, job.1), (i, b), "par_map returns results in job order");
-        s.io.cache_written(&bp, job.2.clone());
+        if props.primarycache.keeps(job.4) {
+            s.io.cache_written(&bp, job.2.clone());
+        }
         if !bp.is_hole() {
             used_delta += bp.asize() as i64;
             logical_delta += lsize as i64;
