@@ -1,0 +1,194 @@
+//! The object set's read path: which version of a block a reader sees
+//! (dirty, committed, hole), reading committed blocks through the cache as
+//! the object set's `primarycache` says, read-ahead of sequential readers.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::{Dnode, DnodeState, Found, ObjectSet, PREFETCH_BYTES};
+use crate::format::DnodePhys;
+use crate::tree::{self, block_err};
+use crate::{ObjError, ObjectId, Result, Txg};
+
+impl ObjectSet {
+    /// Where the newest version of block `blkid` lives.
+    pub(super) fn block_view(&self, st: &DnodeState, blkid: u64) -> Result<Found> {
+        self.block_view_upto(st, blkid, Txg::MAX)
+    }
+
+    /// Where block `blkid` lives as txg `txg` sees it (records <= txg).
+    pub(super) fn block_view_upto(&self, st: &DnodeState, blkid: u64, txg: Txg) -> Result<Found> {
+        for (_, d) in st.dirty.range(..=txg).rev() {
+            if let Some(b) = d.blocks.get(&blkid) {
+                return Ok(Found::Data(b.clone()));
+            }
+            if d.freed || d.frees.iter().any(|&(s, e)| s <= blkid && blkid < e) {
+                return Ok(Found::Hole);
+            }
+        }
+        Ok(Found::Committed(Box::new(st.committed.clone())))
+    }
+
+    pub(super) fn read_committed(&self, phys: &DnodePhys, blkid: u64) -> Result<Option<Arc<Vec<u8>>>> {
+        self.read_committed_as(phys, blkid, false)
+    }
+
+    fn read_committed_as(&self, phys: &DnodePhys, blkid: u64, prefetch: bool) -> Result<Option<Arc<Vec<u8>>>> {
+        // Frees are not released while a reader walks a committed snapshot.
+        let _gate = self.shared.reader_gate.read();
+        let bp = tree::lookup(self.io(), phys, blkid)?;
+        if bp.is_hole() {
+            return Ok(None);
+        }
+        let keep = self.cache_policy().keeps(phys.flags & crate::format::DN_METADATA != 0);
+        let data = if !keep {
+            self.io().read_passing(&bp)
+        } else if prefetch {
+            self.io().read_prefetch(&bp)
+        } else {
+            self.io().read(&bp)
+        };
+        Ok(Some(data.map_err(block_err)?))
+    }
+
+    pub fn read(&self, id: ObjectId, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.shared.client_ops.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dn = self.dnode(id)?;
+        if !buf.is_empty() {
+            self.maybe_prefetch(&dn, offset, buf.len() as u64);
+        }
+        let mut pos = 0usize;
+        while pos < buf.len() {
+            let (view, bs) = {
+                let st = dn.st.lock();
+                let a = st.attrs();
+                if !a.exists {
+                    return Err(ObjError::NotFound(id.0));
+                }
+                let bs = a.block_size as u64;
+                let blkid = (offset + pos as u64) / bs;
+                if blkid >= st.nblocks() {
+                    buf[pos..].fill(0);
+                    return Ok(());
+                }
+                (self.block_view(&st, blkid)?, bs)
+            };
+            let off = offset + pos as u64;
+            let in_blk = (off % bs) as usize;
+            let n = ((bs as usize) - in_blk).min(buf.len() - pos);
+            let data = match view {
+                Found::Data(d) => Some(d),
+                Found::Hole => None,
+                Found::Committed(phys) => self.read_committed(&phys, off / bs)?,
+            };
+            let dst = &mut buf[pos..pos + n];
+            match data {
+                Some(d) => {
+                    let avail = d.len().saturating_sub(in_blk).min(n);
+                    dst[..avail].copy_from_slice(&d[in_blk..in_blk + avail]);
+                    dst[avail..].fill(0);
+                }
+                None => dst.fill(0),
+            }
+            pos += n;
+        }
+        Ok(())
+    }
+
+    /// Sequential reads warm the cache ahead of the reader: when a read
+    /// starts where the previous one ended, the next `PREFETCH_BYTES` worth
+    /// of blocks are read in the background (each at most once per stream).
+    fn maybe_prefetch(&self, dn: &Arc<Dnode>, offset: u64, len: u64) {
+        let (bs, nblocks, metadata) = {
+            let st = dn.st.lock();
+            let a = st.attrs();
+            (a.block_size.max(512) as u64, st.nblocks(), a.metadata)
+        };
+        if !self.cache_policy().keeps(metadata) {
+            // Read ahead into a cache that would not keep it: nothing to gain.
+            return;
+        }
+        let first = offset / bs;
+        let last = (offset + len - 1) / bs;
+        let expected = dn.next_read.swap(last + 1, Ordering::Relaxed);
+        if last + 1 == expected && first < expected {
+            // Still inside the last block read: neither a step forward nor a jump.
+            return;
+        }
+        let sequential = first <= expected && expected <= last + 1;
+        if !sequential {
+            dn.seq_hits.store(0, Ordering::Relaxed);
+            dn.prefetched_to.store(last + 1, Ordering::Relaxed);
+            return;
+        }
+        if dn.seq_hits.fetch_add(1, Ordering::Relaxed) < 2 {
+            return;
+        }
+        let window = (PREFETCH_BYTES / bs).clamp(2, 256);
+        let from = dn.prefetched_to.load(Ordering::Relaxed).max(last + 1);
+        let to = (last + 1 + window).min(nblocks);
+        if from >= to {
+            return;
+        }
+        dn.prefetched_to.store(to, Ordering::Relaxed);
+        let os = self.clone();
+        let dn = dn.clone();
+        self.shared.prefetch(Box::new(move || {
+            for blkid in from..to {
+                let phys = {
+                    let st = dn.st.lock();
+                    match os.block_view(&st, blkid) {
+                        Ok(Found::Committed(p)) => *p,
+                        _ => continue,
+                    }
+                };
+                match os.read_committed_as(&phys, blkid, true) {
+                    Ok(Some(_)) => {
+                        os.shared.prefetched_blocks.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Ok(None) => {}
+                    Err(_) => break,
+                }
+            }
+        }));
+    }
+
+    /// Whether the cache holds the committed version of data block `blkid`
+    /// of object `id` (false for a hole, a dirty block, or past the end).
+    pub fn is_block_cached(&self, id: ObjectId, blkid: u64) -> Result<bool> {
+        let dn = self.dnode(id)?;
+        let phys = {
+            let st = dn.st.lock();
+            if blkid >= st.nblocks() {
+                return Ok(false);
+            }
+            match self.block_view(&st, blkid)? {
+                Found::Committed(p) => *p,
+                _ => return Ok(false),
+            }
+        };
+        let bp = tree::lookup(self.io(), &phys, blkid)?;
+        Ok(!bp.is_hole() && self.io().is_cached(&bp))
+    }
+
+    /// The newest version of data block `blkid`, shared (no copy); `None`
+    /// for a hole or a block past the end. Its length is the block size.
+    pub fn read_block(&self, id: ObjectId, blkid: u64) -> Result<Option<Arc<Vec<u8>>>> {
+        let dn = self.dnode(id)?;
+        let view = {
+            let st = dn.st.lock();
+            if !st.attrs().exists {
+                return Err(ObjError::NotFound(id.0));
+            }
+            if blkid >= st.nblocks() {
+                return Ok(None);
+            }
+            self.block_view(&st, blkid)?
+        };
+        match view {
+            Found::Data(d) => Ok(Some(d)),
+            Found::Hole => Ok(None),
+            Found::Committed(phys) => self.read_committed(&phys, blkid),
+        }
+    }
+}

@@ -1,0 +1,113 @@
+use super::*;
+use crate::{ObjPool, PoolCreate, TopKind};
+use tarn_dev::{Device, MemDevice};
+
+fn pool() -> Arc<ObjPool> {
+    let d = MemDevice::new("m", 64 << 20) as Arc<dyn Device>;
+    ObjPool::create(PoolCreate {
+        name: "t".into(),
+        tops: vec![(TopKind::Disk, vec![("m".into(), d)])],
+        ashift: 12,
+        properties: Default::default(),
+        hostname: "h".into(),
+    })
+    .unwrap()
+}
+
+/// The story: the sync thread records object-set roots in the MOS table
+/// in the syncing txg T while a user change to the same table block
+/// already sits in T+1. T's copy used to be built from the newest (T+1)
+/// view, so T committed T+1's change early, and T+1 then wrote back the
+/// root T had replaced. A syncing-context write must see only what T
+/// sees, and newer records must receive its change too.
+#[test]
+fn syncing_context_write_into_an_older_txg_keeps_both_histories_apart() {
+    let pool = pool();
+    let mos = pool.mos();
+    let id = {
+        let tx = pool.begin();
+        mos.create(&tx, ObjType(30), 4096, &[0; BONUS_LEN]).unwrap()
+    };
+    pool.sync().unwrap();
+    let newer = pool.begin();
+    let t_new = newer.txg();
+    mos.write(&newer, id, 0, b"user-T+1").unwrap();
+    drop(newer);
+    let sync_lock = pool.shared.sync_lock.lock();
+    let older = crate::pool::SyncTx::begin(&pool.shared, &sync_lock, t_new - 1);
+    mos.write(older.tx(), id, 128, b"sync-T").unwrap();
+    drop(older);
+    drop(sync_lock);
+    let dn = mos.dnode(id).unwrap();
+    let st = dn.st.lock();
+    let t = st.dirty.get(&(t_new - 1)).unwrap().blocks.get(&0).unwrap();
+    assert_eq!(&t[128..134], b"sync-T");
+    assert_eq!(&t[0..8], &[0u8; 8], "T must not see T+1's change");
+    let n = st.dirty.get(&t_new).unwrap().blocks.get(&0).unwrap();
+    assert_eq!(&n[0..8], b"user-T+1");
+    assert_eq!(&n[128..134], b"sync-T", "T+1 must not roll T's change back");
+}
+
+/// A change tagged with a txg that is neither open nor syncing would
+/// never reach disk: refused by an assertion, not lost.
+#[test]
+#[should_panic(expected = "neither open")]
+fn a_change_in_a_txg_already_written_is_an_assertion() {
+    let pool = pool();
+    let mos = pool.mos();
+    let id = {
+        let tx = pool.begin();
+        mos.create(&tx, ObjType(30), 4096, &[0; BONUS_LEN]).unwrap()
+    };
+    pool.sync().unwrap();
+    let written = pool.last_synced_txg();
+    mos.write(&Tx { txg: written, _hold: None, redo: None }, id, 0, b"late").unwrap();
+}
+
+/// Only a quiesced txg is synced: a syncing transaction for the open
+/// txg is a bug.
+#[test]
+#[should_panic(expected = "only a quiesced txg")]
+fn a_syncing_transaction_of_the_open_txg_is_an_assertion() {
+    let pool = pool();
+    let sync_lock = pool.shared.sync_lock.lock();
+    let open = pool.shared.open_txg.load(Ordering::Acquire);
+    let _stx = crate::pool::SyncTx::begin(&pool.shared, &sync_lock, open);
+}
+
+/// A syncing transaction kept past its sync (here: one made while
+/// another txg is marked syncing) fails its check.
+#[test]
+#[should_panic(expected = "a syncing-context operation for txg")]
+fn a_syncing_operation_with_another_txgs_transaction_is_an_assertion() {
+    let pool = pool();
+    pool.sync().unwrap();
+    let sync_lock = pool.shared.sync_lock.lock();
+    let synced = pool.last_synced_txg();
+    let stx = crate::pool::SyncTx::begin(&pool.shared, &sync_lock, synced);
+    pool.shared.syncing_txg.store(synced - 1, Ordering::Release);
+    stx.check();
+}
+
+#[test]
+fn destroying_a_dataset_with_unsynced_changes_returns_its_dirty_bytes() {
+    let pool = pool();
+    pool.sync().unwrap();
+    let osid = {
+        let tx = pool.begin();
+        pool.create_objset(&tx).unwrap()
+    };
+    pool.sync().unwrap();
+    let os = pool.open_objset(osid).unwrap();
+    {
+        let tx = pool.begin();
+        let id = os.create(&tx, ObjType(30), 131072, &[0; BONUS_LEN]).unwrap();
+        os.write(&tx, id, 0, &vec![7u8; 1 << 20]).unwrap();
+        assert!(pool.dirty_bytes() >= 1 << 20);
+        pool.destroy_objset(&tx, osid).unwrap();
+    }
+    pool.sync().unwrap();
+    assert_eq!(pool.dirty_bytes(), 0);
+    assert_eq!(pool.dirty_asize(), 0, "every charge is given back once its txg is written");
+    assert!(pool.check().ok());
+}
