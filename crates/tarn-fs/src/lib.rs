@@ -289,7 +289,20 @@ impl Fs {
         Ok(())
     }
 
+    /// New options for a mounted file system. Turning `readonly` off
+    /// replays the intent log first if the import found one (opened read
+    /// only, the file system did not): a change made before the replay
+    /// would be overwritten by records older than it.
+    /// (The replay runs without the options' lock: operations holding a
+    /// transaction read the options, and the replay waits for a txg.)
     pub fn set_options(&self, opts: FsOptions) {
+        let was_readonly = self.opts.read().readonly;
+        if was_readonly && !opts.readonly && !self.os.is_readonly() {
+            if let Err(e) = self.os.replay_redo() {
+                eprintln!("tarn: cannot replay the intent log of object set {}: {e}; staying read-only", self.os.id().0);
+                return;
+            }
+        }
         *self.opts.write() = opts;
     }
     pub fn options(&self) -> FsOptions {

@@ -164,7 +164,12 @@ fn fsync_commits_the_log_and_replay_restores_every_change() {
     let pool = ObjPool::import(images, ImportOptions { rewind: false, force: true, hostname: "test".into(), readonly: false }).unwrap();
     let os = pool.open_objset(osid).unwrap();
     assert_eq!(os.log_stats().phase, tarn_obj::zil::LogPhase::Claimed, "import found no log to replay");
-    let fs = Fs::open(pool.clone(), os, FsOptions::default()).unwrap();
+    // Mounted read-only first: no replay, nothing may change; made
+    // writable, the file system replays before it takes a change.
+    let fs = Fs::open(pool.clone(), os, FsOptions { readonly: true, ..Default::default() }).unwrap();
+    assert_eq!(fs.objset().log_stats().phase, tarn_obj::zil::LogPhase::Claimed, "a read-only mount replayed");
+    assert!(fs.lookup(fs.root_ino(), b"big").is_err(), "records applied without a replay");
+    fs.set_options(FsOptions::default());
     let got = dump(&fs);
     for (k, v) in &want {
         assert_eq!(got.get(k), Some(v), "{k} after replay");
