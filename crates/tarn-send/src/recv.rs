@@ -160,6 +160,11 @@ fn setup(pool: &ObjPool, begin: &Begin, target: RecvTarget, opts: &RecvOptions) 
                 )));
             }
             let mut os = pool.open_objset(head)?;
+            // Changes an unmounted dataset's intent log still holds (found at
+            // import, not replayed) are changes since the base: apply them
+            // first, so they count as such and are never replayed later over
+            // what the stream writes.
+            os.replay_redo().map_err(SendError::from)?;
             if os.changed_since(base.txg) {
                 if !force {
                     return Err(SendError::Modified);
