@@ -22,6 +22,13 @@
 //! The guarantee checked is the standard one: an fsync makes its file's
 //! data, size and attributes and every namespace change of the dataset
 //! before it durable (tarn's log commits more: every record of the dataset).
+//! A write not acknowledged may reach the disk in part (a large write is
+//! split over log records): each byte of a file must be what the
+//! acknowledged state left there or what a later operation wrote there;
+//! the summary counts the files found holding such a mix.
+//!
+//! The summary also says how many log blocks were written and how many
+//! cuts left a log to replay: 0 before tarn-fs used the intent log.
 //!
 //! A second test cuts power while the datasets are opened (their logs
 //! replayed) after a crash, and opens them again.
@@ -297,6 +304,7 @@ struct Run {
     first: u64,
     end: u64,
     ops: std::collections::BTreeMap<&'static str, u64>,
+    log_blocks_written: u64,
 }
 
 /// Formats the datasets, builds a small tree, syncs, then runs the threads.
@@ -390,6 +398,8 @@ fn workload(pool: &Arc<ObjPool>, rec: &CrashRecorder, seed: u64, per_thread: usi
         }
     });
     let end = rec.event_count();
+    // (0 where the file system does not use the log.)
+    let log_blocks_written = fss.iter().map(|fs| fs.objset().log_stats().blocks_written).sum();
     drop(fss);
     Run {
         osids,
@@ -398,27 +408,44 @@ fn workload(pool: &Arc<ObjPool>, rec: &CrashRecorder, seed: u64, per_thread: usi
         first,
         end,
         ops: counts.into_inner(),
+        log_blocks_written,
     }
+}
+
+/// What one import and check saw.
+#[derive(Default)]
+struct Checked {
+    /// Bytes of file data compared.
+    bytes: u64,
+    /// Log blocks found at import (waiting for replay), all datasets.
+    log_blocks: u64,
+    /// Files holding a mix of their states (see `Seen::mixed`).
+    mixed: u64,
 }
 
 /// Imports `images`, opens every dataset (replaying its log), syncs, and
 /// checks the pool and each file system against the run as acknowledged
-/// by event `acked_at`. Returns bytes of file data compared.
-fn import_and_check(images: Vec<Arc<dyn Device>>, run: &Run, acked_at: u64, contents: bool) -> Result<u64, String> {
+/// by event `acked_at`.
+fn import_and_check(images: Vec<Arc<dyn Device>>, run: &Run, acked_at: u64, contents: bool) -> Result<Checked, String> {
     let pool = import(images).map_err(|e| format!("import: {e}"))?;
+    let mut out = Checked::default();
+    for id in &run.osids {
+        let os = pool.open_objset(*id).map_err(|e| format!("open object set {id:?}: {e}"))?;
+        out.log_blocks += os.log_stats().chain_blocks.len() as u64;
+    }
     let fss: Vec<Arc<Fs>> = run.osids.iter().map(|id| open_fs(&pool, *id)).collect::<Result<_, _>>()?;
     pool.sync().map_err(|e| format!("sync after open: {e}"))?;
     let report = pool.check();
     if !report.ok() {
         return Err(format!("pool check: {report:?}"));
     }
-    let mut bytes = 0;
     for (k, fs) in fss.iter().enumerate() {
         let acked = Acked::at(&run.acks, k, acked_at);
         let seen = check_fs(fs, &run.models[k], &acked, contents).map_err(|e| format!("dataset {k}: {e}"))?;
-        bytes += seen.bytes_read;
+        out.bytes += seen.bytes_read;
+        out.mixed += seen.mixed;
     }
-    Ok(bytes)
+    Ok(out)
 }
 
 fn mode_for(i: usize, seed: u64, cut: u64) -> CutMode {
@@ -450,25 +477,30 @@ fn power_cuts_keep_fsynced_files_and_whole_namespace() {
         let mut rng = ChaCha8Rng::seed_from_u64(vseed);
         let mut cuts: Vec<u64> = (0..per_variant).map(|_| rng.gen_range(run.first..=run.end)).collect();
         cuts.sort();
-        let mut bytes = 0;
+        let (mut bytes, mut with_log, mut log_blocks, mut mixed) = (0, 0, 0, 0);
         for (i, &cut) in cuts.iter().enumerate() {
             let mode = mode_for(i, vseed, cut);
             // Every file read whole at every fourth cut; sizes only at the others.
             let contents = true;
             let images = as_dyn(rec.image_at(cut, mode));
-            bytes += import_and_check(images, &run, cut, contents)
+            let c = import_and_check(images, &run, cut, contents)
                 .unwrap_or_else(|e| panic!("{}: cut {cut} of {} ({mode:?}), seed {seed:#x}: {e}", v.name, run.end));
+            bytes += c.bytes;
+            mixed += c.mixed;
+            log_blocks += c.log_blocks;
+            with_log += u64::from(c.log_blocks > 0);
         }
         total_cuts += cuts.len();
         let fsyncs = run.acks.iter().filter(|a| a.ino.is_some()).count();
         eprintln!(
-            "{}: {} cuts over events {}..{}; {} ops {:?}; {fsyncs} fsyncs acknowledged; {} MiB compared; workload {:.1?}, cuts {:.1?}",
+            "{}: {} cuts over events {}..{}; {} ops {:?}; {fsyncs} fsyncs acknowledged, {} log blocks written; {with_log} cuts left a log to replay ({log_blocks} blocks); {} MiB compared, {mixed} files found holding parts of unacknowledged writes; workload {:.1?}, cuts {:.1?}",
             v.name,
             cuts.len(),
             run.first,
             run.end,
             run.models.iter().map(|m| m.ops).sum::<u64>(),
             run.ops,
+            run.log_blocks_written,
             bytes >> 20,
             worked,
             t0.elapsed() - worked,
@@ -513,21 +545,25 @@ fn power_cut_while_opening_after_a_crash() {
         copy_into(m, d.as_ref());
     }
     let start = rec2.event_count();
-    import_and_check(devs, &run, run.end, true).unwrap_or_else(|e| panic!("first open after the crash, seed {seed:#x}: {e}"));
+    let first = import_and_check(devs, &run, run.end, true)
+        .unwrap_or_else(|e| panic!("first open after the crash, seed {seed:#x}: {e}"));
     let end = rec2.event_count();
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut cuts: Vec<u64> = (0..count).map(|_| rng.gen_range(start..=end)).collect();
     cuts.sort();
+    let mut with_log = 0;
     for (i, &cut) in cuts.iter().enumerate() {
         let mode = mode_for(i, seed, cut);
         let images = as_dyn(rec2.image_at(cut, mode));
-        import_and_check(images, &run, run.end, i % 4 == 0)
+        let c = import_and_check(images, &run, run.end, true)
             .unwrap_or_else(|e| panic!("cut {cut} in {start}..{end} while opening ({mode:?}), seed {seed:#x}: {e}"));
+        with_log += u64::from(c.log_blocks > 0);
     }
     eprintln!(
-        "{} cuts while opening after a crash (events {start}..{end}; {} acknowledgements to keep)",
+        "{} cuts while opening after a crash (events {start}..{end}; {} acknowledgements to keep; {} log blocks to replay at the first open, {with_log} cuts left a log to replay again)",
         cuts.len(),
-        run.acks.len()
+        run.acks.len(),
+        first.log_blocks,
     );
 }
 
@@ -568,11 +604,11 @@ fn checker_finds_changes_behind_the_models_back() {
             let (_, ino) = some_file(m);
             let b = m.nodes[&ino].data[0];
             fs.write(ino, 0, &[!b]).unwrap();
-        }, "is File"),
+        }, "no later one wrote it"),
         ("truncate", |fs, m| {
             let (_, ino) = some_file(m);
             fs.setattr(ino, &SetAttr { size: Some(1), ..Default::default() }).unwrap();
-        }, "is File"),
+        }, "size 1;"),
         ("setxattr", |fs, m| {
             let (_, ino) = some_file(m);
             fs.setxattr(ino, b"user.zz", b"v", 0).unwrap();

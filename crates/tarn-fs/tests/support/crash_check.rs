@@ -13,7 +13,7 @@ use tarn_fs::{otype, Attr, FileKind, Fs, MASTER_OBJECT};
 use tarn_obj::zap::Zap;
 use tarn_obj::{ObjType, ObjectId};
 
-use super::crash_model::{hash, Acked, DsModel, Ino, Val};
+use super::crash_model::{hash, Acked, DataChange, DsModel, Ino, Val};
 
 /// What one check looked at.
 #[derive(Default, Debug, Clone, Copy)]
@@ -21,6 +21,9 @@ pub struct Seen {
     pub inodes: u64,
     pub entries: u64,
     pub bytes_read: u64,
+    /// Files whose bytes were no single state the file passed through,
+    /// only a mix of them (a later write applied in part).
+    pub mixed: u64,
 }
 
 fn e<E: std::fmt::Display>(what: &str) -> impl FnOnce(E) -> String + '_ {
@@ -127,15 +130,19 @@ pub fn check_fs(fs: &Fs, m: &DsModel, acked: &Acked, contents: bool) -> Result<S
         let (val, ack) = match a.kind {
             FileKind::Dir => (Val::Dir, acked.namespace),
             FileKind::Symlink => (Val::Symlink(fs.readlink(ino).map_err(e("readlink"))?), acked.namespace),
-            FileKind::File if contents => {
-                let data = read_all(fs, ino, a.size)?;
-                seen.bytes_read += data.len() as u64;
-                (Val::File { size: a.size, hash: hash(&data) }, acked.of(ino))
-            }
             FileKind::File => {
                 let ack = acked.of(ino);
                 if !h.allows_if(&Val::Gone, ack, |v| matches!(v, Val::File { size, .. } if *size == a.size)) {
                     return Err(format!("file {ino}: size {}; {}", a.size, h.describe(&Val::Gone, ack)));
+                }
+                if contents {
+                    let data = read_all(fs, ino, a.size)?;
+                    seen.bytes_read += data.len() as u64;
+                    let val = Val::File { size: a.size, hash: hash(&data) };
+                    if !h.allows(&Val::Gone, ack, &val) {
+                        check_bytes(m, ino, ack, &data)?;
+                        seen.mixed += 1;
+                    }
                 }
                 continue;
             }
@@ -152,9 +159,12 @@ pub fn check_fs(fs: &Fs, m: &DsModel, acked: &Acked, contents: bool) -> Result<S
         }
         let ack = acked.of(ino);
         let mut got: HashMap<Vec<u8>, u64> = HashMap::new();
+        let mut what: HashMap<Vec<u8>, String> = HashMap::new();
         for name in fs.listxattr(ino).map_err(e("listxattr"))? {
             let v = fs.getxattr(ino, &name).map_err(e("getxattr"))?;
-            got.insert(name, hash(&v));
+            got.insert(name.clone(), hash(&v));
+            let zeros = v.iter().filter(|&&b| b == 0).count();
+            what.insert(name, format!("{} bytes, {zeros} zero", v.len()));
         }
         for name in got.keys() {
             if !m.xattr_hist.contains_key(&(ino, name.clone())) {
@@ -167,12 +177,53 @@ pub fn check_fs(fs: &Fs, m: &DsModel, acked: &Acked, contents: bool) -> Result<S
             }
             let v = got.get(name).copied();
             if !h.allows(&None, ack, &v) {
-                return Err(format!("inode {ino}: xattr {} is {v:?}; {}", String::from_utf8_lossy(name), h.describe(&None, ack)));
+                return Err(format!(
+                    "inode {ino}: xattr {} is {v:?} ({}); {}",
+                    String::from_utf8_lossy(name),
+                    what.get(name).map_or("absent", |s| s),
+                    h.describe(&None, ack),
+                ));
             }
         }
     }
     check_orphans(fs, &attrs)?;
     Ok(seen)
+}
+
+/// Each byte of file `ino` is what the first `ack` operations left there
+/// or what a later one wrote there (zero past a later truncate or free):
+/// writes that were not acknowledged may reach the disk in part, but no
+/// acknowledged byte is lost and no byte comes from nowhere.
+fn check_bytes(m: &DsModel, ino: Ino, ack: u64, data: &[u8]) -> Result<(), String> {
+    let base = m.content_at(ino, ack);
+    let later = m.changes_from(ino, ack);
+    const CHUNK: usize = 4096;
+    for (i, chunk) in data.chunks(CHUNK).enumerate() {
+        let start = i * CHUNK;
+        let want = base.get(start..(start + chunk.len()).min(base.len())).unwrap_or(&[]);
+        if chunk.len() == want.len() && chunk == want {
+            continue;
+        }
+        for (j, &b) in chunk.iter().enumerate() {
+            let p = start + j;
+            let acked_byte = base.get(p).copied().unwrap_or(0);
+            if b == acked_byte {
+                continue;
+            }
+            let explained = later.iter().any(|(_, c)| match c {
+                DataChange::Reset => b == 0,
+                DataChange::Truncate(size) => p >= *size && b == 0,
+                DataChange::Write { offset, data: d } => p >= *offset && p < offset + d.len() && d[p - offset] == b,
+            });
+            if !explained {
+                return Err(format!(
+                    "file {ino}: byte {p} is {b:#04x}, the first {ack} operations left {acked_byte:#04x} and no later one wrote it ({} later changes)",
+                    later.len()
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Every inode and attribute object of the object set is reachable from

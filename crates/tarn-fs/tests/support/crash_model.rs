@@ -16,6 +16,7 @@
 #![allow(dead_code)]
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 pub type Ino = u64;
 
@@ -89,6 +90,15 @@ pub struct Node {
     pub xattrs: BTreeMap<Vec<u8>, u64>,
 }
 
+/// A change of a file's bytes.
+#[derive(Clone, Debug)]
+pub enum DataChange {
+    /// Created or freed: empty.
+    Reset,
+    Write { offset: usize, data: Arc<Vec<u8>> },
+    Truncate(usize),
+}
+
 /// One dataset's model: the current tree and every history.
 #[derive(Default)]
 pub struct DsModel {
@@ -102,6 +112,8 @@ pub struct DsModel {
     pub ino_hist: HashMap<Ino, History<Val>>,
     /// (inode, name) -> value hash.
     pub xattr_hist: HashMap<(Ino, Vec<u8>), History<Option<u64>>>,
+    /// Per inode, every change of its bytes: (operation index, change).
+    pub data_log: HashMap<Ino, Vec<(u64, DataChange)>>,
 }
 
 impl DsModel {
@@ -172,6 +184,7 @@ impl DsModel {
     /// A new inode named `dir/name`.
     pub fn created(&mut self, op: u64, dir: Ino, name: &[u8], ino: Ino, val: Val) {
         self.nodes.insert(ino, Node { val, data: Vec::new(), xattrs: BTreeMap::new() });
+        self.data_log.entry(ino).or_default().push((op, DataChange::Reset));
         self.set_val(op, ino);
         self.set_entry(op, dir, name, Some(ino));
     }
@@ -190,6 +203,7 @@ impl DsModel {
                 self.xattr_hist.entry((ino, name.clone())).or_default().push(op, None);
             }
         }
+        self.data_log.entry(ino).or_default().push((op, DataChange::Reset));
         self.set_val(op, ino);
     }
 
@@ -219,6 +233,8 @@ impl DsModel {
         n.data[offset..offset + data.len()].copy_from_slice(data);
         n.val = Val::File { size: n.data.len() as u64, hash: hash(&n.data) };
         self.set_val(op, ino);
+        let change = DataChange::Write { offset, data: Arc::new(data.to_vec()) };
+        self.data_log.entry(ino).or_default().push((op, change));
     }
 
     pub fn truncated(&mut self, op: u64, ino: Ino, size: usize) {
@@ -226,6 +242,32 @@ impl DsModel {
         n.data.resize(size, 0);
         n.val = Val::File { size: size as u64, hash: hash(&n.data) };
         self.set_val(op, ino);
+        self.data_log.entry(ino).or_default().push((op, DataChange::Truncate(size)));
+    }
+
+    /// The bytes of file `ino` after the first `acked` operations.
+    pub fn content_at(&self, ino: Ino, acked: u64) -> Vec<u8> {
+        let log = self.data_log.get(&ino).map_or(&[][..], |v| &v[..]);
+        let mut data = Vec::new();
+        for (_, c) in log.iter().take_while(|(op, _)| *op < acked) {
+            match c {
+                DataChange::Reset => data.clear(),
+                DataChange::Truncate(size) => data.resize(*size, 0),
+                DataChange::Write { offset, data: d } => {
+                    if data.len() < offset + d.len() {
+                        data.resize(offset + d.len(), 0);
+                    }
+                    data[*offset..offset + d.len()].copy_from_slice(d);
+                }
+            }
+        }
+        data
+    }
+
+    /// The changes of file `ino`'s bytes from operation `acked` on.
+    pub fn changes_from(&self, ino: Ino, acked: u64) -> &[(u64, DataChange)] {
+        let log = self.data_log.get(&ino).map_or(&[][..], |v| &v[..]);
+        &log[log.partition_point(|(op, _)| *op < acked)..]
     }
 
     pub fn xattr_set(&mut self, op: u64, ino: Ino, name: &[u8], value: Option<&[u8]>) {
