@@ -33,8 +33,9 @@
 //! A second test cuts power while the datasets are opened (their logs
 //! replayed) after a crash, and opens them again.
 //!
-//! Thread interleavings are not reproducible from the seed; the cut points
-//! and modes for a given run are.
+//! Thread interleavings are not reproducible from the seed (the operations
+//! each thread picks and the cut points are); `TARN_CRASH_THREADS=1` runs
+//! the same number of operations on one thread, which repeats exactly.
 #[path = "support/crash_check.rs"]
 mod crash_check;
 #[path = "support/crash_model.rs"]
@@ -54,7 +55,18 @@ use tarn_fs::format::InodePhys;
 use tarn_obj::{ImportOptions, ObjPool, ObjectId, ObjsetId, PoolCreate, TopKind, Tunables};
 
 const DATASETS: usize = 2;
+/// Worker threads; `TARN_CRASH_THREADS=1` makes a run repeat exactly from
+/// its seed (same operations, same cuts), with the same total operations.
 const THREADS: usize = 3;
+
+fn threads() -> usize {
+    match std::env::var("TARN_CRASH_THREADS") {
+        Ok(v) if !v.trim().is_empty() => {
+            v.trim().parse().ok().filter(|&n| n > 0).unwrap_or_else(|| panic!("TARN_CRASH_THREADS={v:?} is not a positive number"))
+        }
+        _ => THREADS,
+    }
+}
 const DEV_SIZE: u64 = 96 << 20;
 const NAMES: [&[u8]; 8] = [b"n0", b"n1", b"n2", b"n3", b"n4", b"n5", b"n6", b"n7"];
 const XATTRS: [&[u8]; 3] = [b"user.a", b"user.b", b"trusted.c"];
@@ -356,7 +368,9 @@ fn workload(pool: &Arc<ObjPool>, rec: &CrashRecorder, seed: u64, per_thread: usi
     );
     let counts = Mutex::new(std::collections::BTreeMap::new());
     std::thread::scope(|sc| {
-        for t in 0..THREADS {
+        let n = threads();
+        for t in 0..n {
+            let per_thread = per_thread * THREADS / n;
             let (fss, models, acks, counts) = (&fss, &models, &acks, &counts);
             sc.spawn(move || {
                 let mut rng = ChaCha8Rng::seed_from_u64(seed ^ ((t as u64 + 1) * 0x9e37_79b9));

@@ -186,7 +186,21 @@ pub fn check_fs(fs: &Fs, m: &DsModel, acked: &Acked, contents: bool) -> Result<S
             }
         }
     }
-    check_orphans(fs, &attrs)?;
+    check_orphans(fs, &attrs).map_err(|(msg, ids)| {
+        // What the model knows of them: their values and the names they had.
+        let mut out = msg;
+        for id in ids {
+            if let Some(h) = m.ino_hist.get(&id) {
+                out += &format!("; inode {id}: {}", h.describe(&Val::Gone, acked.of(id)));
+                for (key, eh) in &m.ent_hist {
+                    if eh.allows(&None, 0, &Some(id)) {
+                        out += &format!("; entry {}/{}: {}", key.0, String::from_utf8_lossy(&key.1), eh.describe(&None, acked.namespace));
+                    }
+                }
+            }
+        }
+        out
+    })?;
     Ok(seen)
 }
 
@@ -229,7 +243,12 @@ fn check_bytes(m: &DsModel, ino: Ino, ack: u64, data: &[u8]) -> Result<(), Strin
 /// Every inode and attribute object of the object set is reachable from
 /// the root, and the unlinked set is empty (the open freed its inodes).
 /// Reads the synced state: call after a pool sync.
-fn check_orphans(fs: &Fs, attrs: &HashMap<Ino, Attr>) -> Result<(), String> {
+fn check_orphans(fs: &Fs, attrs: &HashMap<Ino, Attr>) -> Result<(), (String, Vec<u64>)> {
+    check_orphans_inner(fs, attrs).map_err(|e| (e, Vec::new()))?.map_or(Ok(()), Err)
+}
+
+/// Err: a failure to check; Ok(Some): orphans found (message, ids).
+fn check_orphans_inner(fs: &Fs, attrs: &HashMap<Ino, Attr>) -> Result<Option<(String, Vec<u64>)>, String> {
     let os = fs.objset();
     let mut xattr_dirs = HashSet::new();
     let mut xattr_values = HashSet::new();
@@ -251,7 +270,7 @@ fn check_orphans(fs: &Fs, attrs: &HashMap<Ino, Attr>) -> Result<(), String> {
     let unlinked = u64::from_le_bytes(unlinked[..8].try_into().map_err(e("unlinked set id"))?);
     let n = Zap::count(os, ObjectId(unlinked)).map_err(e("unlinked set"))?;
     if n != 0 {
-        return Err(format!("{n} inodes left in the unlinked set after open"));
+        return Ok(Some((format!("{n} inodes left in the unlinked set after open"), Vec::new())));
     }
     let mut orphans = Vec::new();
     os.for_each_object(&mut |id, phys| {
@@ -271,7 +290,8 @@ fn check_orphans(fs: &Fs, attrs: &HashMap<Ino, Attr>) -> Result<(), String> {
     })
     .map_err(e("object walk"))?;
     if !orphans.is_empty() {
-        return Err(format!("objects allocated but unreachable (id, type): {orphans:?}"));
+        let ids = orphans.iter().map(|o| o.0).collect();
+        return Ok(Some((format!("objects allocated but unreachable (id, type): {orphans:?}"), ids)));
     }
-    Ok(())
+    Ok(None)
 }
