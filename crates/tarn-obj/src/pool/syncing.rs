@@ -176,6 +176,7 @@ pub(super) fn sync_txg(s: &Arc<Shared>, stx: &SyncTx) -> Result<Txg> {
     }
     s.settle_meta_charges(txg);
     s.synced_txg.store(txg, Ordering::Release);
+    crate::zil::after_sync(s, txg);
     Ok(txg)
 }
 

@@ -62,7 +62,7 @@ pub use alloc::VdevClass;
 pub use format::{LogHeader, LogRecord, RECORD_PAYLOAD_MAX};
 pub use replay::ReplayReport;
 pub(crate) use claim::{claim_all, read_log_block};
-pub(crate) use sync::{destroy_objset_log, sync_objset_log};
+pub(crate) use sync::{after_sync, destroy_objset_log, sync_objset_log};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub enum LogPhase {

@@ -21,8 +21,6 @@ pub(crate) fn sync_objset_log(s: &Arc<Shared>, stx: &SyncTx, id: ObjsetId, heade
     let Some(log) = s.logs.get(id) else { return };
     let mut guard = log.st.lock();
     let st = &mut *guard;
-    retire_pending(st, txg);
-    log.cv.notify_all();
     // Blocks allocated under txgs up to this one are on disk (their writer
     // held that txg until their flush): their space becomes allocated in
     // this txg's space map, alongside the header that names them.
@@ -85,9 +83,20 @@ pub(crate) fn sync_objset_log(s: &Arc<Shared>, stx: &SyncTx, id: ObjsetId, heade
     }
 }
 
-/// Records of txgs up to `txg` still waiting for a commit never need a log
-/// block (their changes are in `txg`): drop them, and count as durable
-/// every sequence number below the first record still unwritten.
+/// After txg `txg` is on disk (its uberblock flushed, not merely being
+/// written: a record retired earlier could be acknowledged by a commit and
+/// then lost with a txg the power cut took): records of txgs up to `txg`
+/// still waiting for a commit never need a log block, so they are dropped,
+/// and every sequence number below the first record still unwritten counts
+/// as durable.
+pub(crate) fn after_sync(s: &Shared, txg: Txg) {
+    assert!(s.synced_txg.load(Ordering::Acquire) >= txg, "log records retired before txg {txg} is on disk");
+    for log in s.logs.all() {
+        retire_pending(&mut log.st.lock(), txg);
+        log.cv.notify_all();
+    }
+}
+
 fn retire_pending(st: &mut LogState, txg: Txg) {
     st.pending.retain(|p| p.rec.txg > txg);
     let first_unwritten = [st.pending.first().map(|p| p.rec.seq), (st.inflight_from > 0).then_some(st.inflight_from)].into_iter().flatten().min();
