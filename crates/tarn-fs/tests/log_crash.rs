@@ -520,6 +520,7 @@ fn power_cuts_keep_fsynced_files_and_whole_namespace() {
             t0.elapsed() - worked,
         );
         assert!(fsyncs > 10, "{}: only {fsyncs} fsyncs: the test proves little", v.name);
+        assert!(run.log_blocks_written > 0 && with_log > 0, "{}: no cut left a log to replay: the log is not exercised", v.name);
     }
     eprintln!("{total_cuts} cuts checked");
 }
@@ -573,6 +574,7 @@ fn power_cut_while_opening_after_a_crash() {
             .unwrap_or_else(|e| panic!("cut {cut} in {start}..{end} while opening ({mode:?}), seed {seed:#x}: {e}"));
         with_log += u64::from(c.log_blocks > 0);
     }
+    assert!(first.log_blocks > 0, "the crashed image has no log to replay: the replay is not exercised");
     eprintln!(
         "{} cuts while opening after a crash (events {start}..{end}; {} acknowledgements to keep; {} log blocks to replay at the first open, {with_log} cuts left a log to replay again)",
         cuts.len(),
