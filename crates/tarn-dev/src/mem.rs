@@ -34,6 +34,23 @@ impl MemDevice {
         Arc::new(MemDevice { name: name.to_string(), size, chunks: RwLock::new(BTreeMap::new()) })
     }
 
+    /// Writes this device's contents into `dst` (the MiB chunks that are
+    /// not all zeros; `dst` is taken to start zeroed) and flushes it: an
+    /// image moved onto another kind of device (a crash recorder's).
+    pub fn copy_to(&self, dst: &dyn Device) -> Result<()> {
+        let mut buf = vec![0u8; 1 << 20];
+        let mut off = 0;
+        while off < self.size {
+            let n = (self.size - off).min(buf.len() as u64) as usize;
+            self.read_at(&mut buf[..n], off)?;
+            if buf[..n].iter().any(|&b| b != 0) {
+                dst.write_at(&buf[..n], off)?;
+            }
+            off += n as u64;
+        }
+        dst.flush()
+    }
+
     /// An independent copy of the current contents. Cheap: shares pages
     /// until either side writes them.
     pub fn snapshot(&self) -> Arc<MemDevice> {

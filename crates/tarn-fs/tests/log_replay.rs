@@ -15,6 +15,9 @@ use tarn_dev::{CrashRecorder, CutMode, Device};
 use tarn_fs::*;
 use tarn_obj::{ImportOptions, ObjPool, PoolCreate, TopKind, Tunables};
 
+mod support;
+use support::new_fs;
+
 const C: Cred = Cred::ROOT;
 
 fn pool_on(devs: &[Arc<dyn Device>]) -> Arc<ObjPool> {
@@ -129,16 +132,7 @@ fn fsync_commits_the_log_and_replay_restores_every_change() {
     let rec = CrashRecorder::new();
     let devs: Vec<Arc<dyn Device>> = (0..2).map(|i| rec.device(&format!("z{i}"), 128 << 20) as Arc<dyn Device>).collect();
     let pool = pool_on(&devs);
-    let fs = {
-        let tx = pool.begin();
-        let osid = pool.create_objset(&tx).unwrap();
-        drop(tx);
-        let os = pool.open_objset(osid).unwrap();
-        let tx = pool.begin();
-        Fs::format(&os, &tx).unwrap();
-        drop(tx);
-        Fs::open(pool.clone(), os, FsOptions::default()).unwrap()
-    };
+    let fs = new_fs(&pool, FsOptions::default());
     let osid = fs.objset().id();
     // The first creation syncs the new generation epoch, and the first
     // commit waits for the txg whose header names the new chain: start
@@ -191,18 +185,8 @@ fn sync_always_commits_each_change_and_disabled_never_waits() {
     let rec = CrashRecorder::new();
     let devs: Vec<Arc<dyn Device>> = (0..2).map(|i| rec.device(&format!("y{i}"), 64 << 20) as Arc<dyn Device>).collect();
     let pool = pool_on(&devs);
-    let mk = |opts: FsOptions| {
-        let tx = pool.begin();
-        let osid = pool.create_objset(&tx).unwrap();
-        drop(tx);
-        let os = pool.open_objset(osid).unwrap();
-        let tx = pool.begin();
-        Fs::format(&os, &tx).unwrap();
-        drop(tx);
-        Fs::open(pool.clone(), os, opts).unwrap()
-    };
-    let always = mk(FsOptions { sync: SyncMode::Always, ..Default::default() });
-    let disabled = mk(FsOptions { sync: SyncMode::Disabled, ..Default::default() });
+    let always = new_fs(&pool, FsOptions { sync: SyncMode::Always, ..Default::default() });
+    let disabled = new_fs(&pool, FsOptions { sync: SyncMode::Disabled, ..Default::default() });
     always.mkdir(always.root_ino(), b"warm", 0o755, C).unwrap();
     disabled.mkdir(disabled.root_ino(), b"warm", 0o755, C).unwrap();
     pool.sync().unwrap();

@@ -17,7 +17,7 @@ use parking_lot::Mutex;
 use rand::{Rng, SeedableRng};
 use std::collections::HashMap;
 use std::sync::Arc;
-use tarn_dev::{CrashRecorder, CutMode, Device, MemDevice};
+use tarn_dev::{CrashRecorder, CutMode, Device};
 use tarn_obj::*;
 
 const REC: u32 = 7;
@@ -209,21 +209,6 @@ fn power_cuts_keep_committed_records_and_replay_each_once() {
     assert!(replayed_total > 0, "no cut left anything to replay: the test proves nothing");
 }
 
-/// Copies a memory device into a recorded one (non-zero MiB chunks), flushed.
-fn copy_into(src: &MemDevice, dst: &dyn Device) {
-    let mut buf = vec![0u8; 1 << 20];
-    let mut off = 0;
-    while off < src.size() {
-        let n = (src.size() - off).min(buf.len() as u64) as usize;
-        src.read_at(&mut buf[..n], off).unwrap();
-        if buf[..n].iter().any(|&b| b != 0) {
-            dst.write_at(&buf[..n], off).unwrap();
-        }
-        off += n as u64;
-    }
-    dst.flush().unwrap();
-}
-
 #[test]
 fn power_cut_during_replay_resumes_without_applying_twice() {
     let run = tarn_testkit::seeded!(200);
@@ -258,7 +243,7 @@ fn power_cut_during_replay_resumes_without_applying_twice() {
     let rec = CrashRecorder::new();
     let devs: Vec<Arc<dyn Device>> = (0..2).map(|i| rec.device(&format!("r{i}"), 32 << 20) as Arc<dyn Device>).collect();
     for (m, d) in mem.iter().zip(&devs) {
-        copy_into(m, d.as_ref());
+        m.copy_to(d.as_ref()).unwrap();
     }
     let start = rec.event_count();
     // Replay, each record appending its payload to `applied` (not idempotent:
