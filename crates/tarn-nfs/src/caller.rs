@@ -52,44 +52,55 @@ pub fn write(fs: &Fs, ino: u64, c: &Creds, offset: u64, data: &[u8]) -> Result<u
     fs.checked(&caller(c)).write(ino, offset, data)
 }
 
+/// A change of the namespace or of attributes is answered only once it is
+/// on stable storage (NFSv3, RFC 1813: only WRITE may be unstable; Linux's
+/// knfsd commits such changes before it replies, which on ZFS is a ZIL
+/// commit): here a commit of the dataset's intent log, shared with the
+/// other calls in flight. A no-op under `sync=disabled`.
+fn stable<T>(fs: &Fs, r: Result<T>) -> Result<T> {
+    let v = r?;
+    fs.fsync(fs.root_ino())?;
+    Ok(v)
+}
+
 pub fn fsync(fs: &Fs, ino: u64, c: &Creds) -> Result<()> {
     fs.checked(&caller(c)).fsync(ino)
 }
 
 pub fn setattr(fs: &Fs, ino: u64, c: &Creds, sa: &SetAttr) -> Result<Attr> {
-    fs.checked(&caller(c)).setattr(ino, sa)
+    stable(fs, fs.checked(&caller(c)).setattr(ino, sa))
 }
 
 pub fn create(fs: &Fs, dir: u64, name: &[u8], perm: u32, c: &Creds, exclusive: bool) -> Result<(Attr, bool)> {
-    fs.checked(&caller(c)).create(dir, name, perm, exclusive)
+    stable(fs, fs.checked(&caller(c)).create(dir, name, perm, exclusive))
 }
 
 pub fn mkdir(fs: &Fs, dir: u64, name: &[u8], perm: u32, c: &Creds) -> Result<Attr> {
-    fs.checked(&caller(c)).mkdir(dir, name, perm)
+    stable(fs, fs.checked(&caller(c)).mkdir(dir, name, perm))
 }
 
 pub fn symlink(fs: &Fs, dir: u64, name: &[u8], target: &[u8], c: &Creds) -> Result<Attr> {
-    fs.checked(&caller(c)).symlink(dir, name, target)
+    stable(fs, fs.checked(&caller(c)).symlink(dir, name, target))
 }
 
 pub fn mknod(fs: &Fs, dir: u64, name: &[u8], mode: u32, rdev: u64, c: &Creds) -> Result<Attr> {
-    fs.checked(&caller(c)).mknod(dir, name, mode, rdev)
+    stable(fs, fs.checked(&caller(c)).mknod(dir, name, mode, rdev))
 }
 
 pub fn link(fs: &Fs, ino: u64, dir: u64, name: &[u8], c: &Creds) -> Result<Attr> {
-    fs.checked(&caller(c)).link(ino, dir, name)
+    stable(fs, fs.checked(&caller(c)).link(ino, dir, name))
 }
 
 pub fn unlink(fs: &Fs, dir: u64, name: &[u8], c: &Creds) -> Result<()> {
-    fs.checked(&caller(c)).unlink(dir, name)
+    stable(fs, fs.checked(&caller(c)).unlink(dir, name))
 }
 
 pub fn rmdir(fs: &Fs, dir: u64, name: &[u8], c: &Creds) -> Result<()> {
-    fs.checked(&caller(c)).rmdir(dir, name)
+    stable(fs, fs.checked(&caller(c)).rmdir(dir, name))
 }
 
 pub fn rename(fs: &Fs, from: u64, from_name: &[u8], to: u64, to_name: &[u8], c: &Creds) -> Result<()> {
-    fs.checked(&caller(c)).rename(from, from_name, to, to_name, 0)
+    stable(fs, fs.checked(&caller(c)).rename(from, from_name, to, to_name, 0))
 }
 
 pub fn readdir(fs: &Fs, dir: u64, offset: u64, c: &Creds, f: &mut dyn FnMut(&DirEntry) -> bool) -> Result<()> {
