@@ -86,7 +86,9 @@ tarn_bin="$repo/target/release/tarn"
 tarn() { "$tarn_bin" --socket "$workdir/tarn.sock" "$@"; }
 tarn_start() {
     [ -x "$tarn_bin" ] || (cd "$repo" && cargo build -j2 --release -p tarn)
-    rm -rf "$workdir/tarn" "$workdir/tarn-state"; mkdir -p "$workdir/tarn" "$workdir/tarn-state"
+    # A socket left by an earlier run's daemon would pass the wait below
+    # before the new daemon replaced it.
+    rm -rf "$workdir/tarn" "$workdir/tarn-state" "$workdir/tarn.sock"; mkdir -p "$workdir/tarn" "$workdir/tarn-state"
     for i in 1 2 3 4; do truncate -s "$vdev_size" "$workdir/tarn/d$i"; done
     "$tarn_bin" daemon --state-dir "$workdir/tarn-state" --socket "$workdir/tarn.sock" >"$workdir/tarn-daemon.log" 2>&1 &
     tarn_pid=$!

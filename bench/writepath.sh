@@ -4,7 +4,8 @@
 # machine, same run.
 #
 #   bench/writepath.sh [--systems raw,tarn] [--size 1G] [--runtime 20]
-#                      [--workdir DIR] [--perf FILE] [--tarn BIN]
+#                      [--workdir DIR] [--perf FILE] [--perf-job JOB]
+#                      [--tarn BIN]
 #
 # Systems as in bench/run.sh (bench/systems.sh): tarn is target/release/tarn
 # on a raidz1 of 4 sparse file vdevs under a FUSE mount. Per system: the
@@ -13,7 +14,8 @@
 # same with an fsync after every write (bench/fio/sync-write*.fio: on tarn
 # each fsync commits the dataset's intent log).
 # With --perf FILE, `perf record -g` samples the tarn daemon during the
-# 4-job row and writes the report (by symbol) to FILE. --tarn BIN runs
+# 4-job row (or the row of bench/fio/JOB.fio with --perf-job JOB, e.g.
+# sync-write) and writes the report (by symbol) to FILE. --tarn BIN runs
 # another build of tarn (default target/release/tarn), to compare two.
 # Prints a markdown table; this is not a test and never fails on a number.
 set -euo pipefail
@@ -25,6 +27,7 @@ size="1G"
 runtime="20"
 workdir="/var/tmp/tarn-bench"
 perf_out=""
+perf_job="rand-write-4jobs"
 tarn_override=""
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -33,8 +36,9 @@ while [ $# -gt 0 ]; do
         --runtime) runtime="$2"; shift 2 ;;
         --workdir) workdir="$2"; shift 2 ;;
         --perf) perf_out="$2"; shift 2 ;;
+        --perf-job) perf_job="$2"; shift 2 ;;
         --tarn) tarn_override="$2"; shift 2 ;;
-        -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
         *) echo "bench/writepath.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -61,18 +65,23 @@ for system in raw tarn; do
     system_start "$system"
     dir=$mnt
     BENCH_DIR="$dir" fio --output=/dev/null bench/fio/seq-write.fio
-    one=$(iops "$system" "$dir" rand-write)
-    if [ "$system" = tarn ] && [ -n "$perf_out" ]; then
-        perf record -g -o "$workdir/perf.data" -p "$tarn_pid" -- sleep "$(( runtime > 4 ? runtime - 2 : runtime ))" >/dev/null 2>&1 &
-        perf_pid=$!
-        four=$(iops "$system" "$dir" rand-write-4jobs)
-        wait "$perf_pid" || true
-        perf report -i "$workdir/perf.data" --no-children --sort symbol --stdio > "$perf_out" 2>/dev/null || true
-    else
-        four=$(iops "$system" "$dir" rand-write-4jobs)
-    fi
-    sync1=$(iops "$system" "$dir" sync-write)
-    sync4=$(iops "$system" "$dir" sync-write-4jobs)
+    # One row, sampled by perf if asked for.
+    row() {
+        local job=$1
+        if [ "$system" = tarn ] && [ -n "$perf_out" ] && [ "$job" = "$perf_job" ]; then
+            perf record -g -o "$workdir/perf.data" -p "$tarn_pid" -- sleep "$(( runtime > 4 ? runtime - 2 : runtime ))" >/dev/null 2>&1 &
+            local perf_pid=$!
+            iops "$system" "$dir" "$job"
+            wait "$perf_pid" || true
+            perf report -i "$workdir/perf.data" --no-children --sort symbol --stdio > "$perf_out" 2>/dev/null || true
+        else
+            iops "$system" "$dir" "$job"
+        fi
+    }
+    one=$(row rand-write)
+    four=$(row rand-write-4jobs)
+    sync1=$(row sync-write)
+    sync4=$(row sync-write-4jobs)
     printf '%s\t%s\t%s\t%s\t%s\n' "$system" "$one" "$four" "$sync1" "$sync4" | tee -a "$results"
     rm -f "$dir/bench.data"
     system_stop "$system"
