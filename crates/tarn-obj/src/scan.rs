@@ -728,9 +728,20 @@ fn issue_step(s: &Arc<Shared>, func: ScanFunc, busy: bool, rate_max: u64) {
 /// completed replacements settled.
 fn finish(s: &Arc<Shared>, phase: ScanPhase) {
     s.scanner.queue.lock().map.clear();
+    // The live intent log blocks (not in the tree), before a resilvered
+    // leaf's missing txgs are forgotten.
+    let func = s.scanner.stats.lock().as_ref().map(|st| st.func);
+    let logs = match func {
+        Some(f) if phase == ScanPhase::Finished => crate::zil::scan_live(s, f == ScanFunc::Scrub),
+        _ => Default::default(),
+    };
     let snapshot = {
         let mut st = s.scanner.stats.lock();
         let Some(st) = st.as_mut() else { return };
+        st.read_bytes += logs.read_bytes;
+        st.repaired += logs.repaired;
+        st.resilvered += logs.resilvered;
+        st.errors += logs.errors;
         st.phase = phase;
         st.paused = false;
         st.end_time = now_secs();

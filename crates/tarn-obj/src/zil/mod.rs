@@ -55,6 +55,7 @@ mod alloc;
 mod claim;
 pub mod format;
 mod replay;
+mod scan;
 mod sync;
 mod writer;
 
@@ -62,6 +63,7 @@ pub use alloc::VdevClass;
 pub use format::{LogHeader, LogRecord, RECORD_PAYLOAD_MAX};
 pub use replay::ReplayReport;
 pub(crate) use claim::{claim_all, read_log_block};
+pub(crate) use scan::scan_live;
 pub(crate) use sync::{after_sync, destroy_objset_log, sync_objset_log};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
