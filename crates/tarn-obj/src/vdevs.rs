@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tarn_dev::Device;
-use tarn_vdev::{LeafConfig, LeafRole, LeafStatus, LeafVdev, PoolState, TopConfig, TopKind, TopVdev, SPARE_TOP_ID};
+use tarn_vdev::{LeafConfig, LeafRole, LeafStatus, LeafVdev, PoolState, TopClass, TopConfig, TopKind, TopVdev, SPARE_TOP_ID};
 
 use crate::pool::Shared;
 use crate::scan::{self, ScanFunc, ScanPhase, ScanStats};
@@ -82,7 +82,7 @@ fn survives_without(top: &TopVdev, without: u64) -> bool {
     let complete = |slot: &Vec<Arc<LeafVdev>>| slot.iter().any(|l| l.guid != without && l.usable() && l.dtl().is_empty());
     let incomplete = top.slots().iter().filter(|s| !complete(s)).count();
     match top.kind() {
-        TopKind::Disk => incomplete == 0,
+        TopKind::Disk | TopKind::Hole => incomplete == 0,
         TopKind::Mirror => incomplete < top.slots().len(),
         TopKind::Raidz { parity } => incomplete <= usize::from(*parity),
     }
@@ -546,13 +546,18 @@ impl ObjPool {
 
     /// `pool add`: a new top-level vdev (its space is usable at once).
     pub fn add_vdev(&self, kind: TopKind, devs: Vec<(String, Arc<dyn Device>)>) -> Result<()> {
+        self.add_top_vdev(kind, devs, TopClass::Normal)
+    }
+
+    /// A new top-level vdev of `class` (the next id).
+    pub(crate) fn add_top_vdev(&self, kind: TopKind, devs: Vec<(String, Arc<dyn Device>)>, class: TopClass) -> Result<()> {
         self.config_op(|s| {
             let ashift = s.io.tops().first().map_or(12, |t| t.sector().trailing_zeros() as u8);
             let sizes: Vec<u64> = devs.iter().map(|(_, d)| d.size()).collect();
             let asize = TopVdev::compute_asize(&kind, ashift, &sizes)?;
             let id = s.io.tops().len() as u32;
             let children: Vec<LeafConfig> = devs.iter().map(|(p, _)| LeafConfig::new(new_guid(), p.clone())).collect();
-            let cfg = TopConfig { id, guid: new_guid(), kind, ashift, asize, children };
+            let cfg = TopConfig { id, guid: new_guid(), kind, ashift, asize, children, class };
             let top = TopVdev::new(cfg, devs.into_iter().map(|(_, d)| Some(d)).collect())?;
             s.io.add_top(Arc::new(top));
             Ok(())

@@ -59,6 +59,26 @@ pub enum TopKind {
     Disk,
     Mirror,
     Raidz { parity: u8 },
+    /// A removed top-level vdev (a log device taken out with `pool
+    /// remove`): no devices, never read or allocated; it keeps its id so
+    /// the ids after it (named by block pointers) stay what they are.
+    Hole,
+}
+
+/// What a top-level vdev is for, as zpool's allocation classes: normal
+/// vdevs hold the pool's data and metadata; `log` vdevs (SLOG) hold only
+/// intent-log blocks and do not count in the pool's size.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum TopClass {
+    #[default]
+    Normal,
+    Log,
+}
+
+impl TopClass {
+    pub fn is_normal(&self) -> bool {
+        *self == TopClass::Normal
+    }
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -69,15 +89,29 @@ pub struct TopConfig {
     pub ashift: u8,
     pub asize: u64,
     pub children: Vec<LeafConfig>,
+    /// Absent in labels written before log vdevs existed (and for normal
+    /// vdevs): normal.
+    #[serde(default, skip_serializing_if = "TopClass::is_normal")]
+    pub class: TopClass,
 }
 
 impl TopConfig {
+    /// A removed vdev's place: same id and size (space map records of
+    /// the past still name it), no devices.
+    pub fn hole(&self) -> TopConfig {
+        TopConfig { kind: TopKind::Hole, children: vec![], guid: self.guid, ..self.clone() }
+    }
+
+    pub fn is_log(&self) -> bool {
+        self.class == TopClass::Log
+    }
+
     /// Address-space bytes a block of `psize` takes on this vdev: itself
     /// on a disk or mirror; on raidz its data sectors, a parity sector per
     /// row, padded to a multiple of parity + 1 (variable-width stripes).
     pub fn alloc_size(&self, psize: u64) -> u64 {
         match self.kind {
-            TopKind::Disk | TopKind::Mirror => psize,
+            TopKind::Disk | TopKind::Mirror | TopKind::Hole => psize,
             TopKind::Raidz { parity } => crate::raidz::alloc_size(psize, self.children.len(), usize::from(parity), self.ashift),
         }
     }
