@@ -153,3 +153,30 @@ pub struct Label {
     pub top_id: u32,
     pub leaf_guid: u64,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn top(class: TopClass) -> TopConfig {
+        TopConfig { id: 1, guid: 7, kind: TopKind::Disk, ashift: 12, asize: 1 << 20, children: vec![LeafConfig::new(3, "d".into())], class }
+    }
+
+    /// Labels written before log vdevs existed have no `class`: normal.
+    /// A normal vdev is still written without it (older binaries read
+    /// pools without log vdevs unchanged); a log vdev and a hole round-trip.
+    #[test]
+    fn class_is_optional_and_round_trips() {
+        let normal = serde_json::to_string(&top(TopClass::Normal)).unwrap();
+        assert!(!normal.contains("class"), "{normal}");
+        let old = r#"{"id":1,"guid":7,"kind":"Disk","ashift":12,"asize":1048576,"children":[{"guid":3,"path":"d"}]}"#;
+        assert_eq!(serde_json::from_str::<TopConfig>(old).unwrap(), top(TopClass::Normal));
+        let log = top(TopClass::Log);
+        let text = serde_json::to_string(&log).unwrap();
+        assert!(text.contains(r#""class":"Log""#), "{text}");
+        assert_eq!(serde_json::from_str::<TopConfig>(&text).unwrap(), log);
+        let hole = log.hole();
+        assert!(hole.children.is_empty() && hole.is_log() && hole.kind == TopKind::Hole && hole.id == 1 && hole.asize == 1 << 20);
+        assert_eq!(serde_json::from_str::<TopConfig>(&serde_json::to_string(&hole).unwrap()).unwrap(), hole);
+    }
+}

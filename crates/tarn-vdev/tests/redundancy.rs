@@ -66,7 +66,7 @@ fn rig(kind: TopKind, n: usize, ashift: u8) -> Rig {
     let devs = faults.iter().map(|f| Some(f.clone() as Arc<dyn Device>)).collect();
     let top = TopVdev::new(cfg, devs).unwrap();
     let redundancy = match kind {
-        TopKind::Disk => 0,
+        TopKind::Disk | TopKind::Hole => 0,
         TopKind::Mirror => n - 1,
         TopKind::Raidz { parity } => parity as usize,
     };
