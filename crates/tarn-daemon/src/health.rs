@@ -275,7 +275,8 @@ fn missing_devices(obj: &ObjPool) -> Vec<String> {
 }
 
 fn find_leaf_status(obj: &ObjPool, path: &str) -> Option<LeafStatus> {
-    obj.status().tops.iter().flat_map(|t| t.children.iter()).find(|l| l.path == path || l.guid.to_string() == path).cloned()
+    let status = obj.status();
+    status.tops.iter().chain(&status.logs).flat_map(|t| t.children.iter()).find(|l| l.path == path || l.guid.to_string() == path).cloned()
 }
 
 impl Daemon {
@@ -625,7 +626,8 @@ impl Daemon {
         let mut watch = self.watch.lock();
         let first = !watch.contains_key(name);
         let w = watch.entry(name.to_string()).or_default();
-        let leaves: Vec<&LeafStatus> = status.tops.iter().flat_map(|t| t.children.iter()).collect();
+        let log_leaves: Vec<u64> = status.logs.iter().flat_map(|t| t.children.iter()).map(|l| l.guid).collect();
+        let leaves: Vec<&LeafStatus> = status.tops.iter().chain(&status.logs).flat_map(|t| t.children.iter()).collect();
         for leaf in &leaves {
             let before = w.leaves.get(&leaf.guid).map(|(_, s)| *s);
             let changed = match before {
@@ -647,7 +649,9 @@ impl Daemon {
             }
             // Every pass, not only at the change: a spare may be added, or
             // a new device appear at the path (autoreplace), later.
-            if !leaf.state.usable() && leaf.state != DevState::Offline && leaf.role == LeafRole::Primary {
+            // Hot spares stand in for data devices, not for log devices (as in ZFS).
+            let log = log_leaves.contains(&leaf.guid);
+            if !leaf.state.usable() && leaf.state != DevState::Offline && leaf.role == LeafRole::Primary && !log {
                 failed_leaves.push((*leaf).clone());
             }
             w.leaves.insert(leaf.guid, (leaf.path.clone(), leaf.state));

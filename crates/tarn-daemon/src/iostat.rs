@@ -51,7 +51,10 @@ pub(crate) fn pool_data(name: &str, imported: &Imported) -> PoolIostatData {
     let spaces = obj.vdev_space();
     let mut tops = Vec::new();
     let mut in_use_spares = Vec::new();
-    for (index, top) in status.tops.iter().enumerate() {
+    // (Log vdevs are not in `status.tops`: ids, not positions, match a
+    // vdev to its config and space.)
+    for top in &status.tops {
+        let index = top.id as usize;
         let top_cfg = config.top.get(index);
         let space = spaces.get(index).copied();
         let mut slots: BTreeMap<u32, Vec<&LeafStatus>> = BTreeMap::new();
