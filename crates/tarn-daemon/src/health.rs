@@ -256,7 +256,8 @@ fn label_present(path: &str, guid: u64) -> bool {
 fn missing_devices(obj: &ObjPool) -> Vec<String> {
     let config = obj.config();
     let mut out = Vec::new();
-    for top in &config.top {
+    // A missing log device does not stop the import again (it is `-m`).
+    for top in config.top.iter().filter(|t| !t.is_log()) {
         let missing: Vec<&tarn_vdev::LeafConfig> = top
             .children
             .iter()
