@@ -507,6 +507,9 @@ pub struct PoolIostatData {
     pub guid: u64,
     pub state: String,
     pub root: VdevIostat,
+    /// Log vdevs (not under the root: their space is not the pool's).
+    #[serde(default)]
+    pub logs: Vec<VdevIostat>,
     /// Hot spares (AVAIL or INUSE).
     pub spares: Vec<VdevIostat>,
 }

@@ -436,7 +436,8 @@ fn list_vdev_json(node: &VdevIostat, columns: &[String], parsable: bool, spare: 
 }
 
 /// `pool list -v`: each pool's row (`rows`, already cut to `columns`),
-/// then its top-level vdevs and devices, indented, then its spares.
+/// then its top-level vdevs and devices, indented, then its log vdevs
+/// and its spares.
 pub fn list_verbose(
     socket: &Path,
     columns: &[String],
@@ -454,6 +455,9 @@ pub fn list_verbose(
                 let vdevs: Map<String, Value> =
                     tree.root.children.iter().map(|c| (c.name.clone(), list_vdev_json(c, columns, parsable, false))).collect();
                 pool.insert("vdevs".into(), Value::Object(vdevs));
+                let logs: Map<String, Value> =
+                    tree.logs.iter().map(|c| (c.name.clone(), list_vdev_json(c, columns, parsable, false))).collect();
+                pool.insert("logs".into(), Value::Object(logs));
                 let spares: Map<String, Value> =
                     tree.spares.iter().map(|s| (s.name.clone(), list_vdev_json(s, columns, parsable, true))).collect();
                 pool.insert("spares".into(), Value::Object(spares));
@@ -467,6 +471,13 @@ pub fn list_verbose(
         lines.push(row.props.iter().map(|p| p.value.clone()).collect());
         let Some(tree) = trees.iter().find(|t| t.name == row.name) else { continue };
         list_rows(&tree.root, 1, columns, parsable, &mut lines);
+        if !tree.logs.is_empty() {
+            lines.push(columns.iter().map(|c| if c == "name" { "logs".to_string() } else { "-".to_string() }).collect());
+            for log in &tree.logs {
+                lines.push(list_cells(log, 1, columns, parsable, false));
+                list_rows(log, 2, columns, parsable, &mut lines);
+            }
+        }
         if !tree.spares.is_empty() {
             lines.push(columns.iter().map(|c| if c == "name" { "spare".to_string() } else { "-".to_string() }).collect());
             for spare in &tree.spares {

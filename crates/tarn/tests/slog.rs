@@ -108,6 +108,15 @@ fn log_vdevs_create_add_status_remove() {
     assert_eq!(log_mirror["vdev_type"], "mirror", "{pool:#}");
     assert_eq!(log_mirror["vdevs"].as_object().map(|v| v.len()), Some(2), "{pool:#}");
     assert!(pool["vdevs"]["tank"]["vdevs"].get("mirror-1").is_none(), "a log vdev among the data vdevs: {pool:#}");
+    // `pool list -v`: the log vdev in a `logs` section of its own, with its size.
+    let listing = harness.tarn_ok(&["pool", "list", "-v", "-H", "-o", "name,size", "tank"]);
+    let names: Vec<&str> = listing.lines().map(|l| l.split('\t').next().unwrap_or("").trim()).collect();
+    let logs_row = names.iter().position(|n| *n == "logs").unwrap_or_else(|| panic!("{listing}"));
+    assert_eq!(&names[logs_row + 1..logs_row + 4], &["mirror-1", logs[0].as_str(), logs[1].as_str()], "{listing}");
+    assert_eq!(names[logs_row + 4], "spare", "{listing}");
+    let listed: serde_json::Value = serde_json::from_str(&harness.tarn_ok(&["pool", "list", "-v", "-j", "tank"])).unwrap();
+    assert!(listed["pools"]["tank"]["logs"]["mirror-1"]["vdevs"].is_object(), "{listed:#}");
+    assert!(listed["pools"]["tank"]["vdevs"].get("mirror-1").is_none(), "{listed:#}");
 
     // Sync writes through the mount work (the log is on mirror-1).
     let data = random_bytes(&mut rng, 1 << 20);
