@@ -157,13 +157,13 @@ impl ObjPool {
             .cloned()
             .ok_or_else(|| invalid(format!("no such device in pool: {path}")))?;
         if !top.is_log() {
-            return Err(invalid(format!("cannot remove {path}: only log devices and hot spares can be removed")));
+            return Err(invalid(format!("{path} is a data device: only log devices and hot spares can be removed")));
         }
         let id = top.id();
         if top.kind() == &TopKind::Mirror && top.leaves().iter().any(|l| l.path == path || l.guid.to_string() == path) {
             // zpool removes a whole log mirror by its name; one side is detached.
             return Err(invalid(format!(
-                "cannot remove {path}: it is one side of the log mirror {} (detach it, or remove {})",
+                "{path} is one side of the log mirror {} (detach it, or remove {})",
                 top.name(),
                 top.name()
             )));

@@ -166,7 +166,7 @@ fn claim_one(s: &Arc<Shared>, id: ObjsetId, header: &LogHeader, synced: Txg) {
     }
     if let Some(paths) = unreachable_on_missing_log(s, &terminal) {
         let note = format!(
-            "object set {}: intent log records from block {seq} on were on the missing log device {paths} and are lost ({} records before it replay)",
+            "object set {}: its intent log goes on at block {seq} on the missing log device {paths}: records from there on, if any, are lost ({} before it are replayed)",
             id.0,
             records.len()
         );
