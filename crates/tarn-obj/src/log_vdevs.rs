@@ -99,8 +99,11 @@ fn evacuate(s: &Arc<Shared>, vdev: u32) -> Result<()> {
             }
             let on = |bp: &BlockPtr| !bp.is_hole() && bp.dvas().iter().any(|d| d.vdev == vdev);
             if let Some(c) = &st.claimed {
-                if c.blocks.iter().any(on) {
-                    return Err(invalid(format!("the intent log of object set {} on it awaits replay", log.id.0)));
+                if c.blocks.iter().any(on) || on(&st.ahead) {
+                    return Err(invalid(format!(
+                        "the intent log of object set {} on it awaits replay (mount the dataset first)",
+                        log.id.0
+                    )));
                 }
             }
             let uses = st.live.iter().any(|b| on(&b.bp)) || on(&st.ahead);

@@ -39,8 +39,8 @@ pub(crate) fn alloc_block(s: &Shared, st: &mut LogState, psize: u64, copies: u8,
     // enough), then, for what they cannot take, the normal vdevs.
     while got.len() < n && !slogs.is_empty() {
         let start = (txg as usize).wrapping_add(got.len()) % slogs.len();
-        let order = slogs.iter().cycle().skip(start).take(slogs.len());
-        let fresh: Vec<usize> = order.clone().copied().filter(|v| !got.iter().any(|e| e.vdev as usize == *v)).collect();
+        let order = slogs.iter().cycle().skip(start).take(slogs.len()).copied();
+        let fresh: Vec<usize> = order.filter(|v| !got.iter().any(|e| e.vdev as usize == *v)).collect();
         let placed = fresh.iter().find_map(|&v| a.alloc_on(v, size_of(v), sector_of(v), true));
         let Some(e) = placed else { break };
         let i = a.records.iter().rposition(|r| r.extent == e).expect("allocation recorded");
