@@ -469,8 +469,14 @@ impl Daemon {
             for group in vdevs.iter().filter(|g| !g.log) {
                 out.push_str(&format!("\t  {}\n", describe_group(group)));
             }
+            if vdevs.iter().any(|g| g.log) {
+                out.push_str("\tlogs\n");
+            }
             for group in vdevs.iter().filter(|g| g.log) {
-                out.push_str(&format!("\tlog {}\n", describe_group(group)));
+                match group.kind {
+                    VdevKind::Disk => out.push_str(&format!("\t  {}\n", group.devices.join(" "))),
+                    _ => out.push_str(&format!("\t  {} {}\n", describe_group(group), group.devices.join(" "))),
+                }
             }
             for s in spares {
                 out.push_str(&format!("\tspare {s}\n"));

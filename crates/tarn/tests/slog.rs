@@ -65,11 +65,12 @@ fn log_vdevs_create_add_status_remove() {
     let seeded = tarn_testkit::seeded!(1);
     let mut rng = seeded.rng(1);
     let harness = Harness::start();
-    // One directory (import scans it): data d0 d1, logs d2..d5, spare d6.
-    let files = harness.vdev_files("vdevs", 7, 256 << 20);
+    // One directory (import scans it): data d0 d1, logs d2..d5, spare d6,
+    // another data mirror d7 d8.
+    let files = harness.vdev_files("vdevs", 9, 256 << 20);
     let dir = files[0].parent().unwrap().to_path_buf();
     let all = names(&files);
-    let (main, logs, spare) = (&all[0..2], &all[2..6], &all[6..7]);
+    let (main, logs, spare, more) = (&all[0..2], &all[2..6], &all[6..7], &all[7..9]);
 
     // Bad input first: nothing may be created.
     let raidz_log = [&["pool", "create", "bad", "mirror"][..], &[main[0].as_str(), main[1].as_str()], &["log", "raidz", logs[0].as_str(), logs[1].as_str(), logs[2].as_str()]].concat();
@@ -125,6 +126,9 @@ fn log_vdevs_create_add_status_remove() {
     // The log's space is not the pool's.
     let size = pool_size(&harness, "tank");
     let avail = available(&harness, "tank");
+    let dry = harness.tarn_ok(&["pool", "add", "-n", "tank", "log", &logs[2]]);
+    assert!(dry.contains("\tlogs\n") && dry.contains(logs[2].as_str()), "{dry}");
+    assert_eq!(status_rows(&harness, "tank").len(), 10, "a dry run changed the pool");
     harness.tarn_ok(&["pool", "add", "tank", "log", &logs[2]]);
     assert_eq!(pool_size(&harness, "tank"), size, "a log device grew the pool");
     assert!(available(&harness, "tank") <= avail, "a log device grew the available space");
@@ -157,16 +161,27 @@ fn log_vdevs_create_add_status_remove() {
     harness.tarn_ok(&["pool", "create", "-m", &path_str(&harness.mountpoint("other")), "other", &logs[0]]);
     harness.tarn_ok(&["pool", "destroy", "other"]);
 
-    // Added again (a log mirror), after a data vdev: ids stay right.
+    // Added again (a log mirror), then a data mirror after it: the ids
+    // (positions among all vdevs, holes included) stay right everywhere.
     harness.tarn_ok(&["pool", "add", "tank", "log", "mirror", &logs[2], &logs[3]]);
+    harness.tarn_ok(&["pool", "add", "tank", "mirror", &more[0], &more[1]]);
     let rows = status_rows(&harness, "tank");
-    assert!(rows.contains(&"mirror-3 ONLINE".to_string()), "{rows:?}");
+    let logs_at = rows.iter().position(|r| r == "logs").unwrap_or_else(|| panic!("{rows:?}"));
+    assert_eq!(&rows[..logs_at], &["tank ONLINE".to_string(), "mirror-0 ONLINE".into(), format!("{} ONLINE", main[0]), format!("{} ONLINE", main[1]), "mirror-4 ONLINE".into(), format!("{} ONLINE", more[0]), format!("{} ONLINE", more[1])]);
+    assert_eq!(rows[logs_at + 1], "mirror-3 ONLINE", "{rows:?}");
+    let iostat = harness.tarn_ok(&["pool", "iostat", "-v", "tank"]);
+    assert!(iostat.lines().any(|l| l.starts_with("  mirror-4 ")) && !iostat.contains("mirror-3"), "{iostat}");
+    let listing = harness.tarn_ok(&["pool", "list", "-v", "-H", "-o", "name", "tank"]);
+    let names: Vec<&str> = listing.lines().map(str::trim).collect();
+    assert_eq!(&names[..3], &["tank", "mirror-0", main[0].as_str()], "{listing}");
+    assert!(names.iter().position(|n| *n == "mirror-4") < names.iter().position(|n| *n == "logs"), "{listing}");
     write_synced(&root.join("again"), &data);
     assert_eq!(fs::read(root.join("synced")).unwrap(), data);
     harness.export("tank");
     let root = harness.import("tank", &dir);
     assert_eq!(fs::read(root.join("again")).unwrap(), data);
-    assert!(status_rows(&harness, "tank").contains(&"mirror-3 ONLINE".to_string()));
+    let rows = status_rows(&harness, "tank");
+    assert!(rows.contains(&"mirror-3 ONLINE".to_string()) && rows.contains(&"mirror-4 ONLINE".to_string()), "{rows:?}");
 }
 
 #[test]
