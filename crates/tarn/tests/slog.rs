@@ -170,7 +170,10 @@ fn log_vdevs_create_add_status_remove() {
     assert_eq!(&rows[..logs_at], &["tank ONLINE".to_string(), "mirror-0 ONLINE".into(), format!("{} ONLINE", main[0]), format!("{} ONLINE", main[1]), "mirror-4 ONLINE".into(), format!("{} ONLINE", more[0]), format!("{} ONLINE", more[1])]);
     assert_eq!(rows[logs_at + 1], "mirror-3 ONLINE", "{rows:?}");
     let iostat = harness.tarn_ok(&["pool", "iostat", "-v", "tank"]);
-    assert!(iostat.lines().any(|l| l.starts_with("  mirror-4 ")) && !iostat.contains("mirror-3"), "{iostat}");
+    let at = |name: &str| iostat.lines().position(|l| l.split_whitespace().next() == Some(name));
+    assert!(at("mirror-4") < at("logs") && at("logs") < at("mirror-3") && at("mirror-4").is_some(), "{iostat}");
+    let stats: serde_json::Value = serde_json::from_str(&harness.tarn_ok(&["pool", "iostat", "-v", "-j", "tank"])).unwrap();
+    assert!(stats["pools"]["tank"]["logs"]["mirror-3"]["vdevs"].is_object(), "{stats:#}");
     let listing = harness.tarn_ok(&["pool", "list", "-v", "-H", "-o", "name", "tank"]);
     let names: Vec<&str> = listing.lines().map(str::trim).collect();
     assert_eq!(&names[..3], &["tank", "mirror-0", main[0].as_str()], "{listing}");
