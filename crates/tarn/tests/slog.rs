@@ -81,6 +81,10 @@ fn log_vdevs_create_add_status_remove() {
     let err = refused(&harness, &["pool", "create", "bad", &main[0], "log"]);
     assert!(err.contains("log requires at least 1 device"), "{err}");
     assert!(!harness.tarn_ok(&["pool", "list", "-H", "-o", "name"]).contains("bad"));
+    let dry = harness.tarn_ok(&["pool", "create", "-n", "dry", "mirror", &main[0], &main[1], "log", &logs[0]]);
+    let dry_rows: Vec<&str> = dry.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    assert_eq!(&dry_rows[dry_rows.len() - 2..], &["logs", logs[0].as_str()], "{dry}");
+    assert!(!harness.tarn_ok(&["pool", "list", "-H", "-o", "name"]).contains("dry"));
 
     // A mirror with a mirrored log and a spare.
     let spec = [&["mirror"][..], &[main[0].as_str(), main[1].as_str()], &["log", "mirror", logs[0].as_str(), logs[1].as_str()], &["spare", spare[0].as_str()]].concat();
