@@ -470,8 +470,9 @@ impl ObjPool {
             cfg.kind = TopKind::Mirror;
             cfg.children.push(leaf_config(&leaf));
             swap_top(s, &top, cfg, std::slice::from_ref(&leaf))?;
-            Ok(())
-        })?;
+            Ok(top.is_log())
+        })
+        .and_then(|log| self.settle_log_joiner(log))?;
         self.resilver_if_needed()?;
         Ok(())
     }
@@ -495,8 +496,9 @@ impl ObjPool {
             let leaf = joining_leaf(s, new_path, dev, LeafRole::Replacing);
             child.joined.push(leaf_config(&leaf));
             swap_top(s, &top, cfg, std::slice::from_ref(&leaf))?;
-            Ok(())
-        })?;
+            Ok(top.is_log())
+        })
+        .and_then(|log| self.settle_log_joiner(log))?;
         self.resilver_if_needed()?;
         Ok(())
     }
@@ -542,6 +544,17 @@ impl ObjPool {
             }
             Ok(())
         })
+    }
+
+    /// A leaf joined a log vdev: log blocks written before it joined are
+    /// not on it, and a resilver (which walks the block tree) never puts
+    /// them there. One txg retires every record they hold, so none depends
+    /// on them by the time the leaf may stand alone (a replacement done).
+    fn settle_log_joiner(&self, log: bool) -> Result<()> {
+        if log {
+            crate::pool::sync_and_wait(&self.shared)?;
+        }
+        Ok(())
     }
 
     /// `pool add`: a new top-level vdev (its space is usable at once).
