@@ -43,6 +43,7 @@ fn raidz_block(c: &mut Criterion) {
         ashift: 12,
         asize,
         children: (0..4).map(|i| tarn_vdev::LeafConfig::new(10 + i, format!("r{i}"))).collect(),
+        class: Default::default(),
     };
     let top = TopVdev::new(cfg, devs).expect("vdev");
     let block = vec![3u8; 128 << 10];

@@ -86,6 +86,7 @@ fn pipeline(c: &mut Criterion) {
         ashift: 12,
         asize,
         children: (0..4).map(|i| tarn_vdev::LeafConfig::new(10 + i, format!("m{i}"))).collect(),
+        class: Default::default(),
     };
     let top = Arc::new(TopVdev::new(cfg, devs).expect("vdev"));
     let io = BlockIo::new(vec![top.clone()], Allocator::new(&[top.asize()]));

@@ -64,6 +64,10 @@ pub struct VdevSpace {
     cursor: u64,
     /// Metadata is placed at or below this (it moves down).
     meta_cursor: u64,
+    /// A log vdev (SLOG): `alloc` never places blocks here (the intent
+    /// log places its blocks with `alloc_on`), and its bytes are not in
+    /// the totals.
+    pub log: bool,
 }
 
 impl VdevSpace {
@@ -72,7 +76,7 @@ impl VdevSpace {
         if asize > 0 {
             free.insert(0, asize);
         }
-        VdevSpace { asize, free, free_bytes: asize, cursor: 0, meta_cursor: asize }
+        VdevSpace { asize, free, free_bytes: asize, cursor: 0, meta_cursor: asize, log: false }
     }
 
     /// First fit at or after the cursor, wrapping once.
@@ -250,6 +254,19 @@ impl Allocator {
         self.vdevs.push(VdevSpace::new(asize));
     }
 
+    /// Marks vdev `v` as a log vdev (see [`VdevSpace::log`]).
+    pub fn set_log(&mut self, v: usize) {
+        if let Some(vs) = self.vdevs.get_mut(v) {
+            vs.log = true;
+        }
+        let vdevs = &self.vdevs;
+        self.deferred_total = self.deferred.values().flatten().filter(|e| !Self::is_log(vdevs, e.vdev)).map(|e| e.len).sum();
+    }
+
+    fn is_log(vdevs: &[VdevSpace], v: u32) -> bool {
+        vdevs.get(v as usize).is_some_and(|vs| vs.log)
+    }
+
     /// Allocate `len` bytes (per vdev, computed by `len_for`) on a vdev not
     /// in `avoid` if possible; `metadata` blocks are placed from the back
     /// (see the module doc). Returns (vdev, offset, len).
@@ -261,7 +278,7 @@ impl Allocator {
         for pass in 0..2 {
             for i in 0..n {
                 let v = (self.rotor + i) % n;
-                if pass == 0 && avoid.contains(&(v as u32)) {
+                if (pass == 0 && avoid.contains(&(v as u32))) || self.vdevs[v].log {
                     continue;
                 }
                 let len = len_for(v);
@@ -333,7 +350,9 @@ impl Allocator {
     /// Puts `e`, freed in `txg`, into the defer window.
     fn defer(&mut self, txg: u64, e: Extent) {
         self.deferred.entry(txg).or_default().push(e);
-        self.deferred_total += e.len;
+        if !Self::is_log(&self.vdevs, e.vdev) {
+            self.deferred_total += e.len;
+        }
     }
 
     /// Called after txg `synced` is on disk: release frees that are old enough.
@@ -342,7 +361,9 @@ impl Allocator {
         let old: Vec<u64> = self.deferred.range(..keep_from).map(|(&t, _)| t).collect();
         for t in old {
             for e in self.deferred.remove(&t).unwrap_or_default() {
-                self.deferred_total = self.deferred_total.checked_sub(e.len).expect("deferred bytes counted below what the defer window holds");
+                if !Self::is_log(&self.vdevs, e.vdev) {
+                    self.deferred_total = self.deferred_total.checked_sub(e.len).expect("deferred bytes counted below what the defer window holds");
+                }
                 assert!(
                     !overlaps(&self.held, &e) && !overlaps(&self.trimming, &e),
                     "{e:?} leaves the defer window but a checkpoint holds it or a trim is using it"
@@ -525,12 +546,14 @@ impl Allocator {
         std::mem::take(&mut self.records)
     }
 
+    /// Free bytes of the normal vdevs (log vdevs are not pool space).
     pub fn free_bytes(&self) -> u64 {
-        self.vdevs.iter().map(|v| v.free_bytes).sum()
+        self.vdevs.iter().filter(|v| !v.log).map(|v| v.free_bytes).sum()
     }
 
+    /// Size of the normal vdevs.
     pub fn total_bytes(&self) -> u64 {
-        self.vdevs.iter().map(|v| v.asize).sum()
+        self.vdevs.iter().filter(|v| !v.log).map(|v| v.asize).sum()
     }
 
     pub fn deferred_bytes(&self) -> u64 {

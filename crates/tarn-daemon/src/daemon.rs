@@ -91,6 +91,7 @@ fn top_kind_name(kind: &TopKind) -> (String, bool) {
         TopKind::Disk => ("disk".into(), false),
         TopKind::Mirror => ("mirror".into(), true),
         TopKind::Raidz { parity } => (format!("raidz{parity}"), true),
+        TopKind::Hole => ("hole".into(), false),
     }
 }
 
@@ -140,6 +141,7 @@ impl Daemon {
                 rewind: false,
                 altroot: pool.altroot.clone(),
                 pool: Some(pool.guid.to_string()),
+                missing_log: false,
             };
             let paths = pool.devices.clone();
             match self.import_from(&paths, request) {
@@ -279,6 +281,12 @@ impl Daemon {
         if vdevs.is_empty() {
             return Err(fail("no devices given".into()));
         }
+        if vdevs.iter().all(|g| g.log) {
+            return Err(fail("at least one top-level vdev that is not a log must be given".into()));
+        }
+        if let Some(group) = vdevs.iter().find(|g| g.log && matches!(g.kind, VdevKind::Raidz { .. })) {
+            return Err(fail(format!("{} cannot be a log vdev: a log vdev is a disk or a mirror", describe_group(group))));
+        }
         let mut seen = Vec::new();
         for group in &vdevs {
             let needed = match group.kind {
@@ -302,6 +310,7 @@ impl Daemon {
         }
         // Open and inspect every device.
         let mut tops = Vec::new();
+        let mut logs = Vec::new();
         for group in &vdevs {
             let mut opened = Vec::new();
             for path in &group.devices {
@@ -323,7 +332,11 @@ impl Daemon {
                 VdevKind::Mirror => TopKind::Mirror,
                 VdevKind::Raidz { parity } => TopKind::Raidz { parity },
             };
-            tops.push((kind, opened));
+            if group.log {
+                logs.push((kind, opened));
+            } else {
+                tops.push((kind, opened));
+            }
         }
         if !force {
             let redundancy = |g: &VdevGroup| match g.kind {
@@ -331,8 +344,10 @@ impl Daemon {
                 VdevKind::Mirror => format!("{}-way mirror", g.devices.len()),
                 VdevKind::Raidz { parity } => format!("raidz{parity}"),
             };
-            let first = redundancy(&vdevs[0]);
-            if let Some(other) = vdevs.iter().map(redundancy).find(|r| *r != first) {
+            // Log vdevs have a redundancy of their own.
+            let normal: Vec<&VdevGroup> = vdevs.iter().filter(|g| !g.log).collect();
+            let first = normal.first().map(|g| redundancy(g)).unwrap_or_default();
+            if let Some(other) = normal.iter().map(|g| redundancy(g)).find(|r| *r != first) {
                 return Err(fail(format!(
                     "mismatched replication level: both {first} and {other} are present (use -f to override)"
                 )));
@@ -340,7 +355,12 @@ impl Daemon {
         }
         if dry_run {
             let mut out = format!("would create '{pool}' with the following layout:\n\n\t{pool}\n");
-            for group in &vdevs {
+            let normal = vdevs.iter().filter(|g| !g.log);
+            let log = vdevs.iter().filter(|g| g.log);
+            for (i, group) in normal.chain(log).enumerate() {
+                if group.log && vdevs.iter().filter(|g| !g.log).count() == i {
+                    out.push_str("\tlogs\n");
+                }
                 match group.kind {
                     VdevKind::Disk => out.push_str(&format!("\t  {}\n", group.devices[0])),
                     _ => {
@@ -354,13 +374,10 @@ impl Daemon {
             return Ok(Response::text(out));
         }
         let all_paths: Vec<String> = seen;
-        let obj = ObjPool::create(PoolCreate {
-            name: pool.clone(),
-            tops,
-            ashift,
-            properties: pool_props.iter().cloned().collect(),
-            hostname: hostname(),
-        })
+        let obj = ObjPool::create_with_logs(
+            PoolCreate { name: pool.clone(), tops, ashift, properties: pool_props.iter().cloned().collect(), hostname: hostname() },
+            logs,
+        )
         .map_err(|e| fail(e.to_string()))?;
         obj.set_tunables(self.tuning.get());
         let ds = match tarn_ds::Pool::create(obj.clone(), &root_props, &mount::format) {
@@ -406,9 +423,9 @@ impl Daemon {
     }
 
     pub(crate) fn import_from(&self, paths: &[String], request: Request) -> HandlerResult {
-        let (force, rewind, altroot, target, to_checkpoint) = match request {
-            Request::PoolImport { force, rewind, altroot, pool, .. } => (force, rewind, altroot, pool, false),
-            Request::PoolImportCheckpoint { force, altroot, pool, .. } => (force, false, altroot, Some(pool), true),
+        let (force, rewind, altroot, target, to_checkpoint, missing_log) = match request {
+            Request::PoolImport { force, rewind, altroot, pool, missing_log, .. } => (force, rewind, altroot, pool, false, missing_log),
+            Request::PoolImportCheckpoint { force, altroot, pool, .. } => (force, false, altroot, Some(pool), true, false),
             _ => unreachable!(),
         };
         // Hold the pool table while scanning so no create/import races us.
@@ -448,6 +465,8 @@ impl Daemon {
         let options = ImportOptions { rewind, force, hostname: hostname(), readonly: false };
         let obj = if to_checkpoint {
             ObjPool::import_rewind_to_checkpoint(devices, options)
+        } else if missing_log {
+            ObjPool::import_missing_log(devices, options)
         } else {
             ObjPool::import(devices, options)
         }
@@ -460,6 +479,10 @@ impl Daemon {
         let mut imported = Imported { ds, devices: device_paths.clone(), altroot, mounts: BTreeMap::new(), busy: BTreeSet::new() };
         let mut warnings = mount_all(&mut imported);
         let exit = if warnings.is_empty() { 0 } else { 1 };
+        // `-m`: what the missing log device cost (not a failure).
+        for note in obj_notes(&imported) {
+            warnings.push_str(&format!("warning: {note}\n"));
+        }
         let cached = CachedPool { name: name.clone(), guid, devices: device_paths, altroot: imported.altroot.clone() };
         pools.insert(name, imported);
         let mut cache = self.cache.lock();
@@ -866,6 +889,18 @@ pub(crate) fn unmount_pool(imported: &mut Imported, force: bool) -> Result<(), S
     Ok(())
 }
 
+/// What the import had to give up, and which log devices are missing.
+fn obj_notes(imported: &Imported) -> Vec<String> {
+    let obj = imported.ds.obj();
+    let mut notes = Vec::new();
+    for top in obj.status().logs.iter().filter(|t| !t.state.usable()) {
+        let paths: Vec<&str> = top.children.iter().filter(|l| !l.state.usable()).map(|l| l.path.as_str()).collect();
+        notes.push(format!("log device {} is missing; intent log records on it are lost", paths.join(", ")));
+    }
+    notes.extend(obj.import_notes());
+    notes
+}
+
 fn describe_candidates(candidates: &BTreeMap<u64, scan::Candidate>) -> String {
     if candidates.is_empty() {
         return "no pools available to import\n".into();
@@ -874,14 +909,18 @@ fn describe_candidates(candidates: &BTreeMap<u64, scan::Candidate>) -> String {
     for (guid, candidate) in candidates {
         let config = &candidate.config;
         let mut lines = Vec::new();
+        let mut log_lines = Vec::new();
         let mut missing_tops = 0;
-        for (index, top) in config.top.iter().enumerate() {
+        let mut missing_logs = 0;
+        for top in config.top.iter().filter(|t| t.kind != TopKind::Hole) {
+            let index = top.id;
+            let lines = if top.is_log() { &mut log_lines } else { &mut lines };
             let (kind, grouped) = top_kind_name(&top.kind);
             let present: Vec<bool> =
                 top.children.iter().map(|c| candidate.devices.iter().any(|d| d.leaf_guid == c.guid)).collect();
             let missing = present.iter().filter(|p| !**p).count();
             let tolerated = match top.kind {
-                TopKind::Disk => 0,
+                TopKind::Disk | TopKind::Hole => 0,
                 TopKind::Mirror => top.children.len().saturating_sub(1),
                 TopKind::Raidz { parity } => parity as usize,
             };
@@ -889,6 +928,9 @@ fn describe_candidates(candidates: &BTreeMap<u64, scan::Candidate>) -> String {
                 "ONLINE"
             } else if missing <= tolerated {
                 "DEGRADED"
+            } else if top.is_log() {
+                missing_logs += 1;
+                "UNAVAIL"
             } else {
                 missing_tops += 1;
                 "UNAVAIL"
@@ -907,7 +949,7 @@ fn describe_candidates(candidates: &BTreeMap<u64, scan::Candidate>) -> String {
                 lines.push((format!("{indent}{path}"), if *present { "ONLINE" } else { "UNAVAIL" }.to_string()));
             }
         }
-        let degraded = lines.iter().any(|(_, s)| s != "ONLINE");
+        let degraded = lines.iter().chain(&log_lines).any(|(_, s)| s != "ONLINE");
         let state = if missing_tops > 0 {
             "UNAVAIL"
         } else if degraded {
@@ -917,16 +959,24 @@ fn describe_candidates(candidates: &BTreeMap<u64, scan::Candidate>) -> String {
         };
         let action = if missing_tops > 0 {
             "The pool cannot be imported: too many devices are missing."
+        } else if missing_logs > 0 {
+            "The pool can be imported with -m: a log device is missing (log records on it are lost)."
         } else if config.state == tarn_vdev::PoolState::Active {
             "The pool was not exported; import it with -f."
         } else {
             "The pool can be imported using its name or numeric identifier."
         };
         out.push_str(&format!("   pool: {}\n     id: {guid}\n  state: {state}\n action: {action}\n config:\n\n", config.name));
-        let width = lines.iter().map(|(n, _)| n.len()).max().unwrap_or(0).max(config.name.len()) + 2;
+        let width = lines.iter().chain(&log_lines).map(|(n, _)| n.len()).max().unwrap_or(0).max(config.name.len()) + 2;
         out.push_str(&format!("\t{:<width$}{state}\n", config.name));
         for (name, state) in lines {
             out.push_str(&format!("\t{name:<width$}{state}\n"));
+        }
+        if !log_lines.is_empty() {
+            out.push_str("\tlogs\n");
+            for (name, state) in log_lines {
+                out.push_str(&format!("\t{name:<width$}{state}\n"));
+            }
         }
         out.push('\n');
     }

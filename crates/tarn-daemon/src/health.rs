@@ -97,6 +97,43 @@ fn sum_row(name: String, vdev_type: &str, guid: u64, state: &str, children: Vec<
     }
 }
 
+/// The rows of one top-level vdev: a disk is its leaf; a mirror or raidz
+/// is a row over its slots, where a slot of several leaves is a
+/// replacing-N or spare-N row, as zpool shows them.
+fn top_rows(top: &tarn_vdev::TopStatus, config: &tarn_vdev::PoolConfig, resilvering: bool, in_use_spares: &mut Vec<String>) -> Vec<VdevStatus> {
+    let top_cfg = config.top.iter().find(|t| t.id == top.id);
+    let mut slots: BTreeMap<u32, Vec<&LeafStatus>> = BTreeMap::new();
+    for (leaf, slot) in top.children.iter().zip(&top.slots) {
+        slots.entry(*slot).or_default().push(leaf);
+    }
+    let mut rows = Vec::new();
+    for (slot, leaves) in &slots {
+        if leaves.len() == 1 {
+            rows.extend(leaves.iter().map(|l| leaf_row(l, resilvering)));
+            continue;
+        }
+        let spare = leaves.iter().any(|l| l.role == LeafRole::Spare);
+        for l in leaves.iter().filter(|l| l.role == LeafRole::Spare) {
+            in_use_spares.push(l.path.clone());
+        }
+        let kind = if spare { "spare" } else { "replacing" };
+        let state = if leaves.iter().all(|l| l.state.usable()) { "ONLINE" } else { "DEGRADED" };
+        let children = leaves.iter().map(|l| leaf_row(l, resilvering)).collect();
+        rows.push(sum_row(format!("{kind}-{slot}"), kind, 0, state, children));
+    }
+    let guid = top_cfg.map_or(0, |t| t.guid);
+    match top_cfg.map(|t| &t.kind) {
+        Some(TopKind::Disk) | None if rows.len() == 1 => rows,
+        _ => {
+            let kind = match top_cfg.map(|t| &t.kind) {
+                Some(TopKind::Raidz { parity }) => format!("raidz{parity}"),
+                _ => "mirror".into(),
+            };
+            vec![sum_row(format!("{kind}-{}", top.id), kind.trim_end_matches(char::is_numeric), guid, top.state.word(), rows)]
+        }
+    }
+}
+
 /// `pool status` data of one pool.
 pub(crate) fn status_data(name: &str, imported: &Imported, verbose: bool) -> PoolStatusData {
     let obj = imported.ds.obj();
@@ -105,40 +142,12 @@ pub(crate) fn status_data(name: &str, imported: &Imported, verbose: bool) -> Poo
     let resilvering = status.scan.as_ref().is_some_and(|s| s.func == ScanFunc::Resilver && s.phase == ScanPhase::Scanning);
     let mut tops = Vec::new();
     let mut in_use_spares = Vec::new();
-    for (index, top) in status.tops.iter().enumerate() {
-        let top_cfg = config.top.get(index);
-        // Group leaves by slot: a slot of one leaf is that leaf; more make a
-        // replacing-N or spare-N vdev, as zpool shows them.
-        let mut slots: BTreeMap<u32, Vec<&LeafStatus>> = BTreeMap::new();
-        for (leaf, slot) in top.children.iter().zip(&top.slots) {
-            slots.entry(*slot).or_default().push(leaf);
-        }
-        let mut rows = Vec::new();
-        for (slot, leaves) in &slots {
-            if leaves.len() == 1 {
-                rows.extend(leaves.iter().map(|l| leaf_row(l, resilvering)));
-                continue;
-            }
-            let spare = leaves.iter().any(|l| l.role == LeafRole::Spare);
-            for l in leaves.iter().filter(|l| l.role == LeafRole::Spare) {
-                in_use_spares.push(l.path.clone());
-            }
-            let kind = if spare { "spare" } else { "replacing" };
-            let state = if leaves.iter().all(|l| l.state.usable()) { "ONLINE" } else { "DEGRADED" };
-            let children = leaves.iter().map(|l| leaf_row(l, resilvering)).collect();
-            rows.push(sum_row(format!("{kind}-{slot}"), kind, 0, state, children));
-        }
-        let guid = top_cfg.map_or(0, |t| t.guid);
-        match top_cfg.map(|t| &t.kind) {
-            Some(TopKind::Disk) | None if rows.len() == 1 => tops.extend(rows),
-            _ => {
-                let kind = match top_cfg.map(|t| &t.kind) {
-                    Some(TopKind::Raidz { parity }) => format!("raidz{parity}"),
-                    _ => "mirror".into(),
-                };
-                tops.push(sum_row(format!("{kind}-{index}"), kind.trim_end_matches(char::is_numeric), guid, top.state.word(), rows));
-            }
-        }
+    for top in &status.tops {
+        tops.extend(top_rows(top, &config, resilvering, &mut in_use_spares));
+    }
+    let mut logs = Vec::new();
+    for top in &status.logs {
+        logs.extend(top_rows(top, &config, resilvering, &mut in_use_spares));
     }
     let state = status.state.word().to_string();
     let root = sum_row(name.to_string(), "root", status.guid, &state, tops);
@@ -166,6 +175,7 @@ pub(crate) fn status_data(name: &str, imported: &Imported, verbose: bool) -> Poo
         data_errors: status.data_errors.max(status.scan.as_ref().map_or(0, |s| s.errors)),
         root,
         scan: status.scan.as_ref().map(scan_data),
+        logs,
         spares,
         error_files,
         suspended: status.suspended,
@@ -246,14 +256,15 @@ fn label_present(path: &str, guid: u64) -> bool {
 fn missing_devices(obj: &ObjPool) -> Vec<String> {
     let config = obj.config();
     let mut out = Vec::new();
-    for top in &config.top {
+    // A missing log device does not stop the import again (it is `-m`).
+    for top in config.top.iter().filter(|t| !t.is_log()) {
         let missing: Vec<&tarn_vdev::LeafConfig> = top
             .children
             .iter()
             .filter(|slot| !slot.slot_leaves().any(|l| label_present(&l.path, l.guid)))
             .collect();
         let tolerated = match top.kind {
-            TopKind::Disk => 0,
+            TopKind::Disk | TopKind::Hole => 0,
             TopKind::Mirror => top.children.len() - 1,
             TopKind::Raidz { parity } => usize::from(parity),
         };
@@ -265,7 +276,8 @@ fn missing_devices(obj: &ObjPool) -> Vec<String> {
 }
 
 fn find_leaf_status(obj: &ObjPool, path: &str) -> Option<LeafStatus> {
-    obj.status().tops.iter().flat_map(|t| t.children.iter()).find(|l| l.path == path || l.guid.to_string() == path).cloned()
+    let status = obj.status();
+    status.tops.iter().chain(&status.logs).flat_map(|t| t.children.iter()).find(|l| l.path == path || l.guid.to_string() == path).cloned()
 }
 
 impl Daemon {
@@ -311,9 +323,14 @@ impl Daemon {
                 self.device_op(&pool, "detach", |obj| obj.detach(&device).map_err(|e| e.to_string()))
             }
             Request::PoolAdd { pool, vdevs, spares, force, dry_run } => self.add(&pool, &vdevs, &spares, force, dry_run),
-            Request::PoolRemove { pool, device } => {
-                self.device_op(&pool, "remove", |obj| obj.remove_spare(&device).map_err(|e| e.to_string()))
-            }
+            Request::PoolRemove { pool, device } => self.device_op(&pool, "remove", |obj| {
+                let spare = obj.spares().iter().any(|l| l.path == device);
+                if spare {
+                    obj.remove_spare(&device).map_err(|e| e.to_string())
+                } else {
+                    obj.remove_log(&device).map_err(|e| e.to_string())
+                }
+            }),
             Request::PoolClear { pool, device } => self.clear(&pool, device.as_deref()),
             Request::PoolSync { pools } => self.sync_pools(&pools),
             Request::PoolEvents { pool, after, wait_secs, clear } => self.pool_events(pool.as_deref(), after, wait_secs, clear),
@@ -411,6 +428,9 @@ impl Daemon {
             return Err(f("no devices given".into()));
         }
         let known = all_device_paths(&obj);
+        if let Some(group) = vdevs.iter().find(|g| g.log && matches!(g.kind, VdevKind::Raidz { .. })) {
+            return Err(f(format!("{} cannot be a log vdev: a log vdev is a disk or a mirror", describe_group(group))));
+        }
         let mut opened = Vec::new();
         for group in vdevs {
             let mut devices = Vec::new();
@@ -425,11 +445,13 @@ impl Daemon {
                 VdevKind::Mirror => TopKind::Mirror,
                 VdevKind::Raidz { parity } => TopKind::Raidz { parity },
             };
-            let current = obj.config().top.first().map(|t| t.kind.clone());
+            // A log vdev's redundancy is its own (one SLOG on a raidz pool is usual).
+            let current = obj.config().top.iter().find(|t| !t.is_log()).map(|t| t.kind.clone()).filter(|_| !group.log);
             let redundancy = |k: &TopKind| match k {
                 TopKind::Disk => "no redundancy".to_string(),
                 TopKind::Mirror => "mirror".into(),
                 TopKind::Raidz { parity } => format!("raidz{parity}"),
+                TopKind::Hole => "none".into(),
             };
             if let Some(cur) = &current {
                 if !force && redundancy(cur) != redundancy(&kind) {
@@ -440,7 +462,7 @@ impl Daemon {
                     )));
                 }
             }
-            opened.push((kind, devices));
+            opened.push((kind, devices, group.log));
         }
         let mut spare_devs = Vec::new();
         for path in spares {
@@ -451,16 +473,29 @@ impl Daemon {
         }
         if dry_run {
             let mut out = format!("would update '{pool}' to the following layout:\n");
-            for group in vdevs {
+            for group in vdevs.iter().filter(|g| !g.log) {
                 out.push_str(&format!("\t  {}\n", describe_group(group)));
+            }
+            if vdevs.iter().any(|g| g.log) {
+                out.push_str("\tlogs\n");
+            }
+            for group in vdevs.iter().filter(|g| g.log) {
+                match group.kind {
+                    VdevKind::Disk => out.push_str(&format!("\t  {}\n", group.devices.join(" "))),
+                    _ => out.push_str(&format!("\t  {} {}\n", describe_group(group), group.devices.join(" "))),
+                }
             }
             for s in spares {
                 out.push_str(&format!("\tspare {s}\n"));
             }
             return Ok(Response::text(out));
         }
-        for (kind, devices) in opened {
-            obj.add_vdev(kind, devices).map_err(|e| f(e.to_string()))?;
+        for (kind, devices, log) in opened {
+            if log {
+                obj.add_log_vdev(kind, devices).map_err(|e| f(e.to_string()))?;
+            } else {
+                obj.add_vdev(kind, devices).map_err(|e| f(e.to_string()))?;
+            }
         }
         for (path, dev) in spare_devs {
             obj.add_spare(path, dev).map_err(|e| f(e.to_string()))?;
@@ -526,7 +561,15 @@ impl Daemon {
         let mut last = String::new();
         for _ in 0..20 {
             let request =
-                Request::PoolImport { dirs: vec![], force: true, rewind: false, altroot: altroot.clone(), pool: Some(guid.to_string()) };
+                Request::PoolImport {
+                    dirs: vec![],
+                    force: true,
+                    rewind: false,
+                    altroot: altroot.clone(),
+                    pool: Some(guid.to_string()),
+                    // It was running without its log device already.
+                    missing_log: true,
+                };
             match self.import_from(&paths, request) {
                 Ok(response) => {
                     self.post_event(Event::new(pool, "pool_resumed", Severity::Info, "pool imported again after clear"));
@@ -612,7 +655,8 @@ impl Daemon {
         let mut watch = self.watch.lock();
         let first = !watch.contains_key(name);
         let w = watch.entry(name.to_string()).or_default();
-        let leaves: Vec<&LeafStatus> = status.tops.iter().flat_map(|t| t.children.iter()).collect();
+        let log_leaves: Vec<u64> = status.logs.iter().flat_map(|t| t.children.iter()).map(|l| l.guid).collect();
+        let leaves: Vec<&LeafStatus> = status.tops.iter().chain(&status.logs).flat_map(|t| t.children.iter()).collect();
         for leaf in &leaves {
             let before = w.leaves.get(&leaf.guid).map(|(_, s)| *s);
             let changed = match before {
@@ -634,7 +678,9 @@ impl Daemon {
             }
             // Every pass, not only at the change: a spare may be added, or
             // a new device appear at the path (autoreplace), later.
-            if !leaf.state.usable() && leaf.state != DevState::Offline && leaf.role == LeafRole::Primary {
+            // Hot spares stand in for data devices, not for log devices (as in ZFS).
+            let log = log_leaves.contains(&leaf.guid);
+            if !leaf.state.usable() && leaf.state != DevState::Offline && leaf.role == LeafRole::Primary && !log {
                 failed_leaves.push((*leaf).clone());
             }
             w.leaves.insert(leaf.guid, (leaf.path.clone(), leaf.state));

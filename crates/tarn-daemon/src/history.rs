@@ -259,7 +259,10 @@ fn internal_events(request: &Request, before: &Catalog, after: &Catalog, txg: u6
         }
         Request::PoolDetach { device, .. } => out.push(internal(txg, "detach", None, format!("vdev={device}"))),
         Request::PoolAdd { vdevs, spares, .. } => {
-            let mut what: Vec<String> = vdevs.iter().map(|g| format!("{}({})", crate::daemon::describe_group(g), g.devices.join(","))).collect();
+            let mut what: Vec<String> = vdevs
+                .iter()
+                .map(|g| format!("{}{}({})", if g.log { "log " } else { "" }, crate::daemon::describe_group(g), g.devices.join(",")))
+                .collect();
             what.extend(spares.iter().map(|s| format!("spare({s})")));
             out.push(internal(txg, "vdev add", None, what.join(" ")));
         }

@@ -43,6 +43,54 @@ fn group_row(name: String, vdev_type: &str, guid: u64, state: &str, space: Optio
     }
 }
 
+/// The rows of one top-level vdev (ids, not positions, match a vdev to
+/// its config and space: log vdevs are listed apart).
+fn top_rows(top: &tarn_vdev::TopStatus, config: &tarn_vdev::PoolConfig, spaces: &[PoolSpace], in_use_spares: &mut Vec<LeafStatus>) -> Vec<VdevIostat> {
+    let mut tops = Vec::new();
+    let index = top.id as usize;
+    let top_cfg = config.top.get(index);
+    let space = spaces.get(index).copied();
+    let mut slots: BTreeMap<u32, Vec<&LeafStatus>> = BTreeMap::new();
+    for (leaf, slot) in top.children.iter().zip(&top.slots) {
+        slots.entry(*slot).or_default().push(leaf);
+    }
+    let mut rows = Vec::new();
+    for (slot, leaves) in &slots {
+        if leaves.len() == 1 {
+            rows.extend(leaves.iter().map(|l| leaf_row(l)));
+            continue;
+        }
+        let spare = leaves.iter().any(|l| l.role == LeafRole::Spare);
+        in_use_spares.extend(leaves.iter().filter(|l| l.role == LeafRole::Spare).map(|l| (*l).clone()));
+        let kind = if spare { "spare" } else { "replacing" };
+        let state = if leaves.iter().all(|l| l.state.usable()) { "ONLINE" } else { "DEGRADED" };
+        let children = leaves.iter().map(|l| leaf_row(l)).collect();
+        rows.push(group_row(format!("{kind}-{slot}"), kind, 0, state, None, children));
+    }
+    let guid = top_cfg.map_or(0, |t| t.guid);
+    match top_cfg.map(|t| &t.kind) {
+        // A plain disk is its own top-level vdev: it carries the space.
+        Some(TopKind::Disk) | None if rows.len() == 1 => {
+            for mut row in rows {
+                if let Some(s) = space {
+                    (row.size, row.alloc, row.free) = (s.size, Some(s.alloc), Some(s.free));
+                }
+                tops.push(row);
+            }
+        }
+        _ => {
+            let kind = match top_cfg.map(|t| &t.kind) {
+                Some(TopKind::Raidz { parity }) => format!("raidz{parity}"),
+                Some(TopKind::Disk) => "disk".into(),
+                _ => "mirror".into(),
+            };
+            let vdev_type = kind.trim_end_matches(char::is_numeric).to_string();
+            tops.push(group_row(format!("{kind}-{index}"), &vdev_type, guid, top.state.word(), space, rows));
+        }
+    }
+    tops
+}
+
 /// The iostat tree of one pool.
 pub(crate) fn pool_data(name: &str, imported: &Imported) -> PoolIostatData {
     let obj = imported.ds.obj();
@@ -51,47 +99,12 @@ pub(crate) fn pool_data(name: &str, imported: &Imported) -> PoolIostatData {
     let spaces = obj.vdev_space();
     let mut tops = Vec::new();
     let mut in_use_spares = Vec::new();
-    for (index, top) in status.tops.iter().enumerate() {
-        let top_cfg = config.top.get(index);
-        let space = spaces.get(index).copied();
-        let mut slots: BTreeMap<u32, Vec<&LeafStatus>> = BTreeMap::new();
-        for (leaf, slot) in top.children.iter().zip(&top.slots) {
-            slots.entry(*slot).or_default().push(leaf);
-        }
-        let mut rows = Vec::new();
-        for (slot, leaves) in &slots {
-            if leaves.len() == 1 {
-                rows.extend(leaves.iter().map(|l| leaf_row(l)));
-                continue;
-            }
-            let spare = leaves.iter().any(|l| l.role == LeafRole::Spare);
-            in_use_spares.extend(leaves.iter().filter(|l| l.role == LeafRole::Spare).map(|l| (*l).clone()));
-            let kind = if spare { "spare" } else { "replacing" };
-            let state = if leaves.iter().all(|l| l.state.usable()) { "ONLINE" } else { "DEGRADED" };
-            let children = leaves.iter().map(|l| leaf_row(l)).collect();
-            rows.push(group_row(format!("{kind}-{slot}"), kind, 0, state, None, children));
-        }
-        let guid = top_cfg.map_or(0, |t| t.guid);
-        match top_cfg.map(|t| &t.kind) {
-            // A plain disk is its own top-level vdev: it carries the space.
-            Some(TopKind::Disk) | None if rows.len() == 1 => {
-                for mut row in rows {
-                    if let Some(s) = space {
-                        (row.size, row.alloc, row.free) = (s.size, Some(s.alloc), Some(s.free));
-                    }
-                    tops.push(row);
-                }
-            }
-            _ => {
-                let kind = match top_cfg.map(|t| &t.kind) {
-                    Some(TopKind::Raidz { parity }) => format!("raidz{parity}"),
-                    Some(TopKind::Disk) => "disk".into(),
-                    _ => "mirror".into(),
-                };
-                let vdev_type = kind.trim_end_matches(char::is_numeric).to_string();
-                tops.push(group_row(format!("{kind}-{index}"), &vdev_type, guid, top.state.word(), space, rows));
-            }
-        }
+    for top in &status.tops {
+        tops.extend(top_rows(top, &config, &spaces, &mut in_use_spares));
+    }
+    let mut logs = Vec::new();
+    for top in &status.logs {
+        logs.extend(top_rows(top, &config, &spaces, &mut in_use_spares));
     }
     let state = match &status.suspended {
         Some(_) => "SUSPENDED".to_string(),
@@ -112,7 +125,7 @@ pub(crate) fn pool_data(name: &str, imported: &Imported) -> PoolIostatData {
     for l in in_use_spares {
         spares.push(VdevIostat { state: "INUSE".into(), ..leaf_row(&l) });
     }
-    PoolIostatData { name: name.to_string(), guid: status.guid, state, root, spares }
+    PoolIostatData { name: name.to_string(), guid: status.guid, state, root, logs, spares }
 }
 
 impl Daemon {

@@ -32,6 +32,9 @@ pub enum VdevKind {
 pub struct VdevGroup {
     pub kind: VdevKind,
     pub devices: Vec<String>,
+    /// A log vdev (`log` in the specification).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub log: bool,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -52,7 +55,16 @@ pub enum Request {
         /// `-O` root dataset properties.
         fs_props: Vec<(String, String)>,
     },
-    PoolImport { dirs: Vec<String>, force: bool, rewind: bool, altroot: Option<String>, pool: Option<String> },
+    PoolImport {
+        dirs: Vec<String>,
+        force: bool,
+        rewind: bool,
+        altroot: Option<String>,
+        pool: Option<String>,
+        /// `-m`: import although a log device is missing.
+        #[serde(default)]
+        missing_log: bool,
+    },
     PoolExport { pool: String, force: bool },
     PoolDestroy { pool: String, force: bool },
     PoolList { pools: Vec<String>, parsable: bool },
@@ -406,6 +418,9 @@ pub struct PoolStatusData {
     pub root: VdevStatus,
     #[serde(default)]
     pub scan: Option<ScanStatusData>,
+    /// Log vdevs (zpool's `logs` section), in vdev order.
+    #[serde(default)]
+    pub logs: Vec<VdevStatus>,
     /// Available (AVAIL) hot spares; spares in use appear in the tree.
     #[serde(default)]
     pub spares: Vec<VdevStatus>,
@@ -494,6 +509,9 @@ pub struct PoolIostatData {
     pub guid: u64,
     pub state: String,
     pub root: VdevIostat,
+    /// Log vdevs (not under the root: their space is not the pool's).
+    #[serde(default)]
+    pub logs: Vec<VdevIostat>,
     /// Hot spares (AVAIL or INUSE).
     pub spares: Vec<VdevIostat>,
 }

@@ -346,7 +346,7 @@ impl ObjPool {
         drop(probe);
         let rec = rec.ok_or_else(|| ObjError::Invalid("checkpoint does not exist".into()))?;
         let target = RewindTarget { txg: rec.txg, rec };
-        let pool = ObjPool::import_at(devices.clone(), opts.clone(), Some(&target))?;
+        let pool = ObjPool::import_at(devices.clone(), opts.clone(), Some(&target), false)?;
         if !opts.readonly {
             // Devices of top-level vdevs added after the checkpoint are no
             // longer part of the pool.

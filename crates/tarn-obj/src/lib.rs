@@ -129,6 +129,7 @@ pub mod diff;
 mod dnode_prefetch;
 pub mod format;
 mod handles;
+mod log_vdevs;
 mod objset;
 mod par;
 mod pool;
@@ -194,6 +195,8 @@ pub struct PoolStatus {
     pub state: DevState,
     pub txg: Txg,
     pub tops: Vec<tarn_vdev::TopStatus>,
+    /// Log vdevs (zpool's `logs` section), in vdev order.
+    pub logs: Vec<tarn_vdev::TopStatus>,
     /// Available hot spares.
     pub spares: Vec<tarn_vdev::LeafStatus>,
     /// Blocks that could not be read back correctly from any copy.

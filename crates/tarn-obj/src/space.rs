@@ -55,7 +55,8 @@ const DEFLATE_BLOCK: u64 = 128 << 10;
 pub fn deflate_ratio(config: &tarn_vdev::PoolConfig) -> (u64, u64) {
     let mut data = 0u128;
     let mut total = 0u128;
-    for top in &config.top {
+    // Log vdevs (and the holes of removed ones) are not pool space.
+    for top in config.top.iter().filter(|t| !t.is_log()) {
         let asize = top.asize.max(1) as u128;
         let taken = top.alloc_size(DEFLATE_BLOCK).max(1) as u128;
         total += asize;
@@ -291,7 +292,7 @@ mod tests {
 
     fn top(kind: tarn_vdev::TopKind, n: usize, ashift: u8) -> tarn_vdev::TopConfig {
         tarn_vdev::TopConfig {
-            id: 0,
+            class: Default::default(), id: 0,
             guid: 1,
             kind,
             ashift,

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tarn_dev::Device;
-use tarn_vdev::{LeafConfig, LeafRole, LeafStatus, LeafVdev, PoolState, TopConfig, TopKind, TopVdev, SPARE_TOP_ID};
+use tarn_vdev::{LeafConfig, LeafRole, LeafStatus, LeafVdev, PoolState, TopClass, TopConfig, TopKind, TopVdev, SPARE_TOP_ID};
 
 use crate::pool::Shared;
 use crate::scan::{self, ScanFunc, ScanPhase, ScanStats};
@@ -82,7 +82,7 @@ fn survives_without(top: &TopVdev, without: u64) -> bool {
     let complete = |slot: &Vec<Arc<LeafVdev>>| slot.iter().any(|l| l.guid != without && l.usable() && l.dtl().is_empty());
     let incomplete = top.slots().iter().filter(|s| !complete(s)).count();
     match top.kind() {
-        TopKind::Disk => incomplete == 0,
+        TopKind::Disk | TopKind::Hole => incomplete == 0,
         TopKind::Mirror => incomplete < top.slots().len(),
         TopKind::Raidz { parity } => incomplete <= usize::from(*parity),
     }
@@ -470,8 +470,9 @@ impl ObjPool {
             cfg.kind = TopKind::Mirror;
             cfg.children.push(leaf_config(&leaf));
             swap_top(s, &top, cfg, std::slice::from_ref(&leaf))?;
-            Ok(())
-        })?;
+            Ok(top.is_log())
+        })
+        .and_then(|log| self.settle_log_joiner(log))?;
         self.resilver_if_needed()?;
         Ok(())
     }
@@ -495,8 +496,9 @@ impl ObjPool {
             let leaf = joining_leaf(s, new_path, dev, LeafRole::Replacing);
             child.joined.push(leaf_config(&leaf));
             swap_top(s, &top, cfg, std::slice::from_ref(&leaf))?;
-            Ok(())
-        })?;
+            Ok(top.is_log())
+        })
+        .and_then(|log| self.settle_log_joiner(log))?;
         self.resilver_if_needed()?;
         Ok(())
     }
@@ -544,15 +546,31 @@ impl ObjPool {
         })
     }
 
+    /// A leaf joined a log vdev: log blocks written before it joined are
+    /// not on it, and a resilver (which walks the block tree) never puts
+    /// them there. One txg retires every record they hold, so none depends
+    /// on them by the time the leaf may stand alone (a replacement done).
+    fn settle_log_joiner(&self, log: bool) -> Result<()> {
+        if log {
+            crate::pool::sync_and_wait(&self.shared)?;
+        }
+        Ok(())
+    }
+
     /// `pool add`: a new top-level vdev (its space is usable at once).
     pub fn add_vdev(&self, kind: TopKind, devs: Vec<(String, Arc<dyn Device>)>) -> Result<()> {
+        self.add_top_vdev(kind, devs, TopClass::Normal)
+    }
+
+    /// A new top-level vdev of `class` (the next id).
+    pub(crate) fn add_top_vdev(&self, kind: TopKind, devs: Vec<(String, Arc<dyn Device>)>, class: TopClass) -> Result<()> {
         self.config_op(|s| {
             let ashift = s.io.tops().first().map_or(12, |t| t.sector().trailing_zeros() as u8);
             let sizes: Vec<u64> = devs.iter().map(|(_, d)| d.size()).collect();
             let asize = TopVdev::compute_asize(&kind, ashift, &sizes)?;
             let id = s.io.tops().len() as u32;
             let children: Vec<LeafConfig> = devs.iter().map(|(p, _)| LeafConfig::new(new_guid(), p.clone())).collect();
-            let cfg = TopConfig { id, guid: new_guid(), kind, ashift, asize, children };
+            let cfg = TopConfig { id, guid: new_guid(), kind, ashift, asize, children, class };
             let top = TopVdev::new(cfg, devs.into_iter().map(|(_, d)| Some(d)).collect())?;
             s.io.add_top(Arc::new(top));
             Ok(())

@@ -11,7 +11,7 @@ fn write_export_import_check() {
     let (seed, count) = (run.seed, run.count);
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     for kind in [TopKind::Disk, TopKind::Mirror, TopKind::Raidz { parity: 1 }, TopKind::Raidz { parity: 2 }] {
-        let n = match kind { TopKind::Disk => 1, TopKind::Mirror => 2, TopKind::Raidz { parity } => 3 + parity as usize };
+        let n = match kind { TopKind::Disk | TopKind::Hole => 1, TopKind::Mirror => 2, TopKind::Raidz { parity } => 3 + parity as usize };
         let mem = mem_devs(n, 64 << 20);
         let pool = create(&as_dyn(&mem), kind.clone());
         let osid = { let tx = pool.begin(); pool.create_objset(&tx).unwrap() };

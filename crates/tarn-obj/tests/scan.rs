@@ -99,7 +99,7 @@ fn redundancy(kind: &TopKind, n: usize) -> usize {
     match kind {
         TopKind::Mirror => n - 1,
         TopKind::Raidz { parity } => usize::from(*parity),
-        TopKind::Disk => 0,
+        TopKind::Disk | TopKind::Hole => 0,
     }
 }
 

@@ -176,15 +176,42 @@ fn verify_effects(pool: &ObjPool, w: &Workload, cut: u64, what: &str) {
 #[test]
 fn power_cuts_keep_committed_records_and_replay_each_once() {
     let run = tarn_testkit::seeded!(1000);
-    let (seed, count) = (run.seed, run.count);
+    power_cuts(run.seed, run.count, None);
+}
+
+/// The same with the log on a log vdev (SLOG), single and mirrored.
+#[test]
+fn power_cuts_with_a_log_vdev() {
+    let run = tarn_testkit::seeded!(500);
+    power_cuts(run.seed, run.count, Some(TopKind::Disk));
+    power_cuts(run.seed ^ 0x5106, run.count, Some(TopKind::Mirror));
+}
+
+fn power_cuts(seed: u64, count: u64, log: Option<TopKind>) {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     let rec = CrashRecorder::new();
     let devs: Vec<Arc<dyn Device>> = (0..3).map(|i| rec.device(&format!("z{i}"), 32 << 20) as Arc<dyn Device>).collect();
-    let pool = create(&devs, TopKind::Raidz { parity: 1 });
+    let pool = match &log {
+        None => create(&devs, TopKind::Raidz { parity: 1 }),
+        Some(kind) => {
+            let sides = if *kind == TopKind::Mirror { 2 } else { 1 };
+            let logs = (0..sides).map(|i| (format!("l{i}"), rec.device(&format!("l{i}"), 32 << 20) as Arc<dyn Device>)).collect();
+            let tops = vec![(TopKind::Raidz { parity: 1 }, devs.iter().enumerate().map(|(i, d)| (format!("z{i}"), d.clone())).collect())];
+            let cfg = PoolCreate { name: "t".into(), tops, ashift: 12, properties: Default::default(), hostname: "test".into() };
+            ObjPool::create_with_logs(cfg, vec![(kind.clone(), logs)]).expect("create pool with a log vdev")
+        }
+    };
     pool.set_tunables(Tunables { txg_timeout_ms: 3_600_000, ..Default::default() });
     let osids = setup_objsets(&pool);
     let first = rec.event_count();
     let w = run_workload(&pool, osids, &rec, seed, 120);
+    if log.is_some() {
+        // Every log block the workload left was written to the log vdev.
+        for id in &w.osids {
+            let stats = pool.open_objset(*id).unwrap().log_stats();
+            assert!(stats.chain_blocks.iter().all(|bp| bp.dvas().iter().all(|d| d.vdev == 1)), "{log:?}: {stats:?}");
+        }
+    }
     drop(pool);
     let total = rec.event_count();
     let committed = w.acked.len();
@@ -197,7 +224,7 @@ fn power_cuts_keep_committed_records_and_replay_each_once() {
             1 => CutMode::TearLastWrite,
             _ => CutMode::RandomSubset(seed ^ cut),
         };
-        let what = format!("cut {cut} ({mode:?}), seed {seed:#x}");
+        let what = format!("cut {cut} ({mode:?}), seed {seed:#x}, log vdev {log:?}");
         let images: Vec<Arc<dyn Device>> = rec.image_at(cut, mode).into_iter().map(|d| d as Arc<dyn Device>).collect();
         let pool = import(images, false).unwrap_or_else(|e| panic!("{what}: import: {e}"));
         replayed_total += replay_and_verify(&pool, &w, &what).len();

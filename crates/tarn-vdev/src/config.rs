@@ -59,6 +59,26 @@ pub enum TopKind {
     Disk,
     Mirror,
     Raidz { parity: u8 },
+    /// A removed top-level vdev (a log device taken out with `pool
+    /// remove`): no devices, never read or allocated; it keeps its id so
+    /// the ids after it (named by block pointers) stay what they are.
+    Hole,
+}
+
+/// What a top-level vdev is for, as zpool's allocation classes: normal
+/// vdevs hold the pool's data and metadata; `log` vdevs (SLOG) hold only
+/// intent-log blocks and do not count in the pool's size.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum TopClass {
+    #[default]
+    Normal,
+    Log,
+}
+
+impl TopClass {
+    pub fn is_normal(&self) -> bool {
+        *self == TopClass::Normal
+    }
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -69,15 +89,29 @@ pub struct TopConfig {
     pub ashift: u8,
     pub asize: u64,
     pub children: Vec<LeafConfig>,
+    /// Absent in labels written before log vdevs existed (and for normal
+    /// vdevs): normal.
+    #[serde(default, skip_serializing_if = "TopClass::is_normal")]
+    pub class: TopClass,
 }
 
 impl TopConfig {
+    /// A removed vdev's place: same id and size (space map records of
+    /// the past still name it), no devices.
+    pub fn hole(&self) -> TopConfig {
+        TopConfig { kind: TopKind::Hole, children: vec![], guid: self.guid, ..self.clone() }
+    }
+
+    pub fn is_log(&self) -> bool {
+        self.class == TopClass::Log
+    }
+
     /// Address-space bytes a block of `psize` takes on this vdev: itself
     /// on a disk or mirror; on raidz its data sectors, a parity sector per
     /// row, padded to a multiple of parity + 1 (variable-width stripes).
     pub fn alloc_size(&self, psize: u64) -> u64 {
         match self.kind {
-            TopKind::Disk | TopKind::Mirror => psize,
+            TopKind::Disk | TopKind::Mirror | TopKind::Hole => psize,
             TopKind::Raidz { parity } => crate::raidz::alloc_size(psize, self.children.len(), usize::from(parity), self.ashift),
         }
     }
@@ -118,4 +152,31 @@ pub struct Label {
     pub config: PoolConfig,
     pub top_id: u32,
     pub leaf_guid: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn top(class: TopClass) -> TopConfig {
+        TopConfig { id: 1, guid: 7, kind: TopKind::Disk, ashift: 12, asize: 1 << 20, children: vec![LeafConfig::new(3, "d".into())], class }
+    }
+
+    /// Labels written before log vdevs existed have no `class`: normal.
+    /// A normal vdev is still written without it (older binaries read
+    /// pools without log vdevs unchanged); a log vdev and a hole round-trip.
+    #[test]
+    fn class_is_optional_and_round_trips() {
+        let normal = serde_json::to_string(&top(TopClass::Normal)).unwrap();
+        assert!(!normal.contains("class"), "{normal}");
+        let old = r#"{"id":1,"guid":7,"kind":"Disk","ashift":12,"asize":1048576,"children":[{"guid":3,"path":"d"}]}"#;
+        assert_eq!(serde_json::from_str::<TopConfig>(old).unwrap(), top(TopClass::Normal));
+        let log = top(TopClass::Log);
+        let text = serde_json::to_string(&log).unwrap();
+        assert!(text.contains(r#""class":"Log""#), "{text}");
+        assert_eq!(serde_json::from_str::<TopConfig>(&text).unwrap(), log);
+        let hole = log.hole();
+        assert!(hole.children.is_empty() && hole.is_log() && hole.kind == TopKind::Hole && hole.id == 1 && hole.asize == 1 << 20);
+        assert_eq!(serde_json::from_str::<TopConfig>(&serde_json::to_string(&hole).unwrap()).unwrap(), hole);
+    }
 }

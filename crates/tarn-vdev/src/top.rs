@@ -52,6 +52,9 @@ pub struct ScanOutcome {
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TopStatus {
+    /// The vdev's id (its index among the pool's top-level vdevs).
+    #[serde(default)]
+    pub id: u32,
     pub name: String,
     pub state: DevState,
     /// Every leaf, slot by slot (`slots[i]` leaves are `children` entries
@@ -80,6 +83,8 @@ type Recovered = (Vec<u8>, Vec<Vec<u8>>, Vec<usize>);
 
 fn validate_width(kind: &TopKind, children: usize) -> Result<()> {
     let (name, need) = match kind {
+        TopKind::Hole if children == 0 => return Ok(()),
+        TopKind::Hole => return Err(VdevError::Invalid(format!("a removed vdev has no devices, got {children}"))),
         TopKind::Disk => ("disk", 1),
         TopKind::Mirror => ("mirror", 2),
         TopKind::Raidz { parity } => {
@@ -116,6 +121,7 @@ impl TopVdev {
         Ok(match kind {
             TopKind::Disk | TopKind::Mirror => min,
             TopKind::Raidz { .. } => min * dev_sizes.len() as u64,
+            TopKind::Hole => return Err(VdevError::Invalid("a removed vdev has no space".into())),
         })
     }
 
@@ -124,6 +130,7 @@ impl TopVdev {
         match cfg.kind {
             TopKind::Disk | TopKind::Mirror => cfg.asize,
             TopKind::Raidz { .. } => cfg.asize / cfg.children.len().max(1) as u64,
+            TopKind::Hole => 0,
         }
     }
 
@@ -185,6 +192,12 @@ impl TopVdev {
         if slots.iter().any(Vec::is_empty) {
             return Err(VdevError::Invalid(format!("top vdev {} has an empty slot", cfg.id)));
         }
+        if cfg.kind == TopKind::Hole {
+            return Ok(TopVdev { config: cfg, slots, codec: None, next_child: AtomicUsize::new(0) });
+        }
+        if cfg.class == crate::TopClass::Log && matches!(cfg.kind, TopKind::Raidz { .. }) {
+            return Err(VdevError::Invalid("a log vdev is a disk or a mirror, not raidz".into()));
+        }
         let sizes: Vec<u64> = slots
             .iter()
             .map(|s| s.iter().filter_map(|l| l.device()).map(|d| d.size()).min().unwrap_or(u64::MAX))
@@ -231,6 +244,17 @@ impl TopVdev {
     pub fn kind(&self) -> &TopKind {
         &self.config.kind
     }
+    pub fn class(&self) -> crate::TopClass {
+        self.config.class
+    }
+    /// A log vdev (SLOG): intent-log blocks only.
+    pub fn is_log(&self) -> bool {
+        self.config.class == crate::TopClass::Log
+    }
+    /// The place of a removed vdev.
+    pub fn is_hole(&self) -> bool {
+        self.config.kind == TopKind::Hole
+    }
     pub fn asize(&self) -> u64 {
         self.config.asize
     }
@@ -255,7 +279,7 @@ impl TopVdev {
     /// How many slots may fail while the vdev still serves.
     fn redundancy(&self) -> usize {
         match self.config.kind {
-            TopKind::Disk => 0,
+            TopKind::Disk | TopKind::Hole => 0,
             TopKind::Mirror => self.slots.len() - 1,
             TopKind::Raidz { parity } => usize::from(parity),
         }
@@ -263,12 +287,15 @@ impl TopVdev {
 
     pub fn alloc_size(&self, psize: u64) -> u64 {
         match self.config.kind {
-            TopKind::Disk | TopKind::Mirror => psize,
+            TopKind::Disk | TopKind::Mirror | TopKind::Hole => psize,
             TopKind::Raidz { parity } => alloc_size(psize, self.slots.len(), usize::from(parity), self.config.ashift),
         }
     }
 
     fn check_io(&self, offset: u64, psize: u64) -> Result<()> {
+        if self.is_hole() {
+            return Err(VdevError::Invalid(format!("top vdev {} was removed", self.config.id)));
+        }
         let sector = self.sector();
         let fits = offset.checked_add(self.alloc_size(psize)).is_some_and(|end| end <= self.asize());
         if psize == 0 || !psize.is_multiple_of(sector) || !offset.is_multiple_of(sector) || !fits {
@@ -296,7 +323,7 @@ impl TopVdev {
         self.check_io(offset, data.len() as u64)?;
         let _start = IoStart::begin();
         match self.config.kind {
-            TopKind::Disk | TopKind::Mirror => {
+            TopKind::Disk | TopKind::Mirror | TopKind::Hole => {
                 let leaves = self.leaves();
                 let results = par_map(&leaves, |leaf| leaf.write(data, offset, txg).is_ok());
                 let mut ok_slots = vec![false; self.slots.len()];
@@ -328,7 +355,7 @@ impl TopVdev {
         self.check_io(offset, psize)?;
         let _start = IoStart::begin();
         match self.config.kind {
-            TopKind::Disk | TopKind::Mirror => self.mirror_read(offset, psize, birth, verify),
+            TopKind::Disk | TopKind::Mirror | TopKind::Hole => self.mirror_read(offset, psize, birth, verify),
             TopKind::Raidz { .. } => self.raidz_read(offset, psize, birth, verify),
         }
     }
@@ -342,7 +369,7 @@ impl TopVdev {
         self.check_io(offset, psize)?;
         let _start = IoStart::begin();
         match self.config.kind {
-            TopKind::Disk | TopKind::Mirror => {
+            TopKind::Disk | TopKind::Mirror | TopKind::Hole => {
                 let (holders, stale) = self.mirror_order(birth);
                 let mut read_bytes = 0;
                 for leaf in holders.iter().chain(stale.iter()) {
@@ -374,7 +401,7 @@ impl TopVdev {
         self.check_io(offset, psize)?;
         let _start = IoStart::begin();
         match self.config.kind {
-            TopKind::Disk | TopKind::Mirror => self.mirror_scan(offset, psize, birth, verify, scrub),
+            TopKind::Disk | TopKind::Mirror | TopKind::Hole => self.mirror_scan(offset, psize, birth, verify, scrub),
             TopKind::Raidz { .. } => self.raidz_scan(offset, psize, birth, verify, scrub),
         }
     }
@@ -416,6 +443,7 @@ impl TopVdev {
             TopKind::Disk => self.slots.first().and_then(|s| s.first()).map_or_else(String::new, |l| l.path.clone()),
             TopKind::Mirror => format!("mirror-{}", self.config.id),
             TopKind::Raidz { parity } => format!("raidz{parity}-{}", self.config.id),
+            TopKind::Hole => format!("hole-{}", self.config.id),
         }
     }
 
@@ -428,7 +456,7 @@ impl TopVdev {
                 slots.push(i as u32);
             }
         }
-        TopStatus { name: self.name(), state: self.state(), children, slots }
+        TopStatus { id: self.config.id, name: self.name(), state: self.state(), children, slots }
     }
 
     pub fn clear_errors(&self) {

@@ -26,6 +26,7 @@ impl TopVdev {
             return vec![];
         }
         match *self.kind() {
+            TopKind::Hole => vec![],
             TopKind::Disk | TopKind::Mirror => {
                 (0..self.slots().len()).map(|s| (s, first * sector, (end - first) * sector)).collect()
             }
@@ -85,7 +86,7 @@ mod tests {
 
     fn raidz(n: usize, p: u8) -> TopVdev {
         let children: Vec<LeafConfig> = (0..n).map(|i| LeafConfig::new(i as u64 + 1, format!("d{i}"))).collect();
-        let cfg = TopConfig { id: 0, guid: 9, kind: TopKind::Raidz { parity: p }, ashift: 9, asize: 512 * 4096, children };
+        let cfg = TopConfig { class: Default::default(), id: 0, guid: 9, kind: TopKind::Raidz { parity: p }, ashift: 9, asize: 512 * 4096, children };
         let devs = (0..n).map(|i| Some(tarn_dev::MemDevice::new(&format!("d{i}"), 8 << 20) as Arc<dyn Device>)).collect();
         TopVdev::new(cfg, devs).unwrap_or_else(|e| panic!("{e}"))
     }
@@ -135,7 +136,7 @@ mod tests {
     #[test]
     fn mirror_trims_the_same_range_on_every_side() {
         let children: Vec<LeafConfig> = (0..3).map(|i| LeafConfig::new(i + 1, format!("d{i}"))).collect();
-        let cfg = TopConfig { id: 0, guid: 9, kind: TopKind::Mirror, ashift: 12, asize: 1 << 20, children };
+        let cfg = TopConfig { class: Default::default(), id: 0, guid: 9, kind: TopKind::Mirror, ashift: 12, asize: 1 << 20, children };
         let mems: Vec<Arc<tarn_dev::MemDevice>> = (0..3).map(|i| tarn_dev::MemDevice::new(&format!("d{i}"), 8 << 20)).collect();
         let top = TopVdev::new(cfg, mems.iter().map(|m| Some(m.clone() as Arc<dyn Device>)).collect()).unwrap_or_else(|e| panic!("{e}"));
         let data = vec![9u8; 65536];

@@ -25,7 +25,7 @@ fn label() -> Label {
             hostname: "nas".into(),
             create_txg: 4,
             top: vec![TopConfig {
-                id: 0,
+                class: Default::default(), id: 0,
                 guid: 77,
                 kind: TopKind::Raidz { parity: 2 },
                 ashift: 12,

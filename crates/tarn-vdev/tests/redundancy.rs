@@ -56,7 +56,7 @@ fn rig(kind: TopKind, n: usize, ashift: u8) -> Rig {
     let sizes = vec![DEV_SIZE; n];
     let asize = TopVdev::compute_asize(&kind, ashift, &sizes).unwrap();
     let cfg = TopConfig {
-        id: 0,
+        class: Default::default(), id: 0,
         guid: 1,
         kind: kind.clone(),
         ashift,
@@ -66,7 +66,7 @@ fn rig(kind: TopKind, n: usize, ashift: u8) -> Rig {
     let devs = faults.iter().map(|f| Some(f.clone() as Arc<dyn Device>)).collect();
     let top = TopVdev::new(cfg, devs).unwrap();
     let redundancy = match kind {
-        TopKind::Disk => 0,
+        TopKind::Disk | TopKind::Hole => 0,
         TopKind::Mirror => n - 1,
         TopKind::Raidz { parity } => parity as usize,
     };
@@ -357,7 +357,7 @@ fn disk_vdev_and_missing_children() {
     let kind = TopKind::Raidz { parity: 2 };
     let asize = TopVdev::compute_asize(&kind, 9, &[DEV_SIZE; 5]).unwrap();
     let cfg = TopConfig {
-        id: 3,
+        class: Default::default(), id: 3,
         guid: 9,
         kind,
         ashift: 9,

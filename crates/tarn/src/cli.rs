@@ -555,6 +555,9 @@ pub enum PoolCommand {
         force: bool,
         #[arg(short = 'F')]
         rewind: bool,
+        /// Import although a log device is missing (its log records are lost).
+        #[arg(short = 'm', conflicts_with = "rewind_to_checkpoint")]
+        missing_log: bool,
         /// Rewind the pool to its checkpoint (every later change is lost).
         #[arg(long = "rewind-to-checkpoint", conflicts_with = "rewind", requires = "pool")]
         rewind_to_checkpoint: bool,

@@ -381,8 +381,8 @@ fn pool(socket: &Path, command: PoolCommand) -> Result<i32, Failure> {
         PoolCommand::Create { force, dry_run, mountpoint, altroot, pool_props, fs_props, pool, vdevs } => {
             let cannot = |e: String| Failure::from(format!("cannot create '{pool}': {e}"));
             let mut spec = vdevspec::parse_pool_spec(&vdevs).map_err(cannot)?;
-            if spec.vdevs.is_empty() {
-                return Err(cannot("at least one top-level vdev must be given (spares alone are not a pool)".into()));
+            if spec.vdevs.iter().all(|g| g.log) {
+                return Err(cannot("at least one top-level vdev must be given (spares and logs alone are not a pool)".into()));
             }
             for device in spec.vdevs.iter_mut().flat_map(|g| g.devices.iter_mut()).chain(spec.spares.iter_mut()) {
                 *device = resolve_device(device).map_err(cannot)?;
@@ -430,12 +430,12 @@ fn pool(socket: &Path, command: PoolCommand) -> Result<i32, Failure> {
             }
             Ok(0)
         }
-        PoolCommand::Import { dirs, force, rewind, rewind_to_checkpoint, altroot, pool } => {
+        PoolCommand::Import { dirs, force, rewind, missing_log, rewind_to_checkpoint, altroot, pool } => {
             let dirs = dirs.iter().map(|d| path_string(d)).collect();
             let altroot = altroot.map(|p| path_string(&p));
             match pool {
                 Some(pool) if rewind_to_checkpoint => send(socket, &Request::PoolImportCheckpoint { dirs, force, altroot, pool })?,
-                pool => send(socket, &Request::PoolImport { dirs, force, rewind, altroot, pool })?,
+                pool => send(socket, &Request::PoolImport { dirs, force, rewind, altroot, pool, missing_log })?,
             };
             Ok(0)
         }

@@ -245,6 +245,7 @@ mod tests {
                 eta_secs: None,
                 percent: 33.3,
             }),
+            logs: vec![],
             spares: vec![],
             error_files: vec![],
             suspended: None,

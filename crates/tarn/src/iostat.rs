@@ -125,6 +125,8 @@ struct Line {
     alloc: Option<u64>,
     free: Option<u64>,
     rates: Rates,
+    /// A section title (`logs`): no numbers, dashes.
+    title: bool,
 }
 
 fn find<'a>(list: &'a [VdevIostat], name: &str) -> Option<&'a VdevIostat> {
@@ -138,6 +140,7 @@ fn collect(node: &VdevIostat, prev: Option<&VdevIostat>, depth: usize, verbose: 
         alloc: node.alloc,
         free: node.free,
         rates: rates(&node.io, prev.map(|p| &p.io)),
+        title: false,
     });
     if verbose {
         for child in &node.children {
@@ -157,6 +160,9 @@ fn number(value: f64, parsable: bool) -> String {
 }
 
 fn cells(line: &Line, options: &IostatOptions) -> Vec<String> {
+    if line.title {
+        return vec!["-".to_string(); if options.latency { 10 } else { 6 }];
+    }
     let p = options.parsable;
     let space = |v: Option<u64>| v.map_or_else(|| "-".to_string(), |v| number(v as f64, p));
     let r = &line.rates;
@@ -305,10 +311,17 @@ fn report_json(cur: &[PoolIostatData], prev: &[PoolIostatData], options: &Iostat
         let before = prev.iter().find(|p| p.name == pool.name && p.guid == pool.guid).map(|p| &p.root);
         let mut vdevs = Map::new();
         vdevs.insert(pool.root.name.clone(), vdev_json(&pool.root, before, options));
-        pools.insert(
-            pool.name.clone(),
-            json!({"name": pool.name, "pool_guid": pool.guid, "state": pool.state, "vdevs": vdevs}),
-        );
+        let mut doc = json!({"name": pool.name, "pool_guid": pool.guid, "state": pool.state, "vdevs": vdevs});
+        if options.verbose {
+            let before_logs = prev.iter().find(|p| p.name == pool.name && p.guid == pool.guid).map(|p| &p.logs[..]);
+            let logs: Map<String, Value> = pool
+                .logs
+                .iter()
+                .map(|l| (l.name.clone(), vdev_json(l, before_logs.and_then(|b| find(b, &l.name)), options)))
+                .collect();
+            doc["logs"] = Value::Object(logs);
+        }
+        pools.insert(pool.name.clone(), doc);
     }
     json!({"output_version": output_version("zpool iostat"), "pools": pools})
 }
@@ -350,6 +363,16 @@ pub fn run(socket: &Path, args: Vec<String>, options: IostatOptions) -> Result<i
                         let before = previous.iter().find(|p| p.name == pool.name && p.guid == pool.guid).map(|p| &p.root);
                         let mut out = Vec::new();
                         collect(&pool.root, before, 0, options.verbose, &mut out);
+                        // zpool iostat -v: the log vdevs in a section of their own.
+                        if options.verbose && !pool.logs.is_empty() {
+                            let title = Line { depth: 0, name: "logs".into(), alloc: None, free: None, rates: Rates::default(), title: true };
+                            out.push(title);
+                            let before_logs = previous.iter().find(|p| p.name == pool.name && p.guid == pool.guid).map(|p| &p.logs[..]);
+                            for log in &pool.logs {
+                                let prev_log = before_logs.and_then(|l| find(l, &log.name));
+                                collect(log, prev_log, 1, true, &mut out);
+                            }
+                        }
                         out
                     })
                     .collect();
@@ -436,7 +459,8 @@ fn list_vdev_json(node: &VdevIostat, columns: &[String], parsable: bool, spare: 
 }
 
 /// `pool list -v`: each pool's row (`rows`, already cut to `columns`),
-/// then its top-level vdevs and devices, indented, then its spares.
+/// then its top-level vdevs and devices, indented, then its log vdevs
+/// and its spares.
 pub fn list_verbose(
     socket: &Path,
     columns: &[String],
@@ -454,6 +478,9 @@ pub fn list_verbose(
                 let vdevs: Map<String, Value> =
                     tree.root.children.iter().map(|c| (c.name.clone(), list_vdev_json(c, columns, parsable, false))).collect();
                 pool.insert("vdevs".into(), Value::Object(vdevs));
+                let logs: Map<String, Value> =
+                    tree.logs.iter().map(|c| (c.name.clone(), list_vdev_json(c, columns, parsable, false))).collect();
+                pool.insert("logs".into(), Value::Object(logs));
                 let spares: Map<String, Value> =
                     tree.spares.iter().map(|s| (s.name.clone(), list_vdev_json(s, columns, parsable, true))).collect();
                 pool.insert("spares".into(), Value::Object(spares));
@@ -467,6 +494,13 @@ pub fn list_verbose(
         lines.push(row.props.iter().map(|p| p.value.clone()).collect());
         let Some(tree) = trees.iter().find(|t| t.name == row.name) else { continue };
         list_rows(&tree.root, 1, columns, parsable, &mut lines);
+        if !tree.logs.is_empty() {
+            lines.push(columns.iter().map(|c| if c == "name" { "logs".to_string() } else { "-".to_string() }).collect());
+            for log in &tree.logs {
+                lines.push(list_cells(log, 1, columns, parsable, false));
+                list_rows(log, 2, columns, parsable, &mut lines);
+            }
+        }
         if !tree.spares.is_empty() {
             lines.push(columns.iter().map(|c| if c == "name" { "spare".to_string() } else { "-".to_string() }).collect());
             for spare in &tree.spares {
@@ -545,6 +579,7 @@ mod tests {
             alloc: Some(1 << 20),
             free: Some(9 << 30),
             rates: Rates { read_ops: 3.0, write_ops: 12.0, read_bytes: 1536.0, write_bytes: 25_907.0, ..Default::default() },
+            title: false,
         };
         let text = report_text(&[vec![line]], &options, true);
         assert_eq!(

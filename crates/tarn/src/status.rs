@@ -59,6 +59,24 @@ pub fn advice(pool: &PoolStatusData) -> Option<(String, String)> {
     }
     let mut all = Vec::new();
     leaves(&pool.root, &mut all);
+    let mut log_leaves = Vec::new();
+    for log in &pool.logs {
+        leaves(log, &mut log_leaves);
+    }
+    let bad_logs: Vec<&str> =
+        log_leaves.iter().filter(|l| ["FAULTED", "UNAVAIL", "REMOVED"].contains(&l.state.as_str())).map(|l| l.name.as_str()).collect();
+    if all.iter().all(|l| l.state == "ONLINE") && !bad_logs.is_empty() {
+        let device = if bad_logs.len() == 1 { bad_logs[0] } else { "DEVICE" };
+        return Some((
+            format!(
+                "One or more log devices cannot be used: {}. The intent log keeps working, on the rest of its mirror or on the main pool.",
+                bad_logs.join(", ")
+            ),
+            format!(
+                "Reattach the device and run 'tarn pool clear {name}', replace it with 'tarn pool replace {name} {device} NEW', or remove it with 'tarn pool remove {name} {device}'."
+            ),
+        ));
+    }
     let replicas = if pool.state == "DEGRADED" {
         "Sufficient replicas exist for the pool to continue functioning in a degraded state."
     } else {
@@ -219,15 +237,24 @@ fn config_text(pool: &PoolStatusData, trim_detail: bool, zone: Zone) -> String {
         }
     }
     walk(&pool.root, 0, &mut rows);
+    let mut logs: Vec<(String, &VdevStatus)> = Vec::new();
+    for log in &pool.logs {
+        walk(log, 1, &mut logs);
+    }
     let spares: Vec<(String, &VdevStatus)> = pool.spares.iter().map(|s| (format!("  {}", s.name), s)).collect();
-    let width = rows.iter().chain(&spares).map(|(n, _)| n.len()).max().unwrap_or(4).max(4) + 2;
+    let width = rows.iter().chain(&logs).chain(&spares).map(|(n, _)| n.len()).max().unwrap_or(4).max(4) + 2;
     let mut out = String::new();
     let mut line = |text: String| {
         out.push_str(text.trim_end());
         out.push('\n');
     };
     line(format!("\t{:<width$}{:<8}{:>5} {:>5} {:>5}", "NAME", "STATE", "READ", "WRITE", "CKSUM"));
-    for (name, vdev) in rows {
+    let logs_from = rows.len();
+    let with_logs: Vec<(String, &VdevStatus)> = rows.into_iter().chain(logs).collect();
+    for (i, (name, vdev)) in with_logs.into_iter().enumerate() {
+        if i == logs_from {
+            line("\tlogs".into());
+        }
         line(format!(
             "\t{name:<width$}{:<8}{:>5} {:>5} {:>5}{}",
             vdev.state,
@@ -352,6 +379,10 @@ pub fn status_json(pools: &[PoolStatusData]) -> Value {
         for spare in &pool.spares {
             spares.insert(spare.name.clone(), vdev_json(spare, pool));
         }
+        let mut logs = Map::new();
+        for log in &pool.logs {
+            logs.insert(log.name.clone(), vdev_json(log, pool));
+        }
         let mut object = json!({
             "name": pool.name,
             "state": health(pool),
@@ -359,6 +390,7 @@ pub fn status_json(pools: &[PoolStatusData]) -> Value {
             "txg": pool.txg,
             "error_count": pool.data_errors,
             "vdevs": vdevs,
+            "logs": logs,
             "spares": spares,
             "error_files": pool.error_files,
         });
@@ -415,6 +447,7 @@ mod tests {
             data_errors: 0,
             root: group("tank", "root", state, tops),
             scan: None,
+            logs: vec![],
             spares: vec![],
             error_files: vec![],
             suspended: None,

@@ -111,6 +111,7 @@ mod tests {
             data_errors: 0,
             root: VdevStatus { name: "tank".into(), vdev_type: "root".into(), guid: 9, children: leaves, ..leaf("tank", 9) },
             scan: None,
+            logs: vec![],
             spares: vec![],
             error_files: vec![],
             suspended: None,

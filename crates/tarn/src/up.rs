@@ -93,6 +93,7 @@ pub fn up(flag: Option<&Path>) -> Result<i32, Failure> {
                 rewind: false,
                 altroot: None,
                 pool: Some(POOL.into()),
+                missing_log: false,
             },
         )?;
         if import.ok {
@@ -104,7 +105,7 @@ pub fn up(flag: Option<&Path>) -> Result<i32, Failure> {
                 &socket,
                 &Request::PoolCreate {
                     pool: POOL.into(),
-                    vdevs: vec![VdevGroup { kind: VdevKind::Raidz { parity: 1 }, devices }],
+                    vdevs: vec![VdevGroup { kind: VdevKind::Raidz { parity: 1 }, devices, log: false }],
                     force: false,
                     dry_run: false,
                     mountpoint: Some(mountpoint.to_string_lossy().into_owned()),

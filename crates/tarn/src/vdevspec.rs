@@ -1,17 +1,20 @@
 //! zpool's vdev specification grammar:
 //!
 //! ```text
-//! spec   := plain* group* spares?
+//! spec   := plain* group* logs? spares?
 //! plain  := DEVICE                       (each a top-level vdev: a stripe)
 //! group  := (mirror | raidz | raidz1 | raidz2 | raidz3) DEVICE+
+//! logs   := log (plain | mirror DEVICE+)+  (log vdevs: disks or mirrors)
 //! spares := spare DEVICE+                (hot spares, not top-level vdevs)
 //! ```
 //!
 //! `mirror a b mirror c d` is two mirrors striped (RAID10);
-//! `mirror a b spare c` is one mirror with one hot spare. As in zpool, the
-//! spare section may come anywhere and ends at the next group keyword.
-//! `log`, `cache`, `special`, `dedup` and `draid` are recognized and
-//! refused as not yet supported.
+//! `mirror a b spare c` is one mirror with one hot spare;
+//! `mirror a b log mirror c d` is one mirror with a mirrored log. As in
+//! zpool, the spare section may come anywhere and ends at the next group
+//! keyword, and every vdev after `log` is a log vdev (until `spare`); a
+//! raidz log is refused, as zpool refuses it. `cache`, `special`, `dedup`
+//! and `draid` are recognized and refused as not yet supported.
 
 use tarn_daemon::proto::{VdevGroup, VdevKind};
 
@@ -25,6 +28,7 @@ pub struct PoolSpec {
 enum Keyword {
     Group(VdevKind),
     Spare,
+    Log,
 }
 
 fn keyword(token: &str) -> Result<Option<Keyword>, String> {
@@ -34,7 +38,8 @@ fn keyword(token: &str) -> Result<Option<Keyword>, String> {
         "raidz2" => Ok(Some(Keyword::Group(VdevKind::Raidz { parity: 2 }))),
         "raidz3" => Ok(Some(Keyword::Group(VdevKind::Raidz { parity: 3 }))),
         "spare" => Ok(Some(Keyword::Spare)),
-        "log" | "cache" | "special" | "dedup" => Err(format!("'{token}' vdevs are not yet supported")),
+        "log" => Ok(Some(Keyword::Log)),
+        "cache" | "special" | "dedup" => Err(format!("'{token}' vdevs are not yet supported")),
         t if t.starts_with("draid") => Err("dRAID vdevs are not yet supported".into()),
         t if t.starts_with("raidz") => Err(format!("invalid vdev type '{t}' (raidz parity is 1, 2 or 3)")),
         _ => Ok(None),
@@ -75,6 +80,8 @@ pub fn parse_pool_spec(tokens: &[String]) -> Result<PoolSpec, String> {
     let mut spec = PoolSpec::default();
     let mut section = Section::Stripe;
     let mut spare_seen = false;
+    let mut log = false;
+    let mut log_seen = false;
     let close = |section: Section, spec: &mut PoolSpec| {
         if let Section::Group(group) = section {
             spec.vdevs.push(group);
@@ -83,17 +90,26 @@ pub fn parse_pool_spec(tokens: &[String]) -> Result<PoolSpec, String> {
     for token in tokens {
         match keyword(token)? {
             Some(Keyword::Group(kind)) => {
-                close(std::mem::replace(&mut section, Section::Group(VdevGroup { kind, devices: Vec::new() })), &mut spec);
+                if log && matches!(kind, VdevKind::Raidz { .. }) {
+                    return Err(format!("{} is not supported for log devices (a log vdev is a disk or a mirror)", kind_name(&kind)));
+                }
+                close(std::mem::replace(&mut section, Section::Group(VdevGroup { kind, devices: Vec::new(), log })), &mut spec);
             }
             Some(Keyword::Spare) => {
                 if spare_seen {
                     return Err("'spare' may be given only once".into());
                 }
                 spare_seen = true;
+                log = false;
                 close(std::mem::replace(&mut section, Section::Spares), &mut spec);
             }
+            Some(Keyword::Log) => {
+                log = true;
+                log_seen = true;
+                close(std::mem::replace(&mut section, Section::Stripe), &mut spec);
+            }
             None => match &mut section {
-                Section::Stripe => spec.vdevs.push(VdevGroup { kind: VdevKind::Disk, devices: vec![token.clone()] }),
+                Section::Stripe => spec.vdevs.push(VdevGroup { kind: VdevKind::Disk, devices: vec![token.clone()], log }),
                 Section::Group(group) => group.devices.push(token.clone()),
                 Section::Spares => spec.spares.push(token.clone()),
             },
@@ -109,6 +125,9 @@ pub fn parse_pool_spec(tokens: &[String]) -> Result<PoolSpec, String> {
                 group.devices.len()
             ));
         }
+    }
+    if log_seen && !spec.vdevs.iter().any(|g| g.log) {
+        return Err("log requires at least 1 device, got 0".into());
     }
     if spare_seen && spec.spares.is_empty() {
         return Err("spare requires at least 1 device, got 0".into());
@@ -136,7 +155,32 @@ mod tests {
     }
 
     fn group(kind: VdevKind, devices: &[&str]) -> VdevGroup {
-        VdevGroup { kind, devices: devices.iter().map(|d| d.to_string()).collect() }
+        VdevGroup { kind, devices: devices.iter().map(|d| d.to_string()).collect(), log: false }
+    }
+
+    fn log_group(kind: VdevKind, devices: &[&str]) -> VdevGroup {
+        VdevGroup { log: true, ..group(kind, devices) }
+    }
+
+    #[test]
+    fn log_vdevs_are_disks_or_mirrors() {
+        assert_eq!(
+            parse("mirror a b log mirror c d").unwrap(),
+            vec![group(VdevKind::Mirror, &["a", "b"]), log_group(VdevKind::Mirror, &["c", "d"])]
+        );
+        assert_eq!(parse("log e").unwrap(), vec![log_group(VdevKind::Disk, &["e"])]);
+        assert_eq!(
+            parse("a log e f").unwrap(),
+            vec![group(VdevKind::Disk, &["a"]), log_group(VdevKind::Disk, &["e"]), log_group(VdevKind::Disk, &["f"])]
+        );
+        // The spare section ends the log section.
+        let spec = parse_spares("mirror a b log c spare d").unwrap();
+        assert_eq!(spec.vdevs, vec![group(VdevKind::Mirror, &["a", "b"]), log_group(VdevKind::Disk, &["c"])]);
+        assert_eq!(spec.spares, vec!["d"]);
+        assert!(parse("mirror a b log raidz c d e").unwrap_err().contains("not supported for log devices"));
+        assert!(parse("mirror a b log").unwrap_err().contains("log requires at least 1 device"));
+        assert!(parse("mirror a b log mirror c").unwrap_err().contains("at least 2 devices"));
+        assert!(parse("mirror a b log a").unwrap_err().contains("more than once"));
     }
 
     #[test]
@@ -178,7 +222,7 @@ mod tests {
 
     #[test]
     fn unsupported_and_invalid() {
-        for kind in ["log", "cache", "special"] {
+        for kind in ["cache", "special"] {
             let err = parse(&format!("mirror a b {kind} c")).unwrap_err();
             assert!(err.contains("not yet supported"), "{err}");
         }

@@ -17,12 +17,23 @@ use crate::*;
 
 impl ObjPool {
     pub fn import(devices: Vec<Arc<dyn Device>>, opts: ImportOptions) -> Result<Arc<ObjPool>> {
-        Self::import_at(devices, opts, None)
+        Self::import_at(devices, opts, None, false)
+    }
+
+    /// `import -m`: imports although a log vdev is missing; the log
+    /// records on it are lost (`import_notes` says which chains ended).
+    pub fn import_missing_log(devices: Vec<Arc<dyn Device>>, opts: ImportOptions) -> Result<Arc<ObjPool>> {
+        Self::import_at(devices, opts, None, true)
     }
 
     /// Import; with `target`, open the checkpointed state instead of the
     /// newest txg (`import --rewind-to-checkpoint`, see checkpoint.rs).
-    pub(crate) fn import_at(devices: Vec<Arc<dyn Device>>, opts: ImportOptions, target: Option<&crate::checkpoint::RewindTarget>) -> Result<Arc<ObjPool>> {
+    pub(crate) fn import_at(
+        devices: Vec<Arc<dyn Device>>,
+        opts: ImportOptions,
+        target: Option<&crate::checkpoint::RewindTarget>,
+        missing_log: bool,
+    ) -> Result<Arc<ObjPool>> {
         if devices.is_empty() {
             return Err(ObjError::Invalid("no devices given".into()));
         }
@@ -70,15 +81,20 @@ impl ObjPool {
         }
         let spares: Vec<Arc<tarn_vdev::LeafVdev>> =
             config.spares.iter().map(|l| Arc::new(tarn_vdev::LeafVdev::from_config(l, find(l), newest_seen))).collect();
-        if let Some(t) = tops.iter().find(|t| t.state() == DevState::Unavail) {
+        if let Some(t) = tops.iter().find(|t| t.is_log() && t.state() == DevState::Unavail) {
+            if !missing_log {
+                return Err(ObjError::Invalid(crate::log_vdevs::missing_log_message(&config.name, t)));
+            }
+        }
+        if let Some(t) = tops.iter().find(|t| !t.is_log() && t.state() == DevState::Unavail) {
             return Err(ObjError::Invalid(format!(
                 "pool '{}' cannot be imported: vdev {} has too many missing or damaged devices",
                 config.name,
                 t.status().name
             )));
         }
-        let asizes: Vec<u64> = tops.iter().map(|t| t.asize()).collect();
-        let io = BlockIo::new(tops, Allocator::new(&asizes));
+        let alloc = crate::log_vdevs::new_allocator(&tops);
+        let io = BlockIo::new(tops, alloc);
         // Slots poisoned by an earlier rewind are not candidates (but their
         // txg numbers still count in `newest_seen`).
         let rewound: Vec<Uberblock> = target.map(|t| t.uberblock(newest_seen, guid)).into_iter().collect();
@@ -89,7 +105,7 @@ impl ObjPool {
         let tries = if opts.rewind && target.is_none() { (tarn_block::DEFER_TXGS as usize + 1).min(candidates.len()) } else { 1 };
         let mut last_err = None;
         for ub in candidates.into_iter().take(tries) {
-            match Self::load_root(&io, ub, &asizes) {
+            match Self::load_root(&io, ub) {
                 Ok((mos_phys, root, alloc, mos_root)) => {
                     *io.alloc.lock() = alloc;
                     config.state = PoolState::Active;
@@ -141,7 +157,7 @@ impl ObjPool {
         }))
     }
 
-    fn load_root(io: &BlockIo, ub: &Uberblock, asizes: &[u64]) -> Result<(ObjsetPhys, RootState, Allocator, BlockPtr)> {
+    fn load_root(io: &BlockIo, ub: &Uberblock) -> Result<(ObjsetPhys, RootState, Allocator, BlockPtr)> {
         let p = UberPayload::decode(&ub.payload)?;
         let data = io.read_uncached(&p.mos_root).map_err(block_err)?;
         let mos = ObjsetPhys::decode(&data)?;
@@ -152,7 +168,7 @@ impl ObjPool {
             }
         }
         let chain = spacemap::read_chain(io, &p.spacemap_head).map_err(block_err)?;
-        let mut alloc = Allocator::new(asizes);
+        let mut alloc = crate::log_vdevs::new_allocator(&io.tops());
         let mut blocks = Vec::new();
         for (bp, blk) in &chain {
             for r in &blk.records {

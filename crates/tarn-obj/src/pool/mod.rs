@@ -39,7 +39,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 use parking_lot::{Condvar, Mutex, RwLock};
-use tarn_block::{Allocator, BlockIo, BlockPtr, WriteSpec};
+use tarn_block::{BlockIo, BlockPtr, WriteSpec};
 use tarn_dev::Device;
 use tarn_vdev::{PoolConfig, PoolState, TopConfig, TopVdev};
 
@@ -118,6 +118,11 @@ pub(crate) struct Shared {
     pub trim: crate::trim::Trimmer,
     /// The object sets' intent logs (zil/).
     pub logs: crate::zil::PoolLogs,
+    /// What the import had to give up (`import -m`: log records on a
+    /// missing log device), one line each.
+    pub import_notes: Mutex<Vec<String>>,
+    /// Log vdevs being removed: no new log blocks go there.
+    pub log_removing: Mutex<Vec<u32>>,
 }
 
 #[derive(Default)]
@@ -160,6 +165,12 @@ pub(crate) fn default_props() -> WriteProps {
 
 impl ObjPool {
     pub fn create(cfg: PoolCreate) -> Result<Arc<ObjPool>> {
+        Self::create_with_logs(cfg, vec![])
+    }
+
+    /// `pool create ... log ...`: the pool's vdevs, then `logs` as log
+    /// vdevs (disks or mirrors) after them.
+    pub fn create_with_logs(cfg: PoolCreate, logs: Vec<TopDevices>) -> Result<Arc<ObjPool>> {
         if !(9..=16).contains(&cfg.ashift) {
             return Err(ObjError::Invalid(format!("ashift {} is outside 9..16", cfg.ashift)));
         }
@@ -169,7 +180,11 @@ impl ObjPool {
         let pool_guid = random_guid();
         let mut tops_cfg = Vec::new();
         let mut all_devs: Vec<(u32, u64, Arc<dyn Device>)> = Vec::new();
-        for (i, (kind, devs)) in cfg.tops.iter().enumerate() {
+        crate::log_vdevs::check_log_kinds(&logs)?;
+        let normal = cfg.tops.len();
+        let all_tops: Vec<&TopDevices> = cfg.tops.iter().chain(logs.iter()).collect();
+        for (i, (kind, devs)) in all_tops.iter().enumerate() {
+            let class = if i < normal { tarn_vdev::TopClass::Normal } else { tarn_vdev::TopClass::Log };
             let sizes: Vec<u64> = devs.iter().map(|(_, d)| d.size()).collect();
             let asize = TopVdev::compute_asize(kind, cfg.ashift, &sizes)?;
             let children: Vec<tarn_vdev::LeafConfig> =
@@ -177,7 +192,7 @@ impl ObjPool {
             for (c, (_, d)) in children.iter().zip(devs) {
                 all_devs.push((i as u32, c.guid, d.clone()));
             }
-            tops_cfg.push(TopConfig { id: i as u32, guid: random_guid(), kind: kind.clone(), ashift: cfg.ashift, asize, children });
+            tops_cfg.push(TopConfig { id: i as u32, guid: random_guid(), kind: kind.clone(), ashift: cfg.ashift, asize, children, class });
         }
         let config = PoolConfig {
             name: cfg.name.clone(),
@@ -195,11 +210,11 @@ impl ObjPool {
             tarn_vdev::write_label(d.as_ref(), &tarn_vdev::Label { config: config.clone(), top_id: *top_id, leaf_guid: *leaf_guid })?;
         }
         let mut tops = Vec::new();
-        for (tc, (_, devs)) in tops_cfg.iter().zip(&cfg.tops) {
+        for (tc, (_, devs)) in tops_cfg.iter().zip(all_tops) {
             tops.push(Arc::new(TopVdev::new(tc.clone(), devs.iter().map(|(_, d)| Some(d.clone())).collect())?));
         }
-        let asizes: Vec<u64> = tops.iter().map(|t| t.asize()).collect();
-        let io = BlockIo::new(tops, Allocator::new(&asizes));
+        let alloc = crate::log_vdevs::new_allocator(&tops);
+        let io = BlockIo::new(tops, alloc);
         let mos = ObjsetInner::new(MOS_OBJSET_ID, ObjsetPhys::new(0), default_props(), BlockPtr::HOLE);
         let shared = Self::shared(io, config, vec![], mos, 1, RootState { spacemap_head: BlockPtr::HOLE, spacemap_records: 0, spacemap_blocks: vec![] }, false);
         let pool = Self::start(shared);
@@ -254,6 +269,8 @@ impl ObjPool {
             ckpt: crate::checkpoint::State::default(),
             trim: crate::trim::Trimmer::default(),
             logs: Default::default(),
+            import_notes: Mutex::new(Vec::new()),
+            log_removing: Mutex::new(Vec::new()),
         })
     }
 
@@ -380,8 +397,14 @@ impl ObjPool {
 
     pub fn status(&self) -> PoolStatus {
         let s = &self.shared;
-        let tops: Vec<tarn_vdev::TopStatus> = s.io.tops().iter().map(|t| t.status()).collect();
-        let states: Vec<DevState> = s.io.tops().iter().map(|t| t.state()).collect();
+        let all = s.io.tops();
+        let normal: Vec<&Arc<TopVdev>> = all.iter().filter(|t| !t.is_log() && !t.is_hole()).collect();
+        let logs: Vec<&Arc<TopVdev>> = all.iter().filter(|t| t.is_log() && !t.is_hole()).collect();
+        let tops: Vec<tarn_vdev::TopStatus> = normal.iter().map(|t| t.status()).collect();
+        let mut states: Vec<DevState> = normal.iter().map(|t| t.state()).collect();
+        // A log vdev that is gone costs the pool nothing but the log's
+        // speed (its records fall back to the main vdevs): degraded.
+        states.extend(logs.iter().map(|t| t.state()).map(|st| if st == DevState::Online { st } else { DevState::Degraded }));
         let state = if states.contains(&DevState::Unavail) {
             DevState::Unavail
         } else if states.iter().any(|st| *st != DevState::Online) {
@@ -396,6 +419,7 @@ impl ObjPool {
             state: if suspended.is_some() { DevState::Unavail } else { state },
             txg: s.synced_txg.load(Ordering::Acquire),
             tops,
+            logs: logs.iter().map(|t| t.status()).collect(),
             spares: self.spares(),
             data_errors: s.io.data_errors.load(Ordering::Relaxed),
             scan: self.scan_stats(),

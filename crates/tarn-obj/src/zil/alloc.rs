@@ -10,9 +10,8 @@ use super::LogState;
 use crate::pool::Shared;
 use crate::{ObjError, Result, Txg};
 
-/// Where log blocks go. Pools have only normal vdevs today; a `log` class
-/// (SLOG) will be one more arm here, falling back to normal when the pool
-/// has no usable log vdev.
+/// Where log blocks go: `Log` means the pool's log vdevs (SLOG) when one
+/// takes log blocks (see `log_vdevs.rs`), else the normal vdevs, silently.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum VdevClass {
     #[default]
@@ -26,15 +25,33 @@ pub enum VdevClass {
 /// log block that does not fit whole is `NoSpace` (the caller falls back
 /// to a txg sync).
 pub(crate) fn alloc_block(s: &Shared, st: &mut LogState, psize: u64, copies: u8, class: VdevClass, txg: Txg) -> Result<BlockPtr> {
-    let _ = class; // no log vdevs yet: every class is served by the normal vdevs
     let tops = s.io.tops();
+    let slogs: Vec<usize> = match class {
+        VdevClass::Log => tops.iter().filter(|t| crate::log_vdevs::takes_log_blocks(s, t)).map(|t| t.id() as usize).collect(),
+        VdevClass::Normal => vec![],
+    };
     let mut a = s.io.alloc.lock();
     let n = copies.clamp(1, tarn_block::bp::MAX_COPIES as u8) as usize;
     let mut got: Vec<Extent> = Vec::new();
+    let size_of = |v: usize| tops.get(v).map_or(u64::MAX, |t| t.alloc_size(psize));
+    let sector_of = |v: usize| tops.get(v).map_or(512, |t| t.sector());
+    // On the log vdevs first (copies on distinct ones while there are
+    // enough), then, for what they cannot take, the normal vdevs.
+    while got.len() < n && !slogs.is_empty() {
+        let start = (txg as usize).wrapping_add(got.len()) % slogs.len();
+        let order = slogs.iter().cycle().skip(start).take(slogs.len()).copied();
+        let fresh: Vec<usize> = order.filter(|v| !got.iter().any(|e| e.vdev as usize == *v)).collect();
+        let placed = fresh.iter().find_map(|&v| a.alloc_on(v, size_of(v), sector_of(v), true));
+        let Some(e) = placed else { break };
+        let i = a.records.iter().rposition(|r| r.extent == e).expect("allocation recorded");
+        a.records.remove(i);
+        got.push(e);
+        if fresh.len() <= 1 {
+            break;
+        }
+    }
     while got.len() < n {
         let avoid: Vec<u32> = got.iter().map(|e| e.vdev).collect();
-        let size_of = |v: usize| tops.get(v).map_or(u64::MAX, |t| t.alloc_size(psize));
-        let sector_of = |v: usize| tops.get(v).map_or(512, |t| t.sector());
         let Some(e) = a.alloc(&size_of, &sector_of, &avoid, true) else { break };
         // Hold the record back (see the module doc).
         let i = a.records.iter().rposition(|r| r.extent == e).expect("allocation recorded");

@@ -95,6 +95,24 @@ fn claim_block(s: &Shared, bp: &BlockPtr) -> Option<usize> {
     Some(n)
 }
 
+/// If every copy of `bp` is on a log vdev that is out of service, the
+/// paths of its missing devices.
+fn unreachable_on_missing_log(s: &Shared, bp: &BlockPtr) -> Option<String> {
+    if bp.is_hole() {
+        return None;
+    }
+    let tops = s.io.tops();
+    let mut paths = Vec::new();
+    for d in bp.dvas() {
+        let top = tops.get(d.vdev as usize)?;
+        if !top.is_log() || top.state().usable() {
+            return None;
+        }
+        paths.extend(top.leaves().iter().filter(|l| !l.usable()).map(|l| l.path.clone()));
+    }
+    Some(paths.join(", "))
+}
+
 fn claim_one(s: &Arc<Shared>, id: ObjsetId, header: &LogHeader, synced: Txg) {
     let mut blocks: Vec<BlockPtr> = Vec::new();
     let mut records: Vec<LogRecord> = Vec::new();
@@ -139,12 +157,26 @@ fn claim_one(s: &Arc<Shared>, id: ObjsetId, header: &LogHeader, synced: Txg) {
         bp = block.next;
         seq += 1;
     }
-    // The terminal becomes the first block of the next chain.
+    // The terminal becomes the first block of the next chain, unless it
+    // is on a log device that is missing (`import -m`): then the records
+    // from there on are lost, and the block is freed by the next sync.
+    let mut lost: Option<BlockPtr> = None;
     if !terminal.is_hole() && claim_block(s, &terminal).is_none() {
         terminal = BlockPtr::HOLE;
     }
+    if let Some(paths) = unreachable_on_missing_log(s, &terminal) {
+        let note = format!(
+            "object set {}: its intent log goes on at block {seq} on the missing log device {paths}: records from there on, if any, are lost ({} before it are replayed)",
+            id.0,
+            records.len()
+        );
+        eprintln!("tarn: {note}");
+        s.import_notes.lock().push(note);
+        lost = Some(std::mem::replace(&mut terminal, BlockPtr::HOLE));
+    }
     let log = s.logs.get_or_create(id);
     let mut st = log.st.lock();
+    st.discard.extend(lost);
     st.ahead = terminal;
     st.next_rec_seq = last_rec_seq + 1;
     let open = s.open_txg.load(Ordering::Acquire);

@@ -202,7 +202,7 @@ fn write_batch(s: &Arc<Shared>, log: &ObjsetLog, batch: &[LogRecord]) -> Result<
         };
         let next = {
             let mut st = log.st.lock();
-            let r = alloc_block(s, &mut st, next_size, LOG_COPIES, VdevClass::Normal, txg);
+            let r = alloc_block(s, &mut st, next_size, LOG_COPIES, VdevClass::Log, txg);
             match r {
                 Ok(bp) => bp,
                 Err(e) => {
@@ -278,7 +278,7 @@ fn write_batch(s: &Arc<Shared>, log: &ObjsetLog, batch: &[LogRecord]) -> Result<
 fn open_chain(s: &Shared, st: &mut LogState, txg: Txg, batch: &[LogRecord]) -> Result<()> {
     let bytes: usize = batch.iter().map(LogRecord::framed_len).sum();
     let size = block_size_for(s, bytes);
-    let first = alloc_block(s, st, size, LOG_COPIES, VdevClass::Normal, txg)?;
+    let first = alloc_block(s, st, size, LOG_COPIES, VdevClass::Log, txg)?;
     st.phase = LogPhase::Open;
     st.chain = new_chain_id();
     st.ahead = first;
