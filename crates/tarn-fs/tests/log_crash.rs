@@ -78,15 +78,15 @@ struct Variant {
     name: &'static str,
     kind: TopKind,
     devices: usize,
-    // A log vdev (mirrored or not) is one more field here — e.g.
-    // `log: Option<(TopKind, usize)>`, passed to `PoolCreate` and recorded
-    // like the data devices — and one more row in `VARIANTS`, once pools
-    // have log vdevs.
+    /// A log vdev (SLOG): its kind and device count.
+    log: Option<(TopKind, usize)>,
 }
 
-const VARIANTS: [Variant; 2] = [
-    Variant { name: "disk", kind: TopKind::Disk, devices: 1 },
-    Variant { name: "mirror", kind: TopKind::Mirror, devices: 2 },
+const VARIANTS: [Variant; 4] = [
+    Variant { name: "disk", kind: TopKind::Disk, devices: 1, log: None },
+    Variant { name: "mirror", kind: TopKind::Mirror, devices: 2, log: None },
+    Variant { name: "disk+log", kind: TopKind::Disk, devices: 1, log: Some((TopKind::Disk, 1)) },
+    Variant { name: "mirror+mirrored log", kind: TopKind::Mirror, devices: 2, log: Some((TopKind::Mirror, 2)) },
 ];
 
 fn pick<T: Copy>(rng: &mut ChaCha8Rng, v: &[T]) -> Option<T> {
@@ -286,13 +286,26 @@ fn create_pool(rec: &Arc<CrashRecorder>, v: &Variant) -> Arc<ObjPool> {
             (name, d)
         })
         .collect();
-    let pool = ObjPool::create(PoolCreate {
+    let logs: Vec<(TopKind, Vec<(String, Arc<dyn Device>)>)> = v
+        .log
+        .iter()
+        .map(|(kind, n)| {
+            let devs = (0..*n)
+                .map(|i| {
+                    let name = format!("log{i}");
+                    (name.clone(), rec.device(&name, DEV_SIZE) as Arc<dyn Device>)
+                })
+                .collect();
+            (kind.clone(), devs)
+        })
+        .collect();
+    let pool = ObjPool::create_with_logs(PoolCreate {
         name: "crash".into(),
         tops: vec![(v.kind.clone(), devs)],
         ashift: 12,
         properties: Default::default(),
         hostname: "test".into(),
-    })
+    }, logs)
     .expect("create pool");
     pool.set_tunables(Tunables { txg_timeout_ms: 3_600_000, ..Default::default() });
     pool
