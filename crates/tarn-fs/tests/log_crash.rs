@@ -286,7 +286,7 @@ fn create_pool(rec: &Arc<CrashRecorder>, v: &Variant) -> Arc<ObjPool> {
             (name, d)
         })
         .collect();
-    let logs: Vec<(TopKind, Vec<(String, Arc<dyn Device>)>)> = v
+    let logs: Vec<tarn_obj::TopDevices> = v
         .log
         .iter()
         .map(|(kind, n)| {
