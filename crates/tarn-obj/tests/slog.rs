@@ -9,13 +9,8 @@ use tarn_dev::{Device, FaultDevice, MemDevice};
 use tarn_obj::zil::LogPhase;
 use tarn_obj::*;
 
-const REC: u32 = 1;
 const DEV_SIZE: u64 = 64 << 20;
 
-fn quiet(pool: &ObjPool) {
-    // No txg unless asked: records must reach disk through the log.
-    pool.set_tunables(Tunables { txg_timeout_ms: 3_600_000, ..Default::default() });
-}
 
 /// A pool of a two-way mirror with a log vdev of `log_kind` over `logs`.
 fn create_with_log(main: &[Arc<dyn Device>], logs: &[Arc<dyn Device>], log_kind: TopKind) -> Arc<ObjPool> {
@@ -47,40 +42,8 @@ fn dyn_faulty(devs: &[Arc<FaultDevice>]) -> Vec<Arc<dyn Device>> {
     devs.iter().map(|d| d.clone() as Arc<dyn Device>).collect()
 }
 
-fn new_objset(pool: &ObjPool) -> (ObjsetId, ObjectSet) {
-    let id = {
-        let tx = pool.begin();
-        pool.create_objset(&tx).unwrap()
-    };
-    pool.sync().unwrap();
-    let os = pool.open_objset(id).unwrap();
-    let tx = pool.begin();
-    let seq = os.log_append(&tx, REC, &u32::MAX.to_le_bytes()).unwrap();
-    drop(tx);
-    os.log_commit(seq).unwrap();
-    (id, os)
-}
 
-/// Appends `n` records (payload = index), each committed; every commit
-/// must succeed (a log device's trouble is never the caller's).
-fn append_committed(os: &ObjectSet, pool: &ObjPool, from: u32, n: u32) {
-    for i in from..from + n {
-        let tx = pool.begin();
-        let seq = os.log_append(&tx, REC, &i.to_le_bytes()).unwrap();
-        drop(tx);
-        os.log_commit(seq).unwrap_or_else(|e| panic!("commit of record {i} failed: {e}"));
-    }
-}
 
-fn replay_all(os: &ObjectSet) -> Vec<u32> {
-    let mut got = Vec::new();
-    os.log_replay(&mut |_tx, rec| {
-        got.push(u32::from_le_bytes(rec.payload[..4].try_into().unwrap()));
-        Ok(())
-    })
-    .unwrap();
-    got
-}
 
 /// Top-level vdevs holding the live blocks of `os`'s chain.
 fn chain_vdevs(os: &ObjectSet) -> Vec<u32> {
@@ -169,7 +132,7 @@ fn committed_records_replay_from_a_log_vdev_after_a_crash() {
         let pool = ObjPool::import(all, opts()).unwrap();
         let os = pool.open_objset(id).unwrap();
         assert_eq!(os.log_stats().phase, LogPhase::Claimed);
-        assert_eq!(replay_all(&os), (0..60).collect::<Vec<u32>>(), "{kind:?}");
+        assert_eq!(replay_all(&os).0, (0..60).collect::<Vec<u32>>(), "{kind:?}");
         check_clean(&pool);
         // The new chain goes to the log vdev again.
         append_committed(&os, &pool, 100, 3);
@@ -210,7 +173,7 @@ fn removing_a_log_vdev_with_live_records_keeps_them() {
     let pool = ObjPool::import(as_dyn(&main), opts()).unwrap();
     let os = pool.open_objset(id).unwrap();
     // Records before the removal were synced by it.
-    assert_suffix(&replay_all(&os), 30, 40, "after removal");
+    assert_suffix(&replay_all(&os).0, 30, 40, "after removal");
     check_clean(&pool);
     // A log vdev can be added again; it takes the next id.
     let again = mem_devs(1, DEV_SIZE);
@@ -254,7 +217,7 @@ fn a_single_log_device_that_vanishes_costs_no_commit_and_import_needs_m() {
     let pool = ObjPool::import_missing_log(as_dyn(&main), opts()).unwrap();
     let os = pool.open_objset(id).unwrap();
     // Nothing was on the missing device any more: nothing lost.
-    assert_suffix(&replay_all(&os), 10, 30, "after the log device vanished");
+    assert_suffix(&replay_all(&os).0, 10, 30, "after the log device vanished");
     assert!(pool.import_notes().is_empty(), "{:?}", pool.import_notes());
     let status = pool.status();
     assert_eq!(status.logs.len(), 1);
@@ -271,7 +234,7 @@ fn a_single_log_device_that_vanishes_costs_no_commit_and_import_needs_m() {
     drop(pool);
     let pool = ObjPool::import(as_dyn(&main), opts()).unwrap();
     let os = pool.open_objset(id).unwrap();
-    assert_eq!(replay_all(&os), vec![40, 41, 42]);
+    assert_eq!(replay_all(&os).0, vec![40, 41, 42]);
     check_clean(&pool);
 }
 
@@ -293,7 +256,7 @@ fn import_m_says_what_a_missing_log_device_took() {
     assert_eq!(notes.len(), 1, "{notes:?}");
     assert!(notes[0].contains(&format!("object set {}", id.0)) && notes[0].contains("slog0"), "{notes:?}");
     let os = pool.open_objset(id).unwrap();
-    assert_eq!(replay_all(&os), Vec::<u32>::new());
+    assert_eq!(replay_all(&os).0, Vec::<u32>::new());
     check_clean(&pool);
     append_committed(&os, &pool, 100, 4);
     assert_eq!(chain_vdevs(&os), vec![0]);
@@ -329,7 +292,7 @@ fn a_log_device_returning_errors_is_left_for_the_main_pool() {
     let all: Vec<Arc<dyn Device>> = as_dyn(&main).into_iter().chain(as_dyn(&slog_mem)).collect();
     let pool = ObjPool::import(all, opts()).unwrap();
     let os = pool.open_objset(id).unwrap();
-    let got = replay_all(&os);
+    let got = replay_all(&os).0;
     // What the clear's txgs did not retire, then every record since.
     assert!(got.windows(2).all(|w| w[0] < w[1]), "{got:?}");
     assert!((100..110).all(|r| got.contains(&r)), "{got:?}");
@@ -365,7 +328,7 @@ fn a_mirrored_log_loses_nothing_when_one_side_vanishes_or_rots() {
         // A mirror with one side left imports without -m.
         let pool = ObjPool::import(devices, opts()).unwrap();
         let os = pool.open_objset(id).unwrap();
-        assert_eq!(replay_all(&os), (0..40).collect::<Vec<u32>>(), "{fault}");
+        assert_eq!(replay_all(&os).0, (0..40).collect::<Vec<u32>>(), "{fault}");
         if fault == "vanish" {
             assert_eq!(pool.status().logs[0].state, DevState::Degraded);
             assert_eq!(pool.status().state, DevState::Degraded);
@@ -392,7 +355,7 @@ fn a_single_log_device_that_rots_ends_the_chain_not_the_import() {
     let os = pool.open_objset(id).unwrap();
     // The damaged chain ends at its first block: its records are gone (as
     // in ZFS), the pool is consistent and the log works again.
-    assert!(replay_all(&os).is_empty());
+    assert!(replay_all(&os).0.is_empty());
     check_clean(&pool);
     append_committed(&os, &pool, 50, 5);
     drop(os);
@@ -400,7 +363,7 @@ fn a_single_log_device_that_rots_ends_the_chain_not_the_import() {
     let all: Vec<Arc<dyn Device>> = as_dyn(&main).into_iter().chain(as_dyn(&slog_mem)).collect();
     let pool = ObjPool::import(all, opts()).unwrap();
     let os = pool.open_objset(id).unwrap();
-    assert_eq!(replay_all(&os), (50..55).collect::<Vec<u32>>());
+    assert_eq!(replay_all(&os).0, (50..55).collect::<Vec<u32>>());
 }
 
 /// The story: a resilver walks the block tree, and log blocks are not in
@@ -426,6 +389,6 @@ fn replacing_a_log_device_keeps_every_committed_record() {
     let devices: Vec<Arc<dyn Device>> = as_dyn(&main).into_iter().chain([slog[1].clone() as Arc<dyn Device>]).collect();
     let pool = ObjPool::import(devices, opts()).unwrap();
     let os = pool.open_objset(id).unwrap();
-    assert_suffix(&replay_all(&os), 30, 40, "after replacing the log device");
+    assert_suffix(&replay_all(&os).0, 30, 40, "after replacing the log device");
     check_clean(&pool);
 }

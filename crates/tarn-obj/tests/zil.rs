@@ -7,42 +7,9 @@ use std::sync::Arc;
 use tarn_dev::Device;
 use tarn_obj::*;
 
-const REC: u32 = 1;
 
-fn quiet(pool: &ObjPool) {
-    // No txg unless asked: records must reach disk through the log.
-    pool.set_tunables(Tunables { txg_timeout_ms: 3_600_000, ..Default::default() });
-}
 
-/// A new object set whose log is open: its first commit waits for the txg
-/// that writes the header naming the chain, which also retires that record.
-fn new_objset(pool: &ObjPool) -> (ObjsetId, ObjectSet) {
-    let id = {
-        let tx = pool.begin();
-        pool.create_objset(&tx).unwrap()
-    };
-    pool.sync().unwrap();
-    let os = pool.open_objset(id).unwrap();
-    let tx = pool.begin();
-    let seq = os.log_append(&tx, REC, &u32::MAX.to_le_bytes()).unwrap();
-    drop(tx);
-    os.log_commit(seq).unwrap();
-    assert_eq!(os.log_stats().live_blocks, 0, "the opening txg retired the first record");
-    (id, os)
-}
 
-/// Appends `n` records (payload = index) in their own txs; commits after each.
-fn append_committed(os: &ObjectSet, pool: &ObjPool, from: u32, n: u32) -> Vec<u64> {
-    let mut seqs = Vec::new();
-    for i in from..from + n {
-        let tx = pool.begin();
-        let seq = os.log_append(&tx, REC, &i.to_le_bytes()).unwrap();
-        drop(tx);
-        os.log_commit(seq).unwrap();
-        seqs.push(seq);
-    }
-    seqs
-}
 
 /// Checksum errors counted on every leaf: reading the never-written block
 /// that ends a chain must not count as one.
@@ -50,17 +17,6 @@ fn checksum_errors(pool: &ObjPool) -> u64 {
     pool.status().tops.iter().flat_map(|t| t.children.iter()).map(|l| l.checksum_errors).sum()
 }
 
-fn replay_all(os: &ObjectSet) -> (Vec<u32>, tarn_obj::zil::ReplayReport) {
-    let mut got = Vec::new();
-    let report = os
-        .log_replay(&mut |_tx, rec| {
-            assert_eq!(rec.rtype, REC);
-            got.push(u32::from_le_bytes(rec.payload[..4].try_into().unwrap()));
-            Ok(())
-        })
-        .unwrap();
-    (got, report)
-}
 
 #[test]
 fn committed_records_survive_a_crash_and_replay_once() {
