@@ -93,7 +93,8 @@ tarn_start() {
     "$tarn_bin" daemon --state-dir "$workdir/tarn-state" --socket "$workdir/tarn.sock" >"$workdir/tarn-daemon.log" 2>&1 &
     tarn_pid=$!
     for _ in $(seq 100); do [ -S "$workdir/tarn.sock" ] && break; sleep 0.1; done
-    tarn pool create -m "$workdir/mnt-tarn" tbtarn raidz1 "$workdir"/tarn/d{1,2,3,4}
+    # With $tarn_slog (a file or device), the pool gets it as a log vdev.
+    tarn pool create -m "$workdir/mnt-tarn" tbtarn raidz1 "$workdir"/tarn/d{1,2,3,4} ${tarn_slog:+log "$tarn_slog"}
     wait_mount "$workdir/mnt-tarn"
     mnt="$workdir/mnt-tarn"
 }

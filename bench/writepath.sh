@@ -5,7 +5,7 @@
 #
 #   bench/writepath.sh [--systems raw,tarn] [--size 1G] [--runtime 20]
 #                      [--workdir DIR] [--perf FILE] [--perf-job JOB]
-#                      [--tarn BIN]
+#                      [--tarn BIN] [--slog FILE]
 #
 # Systems as in bench/run.sh (bench/systems.sh): tarn is target/release/tarn
 # on a raidz1 of 4 sparse file vdevs under a FUSE mount. Per system: the
@@ -17,6 +17,9 @@
 # 4-job row (or the row of bench/fio/JOB.fio with --perf-job JOB, e.g.
 # sync-write) and writes the report (by symbol) to FILE. --tarn BIN runs
 # another build of tarn (default target/release/tarn), to compare two.
+# --slog FILE gives tarn's pool a log vdev (SLOG) on FILE, made as a 1 GiB
+# sparse file if missing (e.g. /dev/shm/tarn-slog: memory standing in for
+# a fast NVMe device).
 # Prints a markdown table; this is not a test and never fails on a number.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,6 +32,7 @@ workdir="/var/tmp/tarn-bench"
 perf_out=""
 perf_job="rand-write-4jobs"
 tarn_override=""
+slog=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --systems) systems="$2"; shift 2 ;;
@@ -38,7 +42,8 @@ while [ $# -gt 0 ]; do
         --perf) perf_out="$2"; shift 2 ;;
         --perf-job) perf_job="$2"; shift 2 ;;
         --tarn) tarn_override="$2"; shift 2 ;;
-        -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+        --slog) slog="$2"; shift 2 ;;
+        -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
         *) echo "bench/writepath.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -50,6 +55,10 @@ vdev_size=$(( 4 * 1024 * 1024 * 1024 ))
 . bench/systems.sh
 install_missing
 [ -z "$tarn_override" ] || tarn_bin=$(realpath "$tarn_override")
+if [ -n "$slog" ]; then
+    [ -e "$slog" ] || truncate -s 1G "$slog"
+    tarn_slog=$(realpath "$slog")
+fi
 export BENCH_SIZE="$size" BENCH_RUNTIME="$runtime"
 results="$workdir/writepath.tsv"
 : > "$results"
@@ -88,7 +97,7 @@ for system in raw tarn; do
 done
 
 echo
-echo "Command: \`bench/writepath.sh --systems $systems --size $size --runtime $runtime${tarn_override:+ --tarn $tarn_override}\`  "
+echo "Command: \`bench/writepath.sh --systems $systems --size $size --runtime $runtime${tarn_override:+ --tarn $tarn_override}${slog:+ --slog $slog}\`  "
 echo "Machine: $(machine_line)"
 echo
 echo "| system | rand write 4K, 1 job | rand write 4K, 4 jobs | 4 jobs / 1 job | fsync=1, 1 job | fsync=1, 4 jobs |"
