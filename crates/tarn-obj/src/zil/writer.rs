@@ -80,6 +80,14 @@ fn writer_thread(weak: Weak<Shared>, log: Arc<ObjsetLog>) {
                 // keep the devices open after it returned).
                 // An idle writer goes away too (`commit` starts another): a
                 // pool with many object sets keeps threads only for busy logs.
+                // Wanted records neither pending nor being written were
+                // written or retired (their txg is on disk): durable. (The
+                // completion below covers this; a writer must never idle
+                // out with a committer left waiting.)
+                if st.want_seq > st.durable_seq && st.pending.is_empty() && !st.writing && st.failed_upto <= st.durable_seq {
+                    st.durable_seq = st.next_rec_seq - 1;
+                    log.cv.notify_all();
+                }
                 let work = st.want_seq > st.durable_seq && !st.pending.is_empty() && !st.writing;
                 let idle = !work && idle_since.elapsed() > WRITER_IDLE_EXIT;
                 let gone = log.stop.load(Ordering::Relaxed)
@@ -123,7 +131,15 @@ fn writer_thread(weak: Weak<Shared>, log: Arc<ObjsetLog>) {
         st.writing = false;
         st.inflight_from = 0;
         match result {
-            Ok(()) => st.durable_seq = st.durable_seq.max(upto),
+            Ok(()) => {
+                // Records appended after this batch was taken and retired
+                // meanwhile (their txg reached disk) left the pending list
+                // without being written: they are durable too. Without
+                // this, a committer waiting for one would wait for the
+                // next txg (an hour away with a long `txg_timeout`).
+                let retired_upto = st.pending.first().map_or(st.next_rec_seq - 1, |p| p.rec.seq - 1);
+                st.durable_seq = st.durable_seq.max(upto).max(retired_upto);
+            }
             Err(e) => {
                 st.failed_upto = upto;
                 st.failed_msg = format!("intent log write failed: {e}");
