@@ -102,10 +102,7 @@ fn sum_row(name: String, vdev_type: &str, guid: u64, state: &str, children: Vec<
 /// replacing-N or spare-N row, as zpool shows them.
 fn top_rows(top: &tarn_vdev::TopStatus, config: &tarn_vdev::PoolConfig, resilvering: bool, in_use_spares: &mut Vec<String>) -> Vec<VdevStatus> {
     let top_cfg = config.top.iter().find(|t| t.id == top.id);
-    let mut slots: BTreeMap<u32, Vec<&LeafStatus>> = BTreeMap::new();
-    for (leaf, slot) in top.children.iter().zip(&top.slots) {
-        slots.entry(*slot).or_default().push(leaf);
-    }
+    let slots = top.slot_groups();
     let mut rows = Vec::new();
     for (slot, leaves) in &slots {
         if leaves.len() == 1 {

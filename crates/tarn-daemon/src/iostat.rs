@@ -4,7 +4,6 @@
 //! it). The counters are totals since import; the CLI turns two samples
 //! into rates.
 
-use std::collections::BTreeMap;
 
 use tarn_obj::{PoolSpace, TopKind};
 use tarn_vdev::{IoCounters, LeafRole, LeafStatus};
@@ -50,10 +49,7 @@ fn top_rows(top: &tarn_vdev::TopStatus, config: &tarn_vdev::PoolConfig, spaces: 
     let index = top.id as usize;
     let top_cfg = config.top.get(index);
     let space = spaces.get(index).copied();
-    let mut slots: BTreeMap<u32, Vec<&LeafStatus>> = BTreeMap::new();
-    for (leaf, slot) in top.children.iter().zip(&top.slots) {
-        slots.entry(*slot).or_default().push(leaf);
-    }
+    let slots = top.slot_groups();
     let mut rows = Vec::new();
     for (slot, leaves) in &slots {
         if leaves.len() == 1 {

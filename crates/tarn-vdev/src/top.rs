@@ -63,6 +63,18 @@ pub struct TopStatus {
     pub slots: Vec<u32>,
 }
 
+impl TopStatus {
+    /// The leaves of each slot, by slot number (a slot of several leaves
+    /// is a replacing or spare group, as zpool shows them).
+    pub fn slot_groups(&self) -> std::collections::BTreeMap<u32, Vec<&LeafStatus>> {
+        let mut slots: std::collections::BTreeMap<u32, Vec<&LeafStatus>> = std::collections::BTreeMap::new();
+        for (leaf, slot) in self.children.iter().zip(&self.slots) {
+            slots.entry(*slot).or_default().push(leaf);
+        }
+        slots
+    }
+}
+
 /// One child position: its primary leaf first, then leaves joined to it
 /// (replacing, spare). All leaves of a slot hold the same bytes.
 pub type Slot = Vec<Arc<LeafVdev>>;
