@@ -12,7 +12,8 @@
 # file is laid out by bench/fio/seq-write.fio, then bench/fio/rand-write.fio
 # (1 job) and bench/fio/rand-write-4jobs.fio (4 jobs) run over it, then the
 # same with an fsync after every write (bench/fio/sync-write*.fio: on tarn
-# each fsync commits the dataset's intent log).
+# each fsync commits the dataset's intent log), and 1 MiB sequential O_SYNC
+# writes (bench/fio/osync-seq-1m.fio, MiB/s).
 # With --perf FILE, `perf record -g` samples the tarn daemon during the
 # 4-job row (or the row of bench/fio/JOB.fio with --perf-job JOB, e.g.
 # sync-write) and writes the report (by symbol) to FILE. --tarn BIN runs
@@ -63,6 +64,12 @@ export BENCH_SIZE="$size" BENCH_RUNTIME="$runtime"
 results="$workdir/writepath.tsv"
 : > "$results"
 
+mibs() {
+    local system=$1 dir=$2 job=$3 json="$workdir/$1-$3.json"
+    BENCH_DIR="$dir" fio --output-format=json --output="$json" "bench/fio/$job.fio" >/dev/null
+    python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("%.0f" % (sum(j["write"]["bw_bytes"] for j in d["jobs"]) / 2**20))' "$json"
+}
+
 iops() {
     local system=$1 dir=$2 job=$3 json="$workdir/$1-$3.json"
     BENCH_DIR="$dir" fio --output-format=json --output="$json" "bench/fio/$job.fio" >/dev/null
@@ -91,7 +98,8 @@ for system in raw tarn; do
     four=$(row rand-write-4jobs)
     sync1=$(row sync-write)
     sync4=$(row sync-write-4jobs)
-    printf '%s\t%s\t%s\t%s\t%s\n' "$system" "$one" "$four" "$sync1" "$sync4" | tee -a "$results"
+    osync=$(mibs "$system" "$dir" osync-seq-1m)
+    printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$system" "$one" "$four" "$sync1" "$sync4" "$osync" | tee -a "$results"
     rm -f "$dir/bench.data"
     system_stop "$system"
 done
@@ -100,8 +108,8 @@ echo
 echo "Command: \`bench/writepath.sh --systems $systems --size $size --runtime $runtime${tarn_override:+ --tarn $tarn_override}${slog:+ --slog $slog}\`  "
 echo "Machine: $(machine_line)"
 echo
-echo "| system | rand write 4K, 1 job | rand write 4K, 4 jobs | 4 jobs / 1 job | fsync=1, 1 job | fsync=1, 4 jobs |"
-echo "|---|---|---|---|---|---|"
-while IFS=$'\t' read -r s one four sync1 sync4; do
-    printf '| %s | %s IOPS | %s IOPS | %s | %s IOPS | %s IOPS |\n' "$s" "$one" "$four" "$(python3 -c "print('%.2fx' % ($four / max($one, 1)))")" "$sync1" "$sync4"
+echo "| system | rand write 4K, 1 job | rand write 4K, 4 jobs | 4 jobs / 1 job | fsync=1, 1 job | fsync=1, 4 jobs | O_SYNC seq 1M |"
+echo "|---|---|---|---|---|---|---|"
+while IFS=$'\t' read -r s one four sync1 sync4 osync; do
+    printf '| %s | %s IOPS | %s IOPS | %s | %s IOPS | %s IOPS | %s MiB/s |\n' "$s" "$one" "$four" "$(python3 -c "print('%.2fx' % ($four / max($one, 1)))")" "$sync1" "$sync4" "$osync"
 done < "$results"

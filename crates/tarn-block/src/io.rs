@@ -23,7 +23,7 @@ pub enum BlockError {
 }
 
 /// How to write one block.
-#[derive(Copy, Clone, Debug)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct WriteSpec {
     pub compression: Compression,
     pub checksum: ChecksumKind,
@@ -258,8 +258,20 @@ impl BlockIo {
     /// Write one block; returns its pointer. All-zero data with compression
     /// on becomes a hole, as in ZFS.
     pub fn write(&self, data: &[u8], spec: WriteSpec, birth: u64) -> Result<BlockPtr, BlockError> {
+        let Some((mut bp, phys)) = self.prepare(data, spec, birth) else { return Ok(BlockPtr::HOLE) };
+        let placement = self.place(u64::from(bp.psize), spec.copies, spec.metadata)?;
+        placement.apply(&mut bp);
+        self.write_placed(&bp, &placement, &phys)?;
+        Ok(bp)
+    }
+
+    /// What `write` writes: the block pointer without its addresses and
+    /// the physical bytes (compressed, padded to the allocation unit,
+    /// checksummed), or None for data that becomes a hole. For writers
+    /// that place the block themselves (the intent log's indirect writes).
+    pub fn prepare(&self, data: &[u8], spec: WriteSpec, birth: u64) -> Option<(BlockPtr, Vec<u8>)> {
         if spec.compression != Compression::Off && data.iter().all(|&b| b == 0) {
-            return Ok(BlockPtr::HOLE);
+            return None;
         }
         let (code, mut phys) = match compress::compress(spec.compression, data) {
             Some(z) => (compression_code(spec.compression), z),
@@ -267,9 +279,7 @@ impl BlockIo {
         };
         let psize = self.psize_for(phys.len());
         phys.resize(psize as usize, 0);
-        let placement = self.place(psize, spec.copies, spec.metadata)?;
         let mut bp = BlockPtr::HOLE;
-        placement.apply(&mut bp);
         bp.lsize = data.len() as u32;
         bp.psize = psize as u32;
         bp.birth = birth;
@@ -279,8 +289,7 @@ impl BlockIo {
         bp.level = spec.level;
         bp.otype = spec.otype;
         bp.checksum = checksum::compute(spec.checksum, &phys);
-        self.write_placed(&bp, &placement, &phys)?;
-        Ok(bp)
+        Some((bp, phys))
     }
 
     /// Rewrites copy `d` of `bp` from good physical bytes (self-healing);

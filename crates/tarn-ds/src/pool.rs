@@ -339,7 +339,9 @@ impl Pool {
 
     fn apply_write_props(&self, name: &str) -> Result<()> {
         let settings = self.settings(name)?;
-        self.objset(name)?.set_write_props(write_props_of(&settings));
+        let os = self.objset(name)?;
+        os.set_write_props(write_props_of(&settings));
+        os.set_logbias(settings.logbias);
         Ok(())
     }
 

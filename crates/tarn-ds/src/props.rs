@@ -52,6 +52,7 @@ pub const PROPERTIES: &[PropDef] = &[
     settable("snapdir", true, "hidden"),
     settable("sync", true, "standard"),
     settable("primarycache", true, "all"),
+    settable("logbias", true, "latency"),
     settable("sharenfs", true, "off"),
     settable("sharesmb", true, "off"),
     readonly("logicalused"),
@@ -119,7 +120,6 @@ pub const NOT_YET_SUPPORTED: &[&str] = &[
     "encryptionroot",
     "pbkdf2iters",
     "secondarycache",
-    "logbias",
     "volsize",
     "volblocksize",
     "volmode",
@@ -294,6 +294,10 @@ fn validate_native(prop: &str, value: &str) -> Result<(&'static str, String), Pr
             "all" | "metadata" | "none" => value.to_string(),
             _ => return Err(bad(name, value, "must be all, metadata or none")),
         },
+        "logbias" => match value {
+            "latency" | "throughput" => value.to_string(),
+            _ => return Err(bad(name, value, "must be latency or throughput")),
+        },
         "quota" => {
             if value == "none" {
                 "none".to_string()
@@ -462,6 +466,8 @@ pub struct Settings {
     pub sync: SyncProp,
     /// `primarycache`.
     pub primarycache: tarn_obj::CachePolicy,
+    /// `logbias`.
+    pub logbias: tarn_obj::LogBias,
 }
 
 /// The `sync` property's values (what each means: tarn-fs `SyncMode`).
@@ -501,6 +507,10 @@ pub fn settings(name: &str, local: &dyn Fn(&str, &str) -> Option<String>) -> Set
             "metadata" => tarn_obj::CachePolicy::Metadata,
             "none" => tarn_obj::CachePolicy::None,
             _ => tarn_obj::CachePolicy::All,
+        },
+        logbias: match value("logbias").as_str() {
+            "throughput" => tarn_obj::LogBias::Throughput,
+            _ => tarn_obj::LogBias::Latency,
         },
         quota: value("quota").parse().ok(),
         mountpoint,
@@ -638,7 +648,7 @@ mod tests {
         assert!(validate("com.example:note", &"x".repeat(USER_PROP_VALUE_MAX + 1)).is_err());
         assert!(matches!(check_name("Bad:Name"), Err(PropError::BadUserName(_))));
         assert!(check_name("com.example:note").is_ok());
-        assert_eq!(lookup("logbias").unwrap_err(), PropError::NotYetSupported("logbias".into()));
+        assert_eq!(lookup("secondarycache").unwrap_err(), PropError::NotYetSupported("secondarycache".into()));
         assert_eq!(validate("sharenfs", "rw=@10.0.0.0/8").unwrap(), ("sharenfs".into(), "rw=@10.0.0.0/8".into()));
         assert_eq!(
             validate("sharenfs", "rw=@10.0.0.0/33").unwrap_err().to_string(),

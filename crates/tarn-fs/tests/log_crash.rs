@@ -330,6 +330,8 @@ struct Run {
     end: u64,
     ops: std::collections::BTreeMap<&'static str, u64>,
     log_blocks_written: u64,
+    /// Data blocks the logs wrote once for their records (indirect writes).
+    indirect_written: u64,
 }
 
 /// Formats the datasets, builds a small tree, syncs, then runs the threads.
@@ -346,6 +348,11 @@ fn workload(pool: &Arc<ObjPool>, rec: &CrashRecorder, seed: u64, per_thread: usi
         Fs::format(&os, &tx).unwrap();
         drop(tx);
         let fs = Fs::open(pool.clone(), os, FsOptions::default()).unwrap();
+        // The second dataset writes every whole block of its sync writes
+        // once, as the block its txg adopts (the first: those past 32 KiB).
+        if !osids.is_empty() {
+            fs.objset().set_logbias(tarn_obj::LogBias::Throughput);
+        }
         let mut m = DsModel::new(fs.root_ino());
         // A start: two directories and a few files, some data.
         let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5e7u64.wrapping_mul(osids.len() as u64 + 1));
@@ -427,6 +434,7 @@ fn workload(pool: &Arc<ObjPool>, rec: &CrashRecorder, seed: u64, per_thread: usi
     let end = rec.event_count();
     // (0 where the file system does not use the log.)
     let log_blocks_written = fss.iter().map(|fs| fs.objset().log_stats().blocks_written).sum();
+    let indirect_written = fss.iter().map(|fs| fs.objset().log_stats().indirect_written).sum();
     drop(fss);
     Run {
         osids,
@@ -436,6 +444,7 @@ fn workload(pool: &Arc<ObjPool>, rec: &CrashRecorder, seed: u64, per_thread: usi
         end,
         ops: counts.into_inner(),
         log_blocks_written,
+        indirect_written,
     }
 }
 
@@ -520,7 +529,7 @@ fn power_cuts_keep_fsynced_files_and_whole_namespace() {
         total_cuts += cuts.len();
         let fsyncs = run.acks.iter().filter(|a| a.ino.is_some()).count();
         eprintln!(
-            "{}: {} cuts over events {}..{}; {} ops {:?}; {fsyncs} fsyncs acknowledged, {} log blocks written; {with_log} cuts left a log to replay ({log_blocks} blocks); {} MiB compared, {mixed} files found holding parts of unacknowledged writes; workload {:.1?}, cuts {:.1?}",
+            "{}: {} cuts over events {}..{}; {} ops {:?}; {fsyncs} fsyncs acknowledged, {} log blocks and {} indirect blocks written; {with_log} cuts left a log to replay ({log_blocks} blocks); {} MiB compared, {mixed} files found holding parts of unacknowledged writes; workload {:.1?}, cuts {:.1?}",
             v.name,
             cuts.len(),
             run.first,
@@ -528,12 +537,14 @@ fn power_cuts_keep_fsynced_files_and_whole_namespace() {
             run.models.iter().map(|m| m.ops).sum::<u64>(),
             run.ops,
             run.log_blocks_written,
+            run.indirect_written,
             bytes >> 20,
             worked,
             t0.elapsed() - worked,
         );
         assert!(fsyncs > 10, "{}: only {fsyncs} fsyncs: the test proves little", v.name);
         assert!(run.log_blocks_written > 0 && with_log > 0, "{}: no cut left a log to replay: the log is not exercised", v.name);
+        assert!(run.indirect_written > 0, "{}: no indirect write: large sync writes are not exercised", v.name);
     }
     eprintln!("{total_cuts} cuts checked");
 }

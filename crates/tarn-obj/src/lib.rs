@@ -101,6 +101,18 @@ impl CachePolicy {
     }
 }
 
+/// `logbias`: what a sync write of whole blocks optimizes. `Latency`
+/// (the default) copies blocks of at most `zil::IMMEDIATE_WRITE_MAX` bytes
+/// into the intent log and writes larger ones once, as the blocks the txg
+/// adopts; `Throughput` writes every whole block that way, so the log
+/// (and a SLOG) carries only pointers. Parts of blocks are always copied.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum LogBias {
+    #[default]
+    Latency,
+    Throughput,
+}
+
 pub struct ObjInfo {
     pub otype: ObjType,
     pub block_size: u32,

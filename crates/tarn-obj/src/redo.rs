@@ -33,6 +33,12 @@
 //!   between the records shows zeros in the file rather than bytes past
 //!   its end.
 //!
+//! - A whole block of a write larger than `zil::IMMEDIATE_WRITE_MAX` (any
+//!   whole block under `logbias=throughput`) is not copied: its note is
+//!   filled at commit with the pointer of the block the log writer writes
+//!   once, as the ordinary block the txg then adopts (zil/indirect.rs);
+//!   replay reads it back.
+//!
 //! Record payload: a sequence of notes, each a tag byte and its fields
 //! (docs/on-disk-format.md, "Redo records").
 
@@ -43,6 +49,8 @@ use parking_lot::Mutex;
 
 use crate::zil::{ReplayReport, RECORD_PAYLOAD_MAX};
 use crate::zap::Zap;
+use tarn_block::BlockPtr;
+
 use crate::{ObjError, ObjType, ObjectId, ObjectSet, Result, Tx, BONUS_LEN};
 
 /// Intent log record type of redo records.
@@ -58,9 +66,12 @@ const T_FREE_RANGE: u8 = 7;
 const T_ZAP_PUT: u8 = 8;
 const T_ZAP_REMOVE: u8 = 9;
 const T_ZAP_INIT: u8 = 10;
+const T_WRITE_BLOCK: u8 = 11;
 
 /// Bytes of a write note before its data.
 const WRITE_HEAD: usize = 1 + 8 + 8 + 4;
+/// Bytes of a block write note (a write note and a block pointer).
+const BLOCK_NOTE: usize = WRITE_HEAD + tarn_block::BP_SIZE;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Op {
@@ -94,22 +105,24 @@ pub struct WritePart {
     pub(crate) len: usize,
 }
 
-/// Bytes of a record the log writer copies in at commit: `len` bytes from
-/// offset `skip` of the write `parts` describe, to payload offset `at`.
+/// What the log writer puts into a record at commit.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Fill {
-    pub at: usize,
-    pub len: usize,
-    pub skip: usize,
-    pub parts: Arc<Vec<WritePart>>,
+pub(crate) enum Fill {
+    /// `len` bytes from offset `skip` of the write `parts` describe, to
+    /// payload offset `at`.
+    Copy { at: usize, len: usize, skip: usize, parts: Arc<Vec<WritePart>> },
+    /// `block` written as an ordinary block with `spec` (zil/indirect.rs);
+    /// its pointer goes to payload offset `at`.
+    Block { at: usize, block: Arc<Vec<u8>>, spec: tarn_block::WriteSpec },
 }
 
 impl Fill {
-    /// Copies the bytes into `payload`.
+    /// Copies the bytes of a `Copy` fill into `payload`.
     pub(crate) fn apply(&self, payload: &mut [u8]) {
-        let dst = &mut payload[self.at..self.at + self.len];
-        let (mut skip, mut done) = (self.skip, 0);
-        for p in self.parts.iter() {
+        let Fill::Copy { at, len, skip, parts } = self else { panic!("a block fill is written, not copied") };
+        let dst = &mut payload[*at..*at + *len];
+        let (mut skip, mut done) = (*skip, 0);
+        for p in parts.iter() {
             if done == dst.len() {
                 break;
             }
@@ -169,7 +182,7 @@ pub fn flush(tx: &Tx) {
     if ops.is_empty() {
         return;
     }
-    for (payload, fills) in encode(ops) {
+    for (payload, fills) in encode(ops, indirect_policy(&c.os)) {
         if let Err(e) = c.os.log_append_filled(tx, REDO_RECORD, payload, fills) {
             // The change is in the txg; without its record a commit must
             // not claim it durable: the log falls back to a txg sync.
@@ -179,6 +192,20 @@ pub fn flush(tx: &Tx) {
             }
         }
     }
+}
+
+/// Which whole blocks of writes become indirect writes, and how they are
+/// written: those of at least `.0` bytes, with `.1`.
+type Indirect = Option<(usize, tarn_block::WriteSpec)>;
+
+fn indirect_policy(os: &ObjectSet) -> Indirect {
+    let p = os.write_props();
+    let spec = tarn_block::WriteSpec { compression: p.compression, checksum: p.checksum, copies: p.copies, level: 0, otype: 0, metadata: false };
+    let min = match os.logbias() {
+        crate::LogBias::Latency => crate::zil::IMMEDIATE_WRITE_MAX + 1,
+        crate::LogBias::Throughput => 1,
+    };
+    Some((min, spec))
 }
 
 fn note_len(op: &Op) -> usize {
@@ -210,9 +237,34 @@ fn bonus_first(ops: &mut [Op]) {
     }
 }
 
+/// Pieces of a write: copied byte ranges (offset in the write, length)
+/// and whole blocks to write indirectly.
+enum Piece {
+    Copy(usize, usize),
+    Block(usize, Arc<Vec<u8>>),
+}
+
+fn pieces(len: usize, parts: &[WritePart], indirect: &Indirect) -> Vec<Piece> {
+    let Some((min, _)) = indirect else { return vec![Piece::Copy(0, len)] };
+    let mut out = Vec::new();
+    let mut at = 0usize;
+    for p in parts {
+        let whole = p.start == 0 && p.len == p.block.len() && p.len >= *min;
+        match out.last_mut() {
+            _ if whole => out.push(Piece::Block(at, p.block.clone())),
+            Some(Piece::Copy(_, n)) => *n += p.len,
+            _ => out.push(Piece::Copy(at, p.len)),
+        }
+        at += p.len;
+    }
+    assert_eq!(at, len, "a write note's parts cover its length");
+    out
+}
+
 /// Packs notes into record payloads of at most `RECORD_PAYLOAD_MAX` bytes,
-/// splitting writes that do not fit.
-pub(crate) fn encode(mut ops: Vec<Op>) -> Vec<(Vec<u8>, Vec<Fill>)> {
+/// splitting writes that do not fit; whole blocks `indirect` selects get
+/// block notes instead of their bytes.
+pub(crate) fn encode(mut ops: Vec<Op>, indirect: Indirect) -> Vec<(Vec<u8>, Vec<Fill>)> {
     let total: usize = ops.iter().map(note_len).sum();
     if total > RECORD_PAYLOAD_MAX {
         bonus_first(&mut ops);
@@ -221,24 +273,23 @@ pub(crate) fn encode(mut ops: Vec<Op>) -> Vec<(Vec<u8>, Vec<Fill>)> {
     let mut cur: Vec<u8> = Vec::new();
     let mut fills: Vec<Fill> = Vec::new();
     for op in ops {
-        if let Op::Write { id, mut off, mut len, parts } = op {
-            let mut skip = 0usize;
-            while len > 0 {
-                let mut room = RECORD_PAYLOAD_MAX - cur.len();
-                if room <= WRITE_HEAD {
-                    out.push((std::mem::take(&mut cur), std::mem::take(&mut fills)));
-                    room = RECORD_PAYLOAD_MAX;
+        if let Op::Write { id, off, len, parts } = op {
+            for piece in pieces(len as usize, &parts, &indirect) {
+                match piece {
+                    Piece::Block(at, block) => {
+                        if RECORD_PAYLOAD_MAX - cur.len() < BLOCK_NOTE {
+                            out.push((std::mem::take(&mut cur), std::mem::take(&mut fills)));
+                        }
+                        cur.push(T_WRITE_BLOCK);
+                        cur.extend_from_slice(&id.to_le_bytes());
+                        cur.extend_from_slice(&(off + at as u64).to_le_bytes());
+                        cur.extend_from_slice(&(block.len() as u32).to_le_bytes());
+                        let spec = indirect.expect("block pieces only with a policy").1;
+                        fills.push(Fill::Block { at: cur.len(), block, spec });
+                        cur.resize(cur.len() + tarn_block::BP_SIZE, 0);
+                    }
+                    Piece::Copy(start, n) => encode_copy(&mut out, &mut cur, &mut fills, id, off + start as u64, n, start, &parts),
                 }
-                let n = (len as usize).min(room - WRITE_HEAD);
-                cur.push(T_WRITE);
-                cur.extend_from_slice(&id.to_le_bytes());
-                cur.extend_from_slice(&off.to_le_bytes());
-                cur.extend_from_slice(&(n as u32).to_le_bytes());
-                fills.push(Fill { at: cur.len(), len: n, skip, parts: parts.clone() });
-                cur.resize(cur.len() + n, 0);
-                off += n as u64;
-                len -= n as u64;
-                skip += n;
             }
             continue;
         }
@@ -251,6 +302,29 @@ pub(crate) fn encode(mut ops: Vec<Op>) -> Vec<(Vec<u8>, Vec<Fill>)> {
         out.push((cur, fills));
     }
     out
+}
+
+/// Write notes for `len` bytes at `off`, from byte `skip` of the write's
+/// parts, split over records where they do not fit.
+#[allow(clippy::too_many_arguments)]
+fn encode_copy(out: &mut Vec<(Vec<u8>, Vec<Fill>)>, cur: &mut Vec<u8>, fills: &mut Vec<Fill>, id: u64, mut off: u64, mut len: usize, mut skip: usize, parts: &Arc<Vec<WritePart>>) {
+    while len > 0 {
+        let mut room = RECORD_PAYLOAD_MAX - cur.len();
+        if room <= WRITE_HEAD {
+            out.push((std::mem::take(cur), std::mem::take(fills)));
+            room = RECORD_PAYLOAD_MAX;
+        }
+        let n = len.min(room - WRITE_HEAD);
+        cur.push(T_WRITE);
+        cur.extend_from_slice(&id.to_le_bytes());
+        cur.extend_from_slice(&off.to_le_bytes());
+        cur.extend_from_slice(&(n as u32).to_le_bytes());
+        fills.push(Fill::Copy { at: cur.len(), len: n, skip, parts: parts.clone() });
+        cur.resize(cur.len() + n, 0);
+        off += n as u64;
+        len -= n;
+        skip += n;
+    }
 }
 
 fn encode_note(op: &Op, b: &mut Vec<u8>) {
@@ -315,6 +389,8 @@ fn encode_note(op: &Op, b: &mut Vec<u8>) {
 pub(crate) enum Decoded<'a> {
     Op(Op),
     Write { id: u64, off: u64, data: &'a [u8] },
+    /// A whole block written once by the log: `len` bytes at `off`.
+    Block { id: u64, off: u64, len: u32, bp: BlockPtr },
 }
 
 struct Cursor<'a> {
@@ -354,41 +430,70 @@ pub(crate) fn decode(payload: &[u8]) -> Result<Vec<Decoded<'_>>> {
     let mut c = Cursor { b: payload, pos: 0 };
     let mut out = Vec::new();
     while c.pos < payload.len() {
-        let tag = c.u8()?;
-        let d = match tag {
-            T_CREATE => Decoded::Op(Op::Create { id: c.u64()?, otype: c.u8()?, block_size: c.u32()?, bonus: c.bonus()? }),
-            T_FREE => Decoded::Op(Op::Free { id: c.u64()? }),
-            T_BONUS => Decoded::Op(Op::Bonus { id: c.u64()?, bonus: c.bonus()? }),
-            T_MARK_META => Decoded::Op(Op::MarkMeta { id: c.u64()? }),
-            T_BLOCK_SIZE => Decoded::Op(Op::BlockSize { id: c.u64()?, block_size: c.u32()? }),
-            T_WRITE => {
-                let (id, off) = (c.u64()?, c.u64()?);
-                let n = c.u32()? as usize;
-                Decoded::Write { id, off, data: c.take(n)? }
-            }
-            T_FREE_RANGE => {
-                let (id, off, len) = (c.u64()?, c.u64()?, c.u64()?);
-                Decoded::Op(Op::FreeRange { id, off, len: (len != u64::MAX).then_some(len) })
-            }
-            T_ZAP_PUT => {
-                let obj = c.u64()?;
-                let insert = c.u8()? != 0;
-                let kl = c.u16()? as usize;
-                let key = c.take(kl)?.to_vec();
-                let vl = c.u32()? as usize;
-                Decoded::Op(Op::ZapPut { obj, key, value: c.take(vl)?.to_vec(), insert })
-            }
-            T_ZAP_REMOVE => {
-                let obj = c.u64()?;
-                let kl = c.u16()? as usize;
-                Decoded::Op(Op::ZapRemove { obj, key: c.take(kl)?.to_vec() })
-            }
-            T_ZAP_INIT => Decoded::Op(Op::ZapInit { obj: c.u64()?, seed_txg: c.u64()? }),
-            t => return Err(ObjError::Corrupt(format!("redo record: unknown note type {t} at byte {}", c.pos - 1))),
-        };
-        out.push(d);
+        out.push(decode_one(&mut c)?);
     }
     Ok(out)
+}
+
+fn decode_one<'a>(c: &mut Cursor<'a>) -> Result<Decoded<'a>> {
+    let tag = c.u8()?;
+    let d = match tag {
+        T_CREATE => Decoded::Op(Op::Create { id: c.u64()?, otype: c.u8()?, block_size: c.u32()?, bonus: c.bonus()? }),
+        T_FREE => Decoded::Op(Op::Free { id: c.u64()? }),
+        T_BONUS => Decoded::Op(Op::Bonus { id: c.u64()?, bonus: c.bonus()? }),
+        T_MARK_META => Decoded::Op(Op::MarkMeta { id: c.u64()? }),
+        T_BLOCK_SIZE => Decoded::Op(Op::BlockSize { id: c.u64()?, block_size: c.u32()? }),
+        T_WRITE => {
+            let (id, off) = (c.u64()?, c.u64()?);
+            let n = c.u32()? as usize;
+            Decoded::Write { id, off, data: c.take(n)? }
+        }
+        T_WRITE_BLOCK => {
+            let (id, off, len) = (c.u64()?, c.u64()?, c.u32()?);
+            let bp = BlockPtr::decode(c.take(tarn_block::BP_SIZE)?).map_err(|e| ObjError::Corrupt(format!("redo record: block pointer: {e}")))?;
+            let fits = bp.is_hole() || (bp.lsize == len && bp.level == 0 && !tarn_block::gang::is_gang(&bp));
+            if !fits {
+                return Err(ObjError::Corrupt(format!("redo record: block pointer of {} bytes for a {len}-byte write", bp.lsize)));
+            }
+            Decoded::Block { id, off, len, bp }
+        }
+        T_FREE_RANGE => {
+            let (id, off, len) = (c.u64()?, c.u64()?, c.u64()?);
+            Decoded::Op(Op::FreeRange { id, off, len: (len != u64::MAX).then_some(len) })
+        }
+        T_ZAP_PUT => {
+            let obj = c.u64()?;
+            let insert = c.u8()? != 0;
+            let kl = c.u16()? as usize;
+            let key = c.take(kl)?.to_vec();
+            let vl = c.u32()? as usize;
+            Decoded::Op(Op::ZapPut { obj, key, value: c.take(vl)?.to_vec(), insert })
+        }
+        T_ZAP_REMOVE => {
+            let obj = c.u64()?;
+            let kl = c.u16()? as usize;
+            Decoded::Op(Op::ZapRemove { obj, key: c.take(kl)?.to_vec() })
+        }
+        T_ZAP_INIT => Decoded::Op(Op::ZapInit { obj: c.u64()?, seed_txg: c.u64()? }),
+        t => return Err(ObjError::Corrupt(format!("redo record: unknown note type {t} at byte {}", c.pos - 1))),
+    };
+    Ok(d)
+}
+
+/// The block pointers of a redo record's indirect writes (the claim takes
+/// their space); a malformed payload gives those before the damage.
+pub(crate) fn block_pointers(payload: &[u8]) -> Vec<BlockPtr> {
+    let mut out = Vec::new();
+    let mut c = Cursor { b: payload, pos: 0 };
+    // Decoding stops at the first damage; a partial decode is enough here.
+    while c.pos < payload.len() {
+        match decode_one(&mut c) {
+            Ok(Decoded::Block { bp, .. }) if !bp.is_hole() => out.push(bp),
+            Ok(_) => {}
+            Err(_) => break,
+        }
+    }
+    out
 }
 
 /// Applies one decoded record in `tx` (no capture: replay writes no log).
@@ -396,6 +501,17 @@ fn apply(os: &ObjectSet, tx: &Tx, notes: Vec<Decoded<'_>>) -> Result<()> {
     for d in notes {
         match d {
             Decoded::Write { id, off, data } => os.write(tx, ObjectId(id), off, data)?,
+            Decoded::Block { id, off, len, bp } => {
+                let data = if bp.is_hole() {
+                    Arc::new(vec![0u8; len as usize])
+                } else {
+                    os.io().read(&bp).map_err(|e| ObjError::Corrupt(format!("indirect write block: {e}")))?
+                };
+                if data.len() != len as usize {
+                    return Err(ObjError::Corrupt(format!("indirect write block of {} bytes for a {len}-byte write", data.len())));
+                }
+                os.write(tx, ObjectId(id), off, &data)?
+            }
             Decoded::Op(op) => match op {
                 Op::Create { id, otype, block_size, bonus } => os.create_with_id(tx, ObjectId(id), ObjType(otype), block_size, &bonus)?,
                 Op::Free { id } => os.free(tx, ObjectId(id))?,
@@ -537,7 +653,7 @@ mod tests {
 
     #[test]
     fn encode_splits_and_decodes() {
-        let recs = encode(sample());
+        let recs = encode(sample(), None);
         assert!(recs.len() >= 3, "a 300,000-byte write spans records: {}", recs.len());
         let mut written = 0usize;
         let mut ops = Vec::new();
@@ -545,7 +661,8 @@ mod tests {
             assert!(payload.len() <= RECORD_PAYLOAD_MAX);
             let mut payload = payload.clone();
             for f in fills {
-                assert!(f.at + f.len <= payload.len());
+                let Fill::Copy { at, len, .. } = f else { panic!("no block fills without a policy") };
+                assert!(at + len <= payload.len());
                 f.apply(&mut payload);
             }
             for d in decode(&payload).unwrap() {
@@ -556,6 +673,7 @@ mod tests {
                         written += data.len();
                     }
                     Decoded::Op(op) => ops.push(op),
+                    Decoded::Block { .. } => panic!("no block notes without a policy"),
                 }
             }
         }
@@ -568,15 +686,62 @@ mod tests {
     #[test]
     fn small_transactions_keep_their_order_in_one_record() {
         let ops = vec![Op::Write { id: 5, off: 0, len: 100, parts: parts(100) }, Op::Bonus { id: 5, bonus: [1; BONUS_LEN] }];
-        let recs = encode(ops);
+        let recs = encode(ops, None);
         assert_eq!(recs.len(), 1);
         let d = decode(&recs[0].0).unwrap();
         assert!(matches!(d[0], Decoded::Write { id: 5, .. }) && matches!(d[1], Decoded::Op(Op::Bonus { .. })));
     }
 
     #[test]
+    fn whole_blocks_past_the_policy_become_block_notes() {
+        // 10 bytes into a 64 KiB block, two whole blocks, 100 bytes of a fourth.
+        let block = |fill: u8| Arc::new(vec![fill; 65536]);
+        let parts = vec![
+            WritePart { block: block(1), start: 65526, len: 10 },
+            WritePart { block: block(2), start: 0, len: 65536 },
+            WritePart { block: block(3), start: 0, len: 65536 },
+            WritePart { block: block(4), start: 0, len: 100 },
+        ];
+        let len = 10 + 65536 * 2 + 100;
+        let spec = tarn_block::WriteSpec { compression: tarn_block::Compression::Off, checksum: tarn_block::ChecksumKind::Fletcher4, copies: 1, level: 0, otype: 0, metadata: false };
+        let op = || Op::Write { id: 7, off: 65526, len, parts: Arc::new(parts.clone()) };
+        let recs = encode(vec![op()], Some((32769, spec)));
+        assert_eq!(recs.len(), 1);
+        let (payload, fills) = &recs[0];
+        assert!(payload.len() < 1000, "blocks are not copied: {} bytes", payload.len());
+        let kinds: Vec<bool> = fills.iter().map(|f| matches!(f, Fill::Block { .. })).collect();
+        assert_eq!(kinds, [false, true, true, false]);
+        let mut payload = payload.clone();
+        for f in fills {
+            match f {
+                Fill::Copy { .. } => f.apply(&mut payload),
+                Fill::Block { at, block, .. } => {
+                    let mut bp = BlockPtr::HOLE;
+                    bp.lsize = block.len() as u32;
+                    bp.psize = block.len() as u32;
+                    bp.birth = 5;
+                    bp.fill = 1;
+                    bp.checksum_kind = tarn_block::bp::checksum_code(tarn_block::ChecksumKind::Fletcher4);
+                    bp.ndva = 1;
+                    bp.dva[0] = tarn_block::Dva { vdev: 0, asize: 65536, offset: u64::from(block[0]) << 20 };
+                    payload[*at..*at + tarn_block::BP_SIZE].copy_from_slice(&bp.encode());
+                }
+            }
+        }
+        let d = decode(&payload).unwrap();
+        assert!(matches!(d[0], Decoded::Write { id: 7, off: 65526, data } if data == [1; 10]));
+        assert!(matches!(d[1], Decoded::Block { id: 7, off: 65536, len: 65536, bp } if bp.dva[0].offset == 2 << 20));
+        assert!(matches!(d[2], Decoded::Block { id: 7, off: 131072, len: 65536, bp } if bp.dva[0].offset == 3 << 20));
+        assert!(matches!(d[3], Decoded::Write { id: 7, off: 196608, data } if data == [4; 100]));
+        assert_eq!(block_pointers(&payload).len(), 2);
+        // Below the policy's size everything is copied.
+        let recs = encode(vec![op()], Some((65537, spec)));
+        assert!(recs.iter().all(|(_, f)| f.iter().all(|f| matches!(f, Fill::Copy { .. }))));
+    }
+
+    #[test]
     fn malformed_payloads_are_errors() {
-        let (payload, _) = encode(sample()).remove(0);
+        let (payload, _) = encode(sample(), None).remove(0);
         for cut in 1..payload.len().min(200) {
             let _ = decode(&payload[..cut]);
         }

@@ -123,8 +123,8 @@ fn inherit_returns_values_to_inherited_or_default() {
     harness.tarn_ok(&["set", "compression=zstd", "tank/a"]);
     let line = refused(&harness, &["inherit", "nosuch", "tank/a"], 2);
     assert_eq!(line, "tarn: bad property 'nosuch'");
-    let line = refused(&harness, &["inherit", "logbias", "tank/a"], 1);
-    assert_eq!(line, "tarn: property 'logbias' is not yet supported");
+    let line = refused(&harness, &["inherit", "dedup", "tank/a"], 1);
+    assert_eq!(line, "tarn: property 'dedup' is not yet supported");
     let line = refused(&harness, &["inherit", "used", "tank/a"], 1);
     assert!(line.contains("read-only"), "{line}");
     let line = refused(&harness, &["inherit", "compression", "tank/nosuch"], 1);
@@ -372,8 +372,8 @@ fn list_depth_and_sorting() {
 
     refused(&harness, &["list", "-s", "nosuch"], 2);
     refused(&harness, &["list", "-S", "nosuch"], 2);
-    let line = refused(&harness, &["list", "-s", "logbias"], 1);
-    assert_eq!(line, "tarn: property 'logbias' is not yet supported");
+    let line = refused(&harness, &["list", "-s", "dedup"], 1);
+    assert_eq!(line, "tarn: property 'dedup' is not yet supported");
     refused(&harness, &["list", "-d", "x"], 2);
     refused(&harness, &["list", "-d", "-1"], 2);
     refused(&harness, &["list", "-d", "1", "tank/nosuch"], 1);
@@ -496,8 +496,8 @@ fn properties_tarn_does_not_have_yet_and_unknown_ones() {
     harness.tarn_ok(&["create", "tank/a"]);
     let before = harness.tarn_ok(&["get", "-H", "all", "tank/a"]);
 
-    let line = refused(&harness, &["set", "logbias=throughput", "tank/a"], 1);
-    assert_eq!(line, "tarn: property 'logbias' is not yet supported");
+    let line = refused(&harness, &["set", "dedup=on", "tank/a"], 1);
+    assert_eq!(line, "tarn: property 'dedup' is not yet supported");
     for prop in tarn_ds::props::NOT_YET_SUPPORTED {
         let want = format!("tarn: property '{prop}' is not yet supported");
         assert_eq!(refused(&harness, &["set", &format!("{prop}=on"), "tank/a"], 1), want);

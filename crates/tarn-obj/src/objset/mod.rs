@@ -113,6 +113,8 @@ pub(crate) struct ObjsetInner {
     pub props: Mutex<WriteProps>,
     /// `props.primarycache`, readable without the lock (every read asks).
     pub cache_policy: std::sync::atomic::AtomicU8,
+    /// `logbias` (0 latency, 1 throughput), read by every logged write.
+    pub logbias: std::sync::atomic::AtomicU8,
     /// Dnode handles, sharded by object id (handles.rs).
     pub handles: crate::handles::HandleMap,
     /// Root as of the last synced txg.
@@ -148,6 +150,7 @@ impl ObjsetInner {
             id,
             props: Mutex::new(props),
             cache_policy: std::sync::atomic::AtomicU8::new(props.primarycache as u8),
+            logbias: std::sync::atomic::AtomicU8::new(0),
             handles: crate::handles::HandleMap::new(),
             next_object: AtomicU64::new(phys.next_object),
             committed: Mutex::new(phys),
@@ -245,6 +248,18 @@ impl ObjectSet {
             0 => crate::CachePolicy::All,
             1 => crate::CachePolicy::Metadata,
             _ => crate::CachePolicy::None,
+        }
+    }
+
+    /// Sets `logbias` (see `LogBias`).
+    pub fn set_logbias(&self, bias: crate::LogBias) {
+        self.inner.logbias.store(bias as u8, Ordering::Relaxed);
+    }
+
+    pub fn logbias(&self) -> crate::LogBias {
+        match self.inner.logbias.load(Ordering::Relaxed) {
+            0 => crate::LogBias::Latency,
+            _ => crate::LogBias::Throughput,
         }
     }
 

@@ -272,8 +272,17 @@ fn sync_objset(s: &Arc<Shared>, stx: &SyncTx, inner: &Arc<ObjsetInner>) -> Resul
             WriteSpec { otype, metadata, ..data_spec }
         }
     };
-    let results: Vec<(usize, u64, std::result::Result<BlockPtr, tarn_block::BlockError>, u64)> =
-        crate::par::par_map(&jobs, |(i, b, d, ot, meta)| (*i, *b, s.io.write(d, spec_for(*ot, *meta), txg), d.len() as u64));
+    // Blocks the intent log already wrote for a commit are adopted, not
+    // written again (zil/indirect.rs).
+    let adopted = crate::zil::adopt(s, stx, inner.id, &jobs.iter().map(|j| &j.2).collect::<Vec<_>>());
+    let work: Vec<(&DataJob, Option<BlockPtr>)> = jobs.iter().zip(adopted).collect();
+    let results: Vec<(usize, u64, std::result::Result<BlockPtr, tarn_block::BlockError>, u64)> = crate::par::par_map(&work, |((i, b, d, ot, meta), adopted)| {
+        let r = match adopted {
+            Some(bp) => Ok(BlockPtr { otype: *ot, ..*bp }),
+            None => s.io.write(d, spec_for(*ot, *meta), txg),
+        };
+        (*i, *b, r, d.len() as u64)
+    });
     let mut used_delta: i64 = 0;
     let mut logical_delta: i64 = 0;
     let mut data_logical_delta: i64 = 0;

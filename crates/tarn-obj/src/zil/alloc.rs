@@ -25,6 +25,27 @@ pub enum VdevClass {
 /// log block that does not fit whole is `NoSpace` (the caller falls back
 /// to a txg sync).
 pub(crate) fn alloc_block(s: &Shared, st: &mut LogState, psize: u64, copies: u8, class: VdevClass, txg: Txg) -> Result<BlockPtr> {
+    let got = alloc_extents(s, psize, copies, class, true, txg)?;
+    let mut bp = BlockPtr::HOLE;
+    for (i, e) in got.iter().enumerate() {
+        bp.dva[i] = Dva { vdev: e.vdev, asize: e.len as u32, offset: e.offset };
+        st.withheld.push((txg, *e));
+    }
+    bp.ndva = got.len() as u8;
+    bp.lsize = psize as u32;
+    bp.psize = psize as u32;
+    bp.birth = txg;
+    bp.fill = 1;
+    bp.checksum_kind = checksum_code(ChecksumKind::Blake3);
+    bp.otype = OT_LOG_BLOCK;
+    Ok(bp)
+}
+
+/// Space for the copies of a block of `psize` bytes, whole, taken out of
+/// the free tree with no allocation record: the caller owns the extents
+/// until it records them (`release_withheld`, `indirect::adopt`) or frees
+/// them (`free_block`). Data (`metadata` false) is placed with data.
+pub(crate) fn alloc_extents(s: &Shared, psize: u64, copies: u8, class: VdevClass, metadata: bool, txg: Txg) -> Result<Vec<Extent>> {
     let tops = s.io.tops();
     let slogs: Vec<usize> = match class {
         VdevClass::Log => tops.iter().filter(|t| crate::log_vdevs::takes_log_blocks(s, t)).map(|t| t.id() as usize).collect(),
@@ -52,7 +73,7 @@ pub(crate) fn alloc_block(s: &Shared, st: &mut LogState, psize: u64, copies: u8,
     }
     while got.len() < n {
         let avoid: Vec<u32> = got.iter().map(|e| e.vdev).collect();
-        let Some(e) = a.alloc(&size_of, &sector_of, &avoid, true) else { break };
+        let Some(e) = a.alloc(&size_of, &sector_of, &avoid, metadata) else { break };
         // Hold the record back (see the module doc).
         let i = a.records.iter().rposition(|r| r.extent == e).expect("allocation recorded");
         a.records.remove(i);
@@ -66,20 +87,16 @@ pub(crate) fn alloc_block(s: &Shared, st: &mut LogState, psize: u64, copies: u8,
         }
         return Err(ObjError::NoSpace);
     }
-    drop(a);
-    let mut bp = BlockPtr::HOLE;
-    for (i, e) in got.iter().enumerate() {
-        bp.dva[i] = Dva { vdev: e.vdev, asize: e.len as u32, offset: e.offset };
-        st.withheld.push((txg, *e));
+    Ok(got)
+}
+
+/// Records the allocation of extents taken by `alloc_extents` in the txg
+/// being synced (syncing context).
+pub(crate) fn record_alloc(s: &Shared, extents: &[Extent]) {
+    let mut a = s.io.alloc.lock();
+    for e in extents {
+        a.records.push(tarn_block::alloc::Record { kind: tarn_block::alloc::RecordKind::Alloc, extent: *e });
     }
-    bp.ndva = got.len() as u8;
-    bp.lsize = psize as u32;
-    bp.psize = psize as u32;
-    bp.birth = txg;
-    bp.fill = 1;
-    bp.checksum_kind = checksum_code(ChecksumKind::Blake3);
-    bp.otype = OT_LOG_BLOCK;
-    Ok(bp)
 }
 
 /// The extents of a log block (never a gang block).

@@ -188,10 +188,22 @@ fn claim_one(s: &Arc<Shared>, id: ObjsetId, header: &LogHeader, synced: Txg) {
         if h.claim_txg == 0 {
             h.claim_txg = synced;
         }
+        // The blocks of indirect writes the replay will read: their txg
+        // never reached disk, so the space maps may not have them.
+        let mut indirect = Vec::new();
+        for r in records.iter().filter(|r| r.txg > h.claim_txg && r.rtype == crate::redo::REDO_RECORD) {
+            for bp in crate::redo::block_pointers(&r.payload) {
+                if claim_block(s, &bp).is_some() {
+                    indirect.push(bp);
+                } else {
+                    eprintln!("tarn: object set {}: intent log record {} names a block outside the pool; its replay will fail", id.0, r.seq);
+                }
+            }
+        }
         st.phase = LogPhase::Claimed;
         st.chain = h.chain;
         st.ahead_seq = seq;
-        st.claimed = Some(Claimed { header: h, blocks, records });
+        st.claimed = Some(Claimed { header: h, blocks, records, indirect });
     }
     drop(st);
     // The next sync writes the header (claim txg, or the new chain).

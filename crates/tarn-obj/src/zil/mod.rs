@@ -54,6 +54,7 @@ use crate::{ObjError, ObjectSet, ObjsetId, Result, Tx, Txg};
 mod alloc;
 mod claim;
 pub mod format;
+mod indirect;
 mod replay;
 mod scan;
 mod sync;
@@ -63,8 +64,14 @@ pub use alloc::VdevClass;
 pub use format::{LogHeader, LogRecord, RECORD_PAYLOAD_MAX};
 pub use replay::ReplayReport;
 pub(crate) use claim::{claim_all, read_log_block};
+pub(crate) use indirect::adopt;
 pub(crate) use scan::scan_live;
 pub(crate) use sync::{after_sync, destroy_objset_log, sync_objset_log};
+
+/// Whole blocks larger than this are written once as ordinary blocks and
+/// their records carry pointers (`logbias=latency`; with `throughput`,
+/// every whole block). OpenZFS's `zfs_immediate_write_sz`, 32 KiB.
+pub const IMMEDIATE_WRITE_MAX: usize = 32 << 10;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub enum LogPhase {
@@ -97,6 +104,9 @@ pub(crate) struct Claimed {
     pub header: LogHeader,
     pub blocks: Vec<BlockPtr>,
     pub records: Vec<LogRecord>,
+    /// Blocks of indirect writes among the records to replay (freed with
+    /// the chain).
+    pub indirect: Vec<BlockPtr>,
 }
 
 pub(crate) struct LogState {
@@ -129,8 +139,14 @@ pub(crate) struct LogState {
     /// Space map records of log blocks not yet handed to the allocator:
     /// (txg the block was allocated under, extent).
     pub withheld: Vec<(Txg, Extent)>,
-    /// Blocks to free at the next sync (a failed batch's).
+    /// Blocks to free at the next sync (a failed batch's, indirect blocks
+    /// registered too late to be adopted).
     pub discard: Vec<BlockPtr>,
+    /// Indirect blocks written for records, waiting for their txg's sync
+    /// (indirect.rs).
+    pub overrides: indirect::Overrides,
+    /// Syncs of txgs up to this one have gone past their overrides.
+    pub overrides_closed: Txg,
     pub claimed: Option<Claimed>,
     /// Replay progress: txg -> highest seq applied in it.
     pub replay_marks: BTreeMap<Txg, u64>,
@@ -166,6 +182,9 @@ pub(crate) struct ObjsetLog {
     pub commits: AtomicU64,
     pub writes: AtomicU64,
     pub blocks_written: AtomicU64,
+    /// Indirect writes: blocks written for records, and those adopted.
+    pub indirect_written: AtomicU64,
+    pub indirect_adopted: AtomicU64,
 }
 
 impl ObjsetLog {
@@ -191,6 +210,8 @@ impl ObjsetLog {
                 failed_msg: String::new(),
                 withheld: Vec::new(),
                 discard: Vec::new(),
+                overrides: Default::default(),
+                overrides_closed: 0,
                 claimed: None,
                 replay_marks: BTreeMap::new(),
                 replay_done_txg: None,
@@ -201,6 +222,8 @@ impl ObjsetLog {
             commits: AtomicU64::new(0),
             writes: AtomicU64::new(0),
             blocks_written: AtomicU64::new(0),
+            indirect_written: AtomicU64::new(0),
+            indirect_adopted: AtomicU64::new(0),
         }
     }
 }
@@ -245,11 +268,13 @@ pub(crate) fn blocks_in_use(s: &Shared) -> Vec<BlockPtr> {
         let st = log.st.lock();
         out.extend(st.live.iter().map(|b| b.bp));
         out.extend(st.discard.iter().copied());
+        out.extend(st.overrides.values().map(|o| o.bp));
         if !st.ahead.is_hole() {
             out.push(st.ahead);
         }
         if let Some(c) = &st.claimed {
             out.extend(c.blocks.iter().copied());
+            out.extend(c.indirect.iter().copied());
         }
     }
     out
@@ -265,6 +290,10 @@ pub struct LogStats {
     /// Log writes (each one batch of blocks and one flush).
     pub writes: u64,
     pub blocks_written: u64,
+    /// Data blocks written once for records (indirect writes), and how
+    /// many of them a txg adopted instead of writing its own.
+    pub indirect_written: u64,
+    pub indirect_adopted: u64,
     /// Written blocks not yet retired.
     pub live_blocks: u64,
     pub durable_seq: u64,
@@ -354,6 +383,8 @@ impl ObjectSet {
                 commits: 0,
                 writes: 0,
                 blocks_written: 0,
+                indirect_written: 0,
+                indirect_adopted: 0,
                 live_blocks: 0,
                 durable_seq: 0,
                 chain_blocks: vec![],
@@ -370,6 +401,8 @@ impl ObjectSet {
             commits: log.commits.load(Ordering::Relaxed),
             writes: log.writes.load(Ordering::Relaxed),
             blocks_written: log.blocks_written.load(Ordering::Relaxed),
+            indirect_written: log.indirect_written.load(Ordering::Relaxed),
+            indirect_adopted: log.indirect_adopted.load(Ordering::Relaxed),
             live_blocks: st.live.len() as u64,
             durable_seq: st.durable_seq,
             chain_blocks,

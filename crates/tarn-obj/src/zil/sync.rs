@@ -29,6 +29,8 @@ pub(crate) fn sync_objset_log(s: &Arc<Shared>, stx: &SyncTx, id: ObjsetId, heade
     for bp in &freed {
         free_block(s, st, bp, txg);
     }
+    // The txg's blocks are written: indirect blocks it did not adopt go.
+    freed.extend(super::indirect::close_txg(s, st, txg));
     match st.phase {
         LogPhase::Closed => *header = LogHeader::default(),
         LogPhase::Claimed => {
@@ -48,7 +50,11 @@ pub(crate) fn sync_objset_log(s: &Arc<Shared>, stx: &SyncTx, id: ObjsetId, heade
             // Replay finished in a txg now syncing: the old chain goes, a
             // new one starts at the block the old one would have used next.
             let blocks = std::mem::take(&mut c.blocks);
+            let indirect = std::mem::take(&mut c.indirect);
             st.claimed = None;
+            for bp in &indirect {
+                free_block(s, st, bp, txg);
+            }
             st.replay_done_txg = None;
             for bp in &blocks {
                 free_block(s, st, bp, txg);
@@ -121,7 +127,13 @@ pub(crate) fn destroy_objset_log(s: &Arc<Shared>, stx: &SyncTx, id: ObjsetId) {
     }
     if let Some(c) = st.claimed.take() {
         doomed.extend(c.blocks);
+        doomed.extend(c.indirect);
     }
+    let overrides: Vec<BlockPtr> = st.overrides.drain().map(|(_, o)| o.bp).collect();
+    for bp in &overrides {
+        super::alloc::record_alloc(s, &extents(bp));
+    }
+    doomed.extend(overrides);
     for bp in &doomed {
         free_block(s, st, bp, txg);
     }

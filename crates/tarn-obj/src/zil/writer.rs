@@ -12,6 +12,7 @@ use super::alloc::{alloc_block, VdevClass};
 use super::format::{self, LogRecord, BLOCK_HEAD, BLOCK_TAIL, LOG_BLOCK_MAX, LOG_BLOCK_MIN};
 use super::{hold, new_chain_id, wait_synced, LiveBlock, LogPhase, LogState, ObjsetLog, Pending};
 use crate::pool::Shared;
+use crate::redo::Fill;
 use crate::{ObjError, ObjsetId, Result, Txg};
 
 /// A log writer with nothing to do for this long exits.
@@ -117,7 +118,7 @@ fn writer_thread(weak: Weak<Shared>, log: Arc<ObjsetLog>) {
             return;
         };
         let upto = batch.last().map_or(0, |p| p.rec.seq);
-        let result = write_batch(&s, &log, &fill(batch)).or_else(|e| {
+        let result = fill(&s, &log, batch).and_then(|(recs, tops)| write_batch(&s, &log, &recs, &tops)).or_else(|e| {
             // The log could not take it: make the records durable the slow
             // way (a txg sync covers every record appended before it) and
             // throw the chain away at that sync.
@@ -149,17 +150,27 @@ fn writer_thread(weak: Weak<Shared>, log: Arc<ObjsetLog>) {
     }
 }
 
-/// Copies the bytes of the batch's write notes into their records.
-fn fill(batch: Vec<Pending>) -> Vec<LogRecord> {
-    batch
-        .into_iter()
-        .map(|Pending { mut rec, fills }| {
-            for f in &fills {
-                f.apply(&mut rec.payload);
+/// Completes the batch's records: copies the bytes of their write notes
+/// in, and writes the blocks of their indirect writes (indirect.rs),
+/// putting the pointers in. Returns the records and the vdevs written
+/// (the log's flush covers them: a record must never be durable before
+/// the block it names).
+fn fill(s: &Shared, log: &ObjsetLog, batch: Vec<Pending>) -> Result<(Vec<LogRecord>, Vec<u32>)> {
+    let mut tops = Vec::new();
+    let mut out = Vec::with_capacity(batch.len());
+    for Pending { mut rec, fills } in batch {
+        for f in &fills {
+            match f {
+                Fill::Copy { .. } => f.apply(&mut rec.payload),
+                Fill::Block { at, block, spec } => {
+                    let bp = super::indirect::write_block(s, log, block, *spec, rec.txg, &mut tops)?;
+                    rec.payload[*at..*at + tarn_block::BP_SIZE].copy_from_slice(&bp.encode());
+                }
             }
-            rec
-        })
-        .collect()
+        }
+        out.push(rec);
+    }
+    Ok((out, tops))
 }
 
 /// Bytes of records that fit from `recs[from..]` into `capacity`: how many.
@@ -185,7 +196,7 @@ fn block_size_for(s: &Shared, bytes: usize) -> u64 {
 /// Writes `batch` as blocks of the chain and flushes them. The writer
 /// holds the open txg meanwhile (see mod.rs), opening the chain first if
 /// there is none; it waits for the header's txg when the chain is new.
-fn write_batch(s: &Arc<Shared>, log: &ObjsetLog, batch: &[LogRecord]) -> Result<()> {
+fn write_batch(s: &Arc<Shared>, log: &ObjsetLog, batch: &[LogRecord], also_flush: &[u32]) -> Result<()> {
     if s.suspended.is_set() {
         return Err(ObjError::Io("pool is suspended".into()));
     }
@@ -204,7 +215,7 @@ fn write_batch(s: &Arc<Shared>, log: &ObjsetLog, batch: &[LogRecord]) -> Result<
     let mut written: Vec<LiveBlock> = Vec::new();
     // Blocks allocated by this batch (each written block's `next`).
     let mut allocated: Vec<BlockPtr> = Vec::new();
-    let mut tops_written: Vec<u32> = Vec::new();
+    let mut tops_written: Vec<u32> = also_flush.to_vec();
     let mut i = 0;
     let mut last_seq_written = 0u64;
     while i < batch.len() {
