@@ -12,6 +12,10 @@ pub struct CachedPool {
     pub guid: u64,
     pub devices: Vec<String>,
     pub altroot: Option<String>,
+    /// Imported with `-m` (a log device missing): the daemon re-imports it
+    /// the same way at start, until it is exported.
+    #[serde(default)]
+    pub missing_log: bool,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
@@ -50,6 +54,8 @@ impl PoolCache {
                 self.known_devices.push(device.clone());
             }
         }
+        let mut pool = pool;
+        pool.missing_log |= self.pools.iter().any(|p| p.guid == pool.guid && p.missing_log);
         self.pools.retain(|p| p.name != pool.name);
         self.pools.push(pool);
     }
@@ -69,7 +75,7 @@ mod tests {
         let path = dir.path().join("pools.json");
         assert_eq!(PoolCache::load(&path).unwrap(), PoolCache::default());
         let mut cache = PoolCache::default();
-        cache.remember(CachedPool { name: "tank".into(), guid: 7, devices: vec!["/a".into()], altroot: None });
+        cache.remember(CachedPool { name: "tank".into(), guid: 7, devices: vec!["/a".into()], altroot: None, missing_log: false });
         cache.save(&path).unwrap();
         let loaded = PoolCache::load(&path).unwrap();
         assert_eq!(loaded, cache);

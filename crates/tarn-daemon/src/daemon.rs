@@ -141,7 +141,7 @@ impl Daemon {
                 rewind: false,
                 altroot: pool.altroot.clone(),
                 pool: Some(pool.guid.to_string()),
-                missing_log: false,
+                missing_log: pool.missing_log,
             };
             let paths = pool.devices.clone();
             match self.import_from(&paths, request) {
@@ -400,7 +400,7 @@ impl Daemon {
         let exit = if mount_failures.is_empty() { 0 } else { 1 };
         warnings.push_str(&mount_failures);
         let guid = imported.ds.obj().guid();
-        let cached = CachedPool { name: pool.clone(), guid, devices: all_paths, altroot: imported.altroot.clone() };
+        let cached = CachedPool { name: pool.clone(), guid, devices: all_paths, altroot: imported.altroot.clone(), missing_log: false };
         pools.insert(pool, imported);
         let mut cache = self.cache.lock();
         cache.remember(cached);
@@ -483,7 +483,7 @@ impl Daemon {
         for note in obj_notes(&imported) {
             warnings.push_str(&format!("warning: {note}\n"));
         }
-        let cached = CachedPool { name: name.clone(), guid, devices: device_paths, altroot: imported.altroot.clone() };
+        let cached = CachedPool { name: name.clone(), guid, devices: device_paths, altroot: imported.altroot.clone(), missing_log };
         pools.insert(name, imported);
         let mut cache = self.cache.lock();
         cache.remember(cached);

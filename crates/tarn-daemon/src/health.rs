@@ -365,7 +365,7 @@ impl Daemon {
         let obj = imported.ds.obj().clone();
         imported.devices = all_device_paths(&obj);
         let cached =
-            CachedPool { name: pool.to_string(), guid: obj.guid(), devices: imported.devices.clone(), altroot: imported.altroot.clone() };
+            CachedPool { name: pool.to_string(), guid: obj.guid(), devices: imported.devices.clone(), altroot: imported.altroot.clone(), missing_log: false };
         drop(pools);
         let mut cache = self.cache.lock();
         cache.remember(cached);

@@ -195,7 +195,7 @@ fn log_vdevs_create_add_status_remove() {
 fn import_without_the_log_device_needs_m() {
     let seeded = tarn_testkit::seeded!(2);
     let mut rng = seeded.rng(2);
-    let harness = Harness::start();
+    let mut harness = Harness::start();
     let files = harness.vdev_files("vdevs", 3, 256 << 20);
     let main = names(&files[0..2]);
     let slog = &files[2..3];
@@ -229,6 +229,13 @@ fn import_without_the_log_device_needs_m() {
     assert!(text.contains("log devices cannot be used"), "{text}");
     // Sync writes go on (on the main vdevs).
     write_synced(&root.join("after"), &data);
+    // A daemon restart imports it the way it was imported (with `-m`),
+    // not refusing it for the device the user already let go.
+    harness.kill_daemon();
+    harness.restart_daemon();
+    common::wait_mounted(&root);
+    assert_eq!(fs::read(root.join("after")).unwrap(), data, "fsync'd after import -m, then the daemon restarted");
+    assert_eq!(harness.pool_json("tank")["state"], "DEGRADED");
     // The missing device is removed; the pool is whole again.
     harness.tarn_ok(&["pool", "remove", "tank", &path_str(&slog[0])]);
     assert_eq!(harness.pool_json("tank")["state"], "ONLINE");

@@ -156,6 +156,17 @@ pub(crate) struct LogState {
 }
 
 impl LogState {
+    /// Raises `durable_seq` to the record before the first one that is
+    /// neither written nor retired (pending, or in the batch being
+    /// written): every record below it reached a log block that was
+    /// flushed, or a txg that is on disk. (The writer after a batch, an
+    /// idle writer, and `after_sync` all count this way.)
+    pub fn mark_durable(&mut self) {
+        let first_unwritten = [self.pending.first().map(|p| p.rec.seq), (self.inflight_from > 0).then_some(self.inflight_from)].into_iter().flatten().min();
+        let bound = first_unwritten.map_or(self.next_rec_seq - 1, |f| f - 1);
+        self.durable_seq = self.durable_seq.max(bound);
+    }
+
     /// A new chain starting at `ahead` (a new identity: a stale block of
     /// the old chain at a reused address must never verify), usable once
     /// `header_txg` has synced; closed when there is no block ahead.

@@ -105,9 +105,7 @@ pub(crate) fn after_sync(s: &Shared, txg: Txg) {
 
 fn retire_pending(st: &mut LogState, txg: Txg) {
     st.pending.retain(|p| p.rec.txg > txg);
-    let first_unwritten = [st.pending.first().map(|p| p.rec.seq), (st.inflight_from > 0).then_some(st.inflight_from)].into_iter().flatten().min();
-    let bound = first_unwritten.map_or(st.next_rec_seq - 1, |f| f - 1);
-    st.durable_seq = st.durable_seq.max(bound);
+    st.mark_durable();
 }
 
 /// The object set is destroyed (or rolled back) in the txg being synced:

@@ -86,7 +86,7 @@ fn writer_thread(weak: Weak<Shared>, log: Arc<ObjsetLog>) {
                 // completion below covers this; a writer must never idle
                 // out with a committer left waiting.)
                 if st.want_seq > st.durable_seq && st.pending.is_empty() && !st.writing && st.failed_upto <= st.durable_seq {
-                    st.durable_seq = st.next_rec_seq - 1;
+                    st.mark_durable();
                     log.cv.notify_all();
                 }
                 let work = st.want_seq > st.durable_seq && !st.pending.is_empty() && !st.writing;
@@ -138,8 +138,8 @@ fn writer_thread(weak: Weak<Shared>, log: Arc<ObjsetLog>) {
                 // without being written: they are durable too. Without
                 // this, a committer waiting for one would wait for the
                 // next txg (an hour away with a long `txg_timeout`).
-                let retired_upto = st.pending.first().map_or(st.next_rec_seq - 1, |p| p.rec.seq - 1);
-                st.durable_seq = st.durable_seq.max(upto).max(retired_upto);
+                st.mark_durable();
+                assert!(st.durable_seq >= upto, "a written batch up to {upto} not counted durable");
             }
             Err(e) => {
                 st.failed_upto = upto;
