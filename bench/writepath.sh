@@ -76,7 +76,7 @@ iops() {
     python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("%.0f" % sum(j["write"]["iops"] for j in d["jobs"]))' "$json"
 }
 
-for system in raw tarn; do
+for system in raw zfs-fuse btrfs tarn; do
     has "$system" || continue
     system_start "$system"
     dir=$mnt

@@ -616,15 +616,26 @@ impl TopVdev {
             let col = map.columns.get(c).ok_or_else(|| VdevError::Invalid("column".into()))?;
             let bytes = Self::column_bytes(&map, &shards, c);
             let slot = self.slot(col.child)?;
-            let oks = slot.iter().filter(|l| l.write(bytes, col.child_offset, txg).is_ok()).count();
+            let mut first_err = None;
+            let mut oks = 0;
+            for l in slot.iter() {
+                match l.write(bytes, col.child_offset, txg) {
+                    Ok(()) => oks += 1,
+                    Err(e) => {
+                        first_err.get_or_insert_with(|| format!("{}: {e}", l.path));
+                    }
+                }
+            }
             if oks == 0 {
-                Err(VdevError::Invalid("column write failed".into()))
+                Err(VdevError::Invalid(first_err.unwrap_or_else(|| "column write failed".into())))
             } else {
                 Ok(())
             }
         });
         let failed = results.iter().filter(|r| r.is_err()).count();
-        self.tolerate(&format!("raidz write at {offset}"), failed, map.columns.len())
+        // Name the first failure: "4 of 4 failed" alone does not say why.
+        let why = results.iter().find_map(|r| r.as_ref().err()).map(|e| format!(" ({e})")).unwrap_or_default();
+        self.tolerate(&format!("raidz write at {offset}{why}"), failed, map.columns.len())
     }
 
     /// Reads columns `which` from the first leaf of their slot that holds
