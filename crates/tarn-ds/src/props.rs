@@ -52,6 +52,7 @@ pub const PROPERTIES: &[PropDef] = &[
     settable("snapdir", true, "hidden"),
     settable("sync", true, "standard"),
     settable("primarycache", true, "all"),
+    settable("secondarycache", true, "all"),
     settable("sharenfs", true, "off"),
     settable("sharesmb", true, "off"),
     readonly("logicalused"),
@@ -118,7 +119,6 @@ pub const NOT_YET_SUPPORTED: &[&str] = &[
     "keystatus",
     "encryptionroot",
     "pbkdf2iters",
-    "secondarycache",
     "logbias",
     "volsize",
     "volblocksize",
@@ -290,7 +290,7 @@ fn validate_native(prop: &str, value: &str) -> Result<(&'static str, String), Pr
             "standard" | "always" | "disabled" => value.to_string(),
             _ => return Err(bad(name, value, "must be standard, always or disabled")),
         },
-        "primarycache" => match value {
+        "primarycache" | "secondarycache" => match value {
             "all" | "metadata" | "none" => value.to_string(),
             _ => return Err(bad(name, value, "must be all, metadata or none")),
         },
@@ -462,6 +462,8 @@ pub struct Settings {
     pub sync: SyncProp,
     /// `primarycache`.
     pub primarycache: tarn_obj::CachePolicy,
+    /// `secondarycache`.
+    pub secondarycache: tarn_obj::CachePolicy,
 }
 
 /// The `sync` property's values (what each means: tarn-fs `SyncMode`).
@@ -497,13 +499,18 @@ pub fn settings(name: &str, local: &dyn Fn(&str, &str) -> Option<String>) -> Set
             "disabled" => SyncProp::Disabled,
             _ => SyncProp::Standard,
         },
-        primarycache: match value("primarycache").as_str() {
-            "metadata" => tarn_obj::CachePolicy::Metadata,
-            "none" => tarn_obj::CachePolicy::None,
-            _ => tarn_obj::CachePolicy::All,
-        },
+        primarycache: cache_policy(&value("primarycache")),
+        secondarycache: cache_policy(&value("secondarycache")),
         quota: value("quota").parse().ok(),
         mountpoint,
+    }
+}
+
+fn cache_policy(value: &str) -> tarn_obj::CachePolicy {
+    match value {
+        "metadata" => tarn_obj::CachePolicy::Metadata,
+        "none" => tarn_obj::CachePolicy::None,
+        _ => tarn_obj::CachePolicy::All,
     }
 }
 

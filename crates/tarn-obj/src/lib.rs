@@ -74,9 +74,12 @@ pub struct WriteProps {
     pub copies: u8,
     /// `primarycache`: which of its blocks the ARC keeps.
     pub primarycache: CachePolicy,
+    /// `secondarycache`: which of its blocks the ARC may hand to the
+    /// L2ARC when it evicts them.
+    pub secondarycache: CachePolicy,
 }
 
-/// `primarycache` (and later `secondarycache`): all blocks, metadata only
+/// `primarycache` and `secondarycache`: all blocks, metadata only
 /// (blocks of maps and dnodes, indirect blocks), or none. Under `none`,
 /// indirect blocks are still cached (every read needs them to find the
 /// data), unlike ZFS; a block already cached is still served from the

@@ -40,13 +40,11 @@ impl ObjectSet {
         if bp.is_hole() {
             return Ok(None);
         }
-        let keep = self.cache_policy().keeps(phys.flags & crate::format::DN_METADATA != 0);
-        let data = if !keep {
+        let metadata = phys.flags & crate::format::DN_METADATA != 0;
+        let data = if !self.cache_policy().keeps(metadata) {
             self.io().read_passing(&bp)
-        } else if prefetch {
-            self.io().read_prefetch(&bp)
         } else {
-            self.io().read(&bp)
+            self.io().read_cached_as(&bp, prefetch, self.l2_policy().keeps(metadata))
         };
         Ok(Some(data.map_err(block_err)?))
     }

@@ -160,7 +160,7 @@ fn random_guid() -> u64 {
 }
 
 pub(crate) fn default_props() -> WriteProps {
-    WriteProps { compression: Compression::Lz4, checksum: ChecksumKind::Fletcher4, copies: 1, primarycache: crate::CachePolicy::All }
+    WriteProps { compression: Compression::Lz4, checksum: ChecksumKind::Fletcher4, copies: 1, primarycache: crate::CachePolicy::All, secondarycache: crate::CachePolicy::All }
 }
 
 impl ObjPool {
@@ -204,6 +204,7 @@ impl ObjPool {
             top: tops_cfg.clone(),
             properties: cfg.properties.clone(),
             spares: vec![],
+            cache: vec![],
             generation: 1,
         };
         for (top_id, leaf_guid, d) in &all_devs {
