@@ -278,6 +278,12 @@ impl PoolL2 {
         self.queue.lock().push_back((id, bp_checksum, data));
     }
 
+    /// Whether a cache device indexes `bp`'s block.
+    pub fn holds(&self, bp: &BlockPtr) -> bool {
+        let id = BlockId { vdev: bp.dva[0].vdev, offset: bp.dva[0].offset, birth: bp.birth };
+        self.devs.read().iter().any(|d| d.contains(&id))
+    }
+
     fn forget(&self, key: &CacheKey) {
         let id = BlockId { vdev: key.vdev, offset: key.offset, birth: key.birth };
         for d in self.devs.read().iter() {

@@ -169,6 +169,21 @@ impl ObjectSet {
         Ok(!bp.is_hole() && self.io().is_cached(&bp))
     }
 
+    /// Whether a committed block of `id` is on a cache device (the L2ARC
+    /// indexes it): for tests.
+    pub fn is_block_in_l2(&self, id: ObjectId, blkid: u64) -> Result<bool> {
+        let dn = self.dnode(id)?;
+        let phys = {
+            let st = dn.st.lock();
+            match self.block_view(&st, blkid)? {
+                Found::Committed(p) => *p,
+                _ => return Ok(false),
+            }
+        };
+        let bp = tree::lookup(self.io(), &phys, blkid)?;
+        Ok(!bp.is_hole() && self.shared.l2.holds(&bp))
+    }
+
     /// The newest version of data block `blkid`, shared (no copy); `None`
     /// for a hole or a block past the end. Its length is the block size.
     pub fn read_block(&self, id: ObjectId, blkid: u64) -> Result<Option<Arc<Vec<u8>>>> {
