@@ -250,7 +250,7 @@ impl Daemon {
     }
 
     fn pool_create(&self, request: Request) -> HandlerResult {
-        let Request::PoolCreate { pool, vdevs, force, dry_run, mountpoint, altroot, ashift, pool_props, fs_props } =
+        let Request::PoolCreate { pool, vdevs, force, dry_run, mountpoint, altroot, ashift, pool_props, fs_props, cache } =
             request
         else {
             unreachable!()
@@ -304,6 +304,12 @@ impl Daemon {
                 seen.push(device.clone());
             }
         }
+        for device in &cache {
+            if seen.contains(device) {
+                return Err(fail(format!("device '{device}' is given more than once")));
+            }
+            seen.push(device.clone());
+        }
         let mut pools = self.pools.lock();
         if pools.contains_key(&pool) {
             return Err(fail("a pool with that name already exists".into()));
@@ -338,6 +344,10 @@ impl Daemon {
                 tops.push((kind, opened));
             }
         }
+        let mut cache_devs = Vec::new();
+        for path in &cache {
+            cache_devs.push((path.clone(), scan::open_new_device(path, force).map_err(fail)?));
+        }
         if !force {
             let redundancy = |g: &VdevGroup| match g.kind {
                 VdevKind::Disk => "no redundancy".to_string(),
@@ -371,12 +381,19 @@ impl Daemon {
                     }
                 }
             }
+            if !cache.is_empty() {
+                out.push_str("\tcache\n");
+            }
+            for device in &cache {
+                out.push_str(&format!("\t  {device}\n"));
+            }
             return Ok(Response::text(out));
         }
         let all_paths: Vec<String> = seen;
-        let obj = ObjPool::create_with_logs(
+        let obj = ObjPool::create_with_devices(
             PoolCreate { name: pool.clone(), tops, ashift, properties: pool_props.iter().cloned().collect(), hostname: hostname() },
             logs,
+            cache_devs,
         )
         .map_err(|e| fail(e.to_string()))?;
         obj.set_tunables(self.tuning.get());
