@@ -183,7 +183,7 @@ impl CacheDev {
     /// Writes one chunk of `blocks` (identity, bp checksum, data) at the
     /// head, then the device header naming it, and indexes the blocks.
     /// Returns the bytes written.
-    pub fn write_chunk(&self, blocks: &[(BlockId, [u8; 32], Arc<Vec<u8>>)]) -> tarn_vdev::Result<u64> {
+    pub fn write_chunk(&self, blocks: &[format::Queued]) -> tarn_vdev::Result<u64> {
         let header_len = ChunkHeader::size_for(blocks.len());
         let mut entries = Vec::with_capacity(blocks.len());
         let mut rel = header_len;

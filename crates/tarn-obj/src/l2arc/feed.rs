@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::format::{self, BlockId};
+use super::format::{self, Queued};
 use super::{count, rebuild, PoolL2, WRITE_BOOST, WRITE_MAX};
 
 /// How often the feed writes (5 times a second: the budget per tick is a
@@ -14,7 +14,6 @@ use super::{count, rebuild, PoolL2, WRITE_BOOST, WRITE_MAX};
 pub const FEED_INTERVAL: Duration = Duration::from_millis(200);
 const TICKS_PER_SECOND: u64 = 5;
 
-type Queued = (BlockId, [u8; 32], Arc<Vec<u8>>);
 
 pub(crate) fn run(pool: &Arc<PoolL2>) {
     rebuild_all(pool);

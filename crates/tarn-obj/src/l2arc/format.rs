@@ -35,6 +35,10 @@ pub struct BlockId {
     pub vdev: u32,
 }
 
+/// A block on its way to a cache device: identity, the bp's checksum,
+/// the data.
+pub type Queued = (BlockId, [u8; 32], std::sync::Arc<Vec<u8>>);
+
 /// The device header: which pool and device this is, and the newest chunk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DevHeader {
@@ -187,7 +191,7 @@ impl ChunkHeader {
                 rel: u64_at(b, at + 24)?,
             };
             let end = e.rel.checked_add(RECORD_HEADER_SIZE as u64 + u64::from(e.len))?;
-            if e.rel < header || end > len || e.rel % RECORD_ALIGN != 0 {
+            if e.rel < header || end > len || !e.rel.is_multiple_of(RECORD_ALIGN) {
                 return None;
             }
             entries.push(e);

@@ -121,7 +121,7 @@ pub(crate) struct PoolL2 {
     /// Entries born after this txg are dropped at rebuild.
     max_birth: AtomicU64,
     pub devs: RwLock<Vec<Arc<CacheDev>>>,
-    queue: Mutex<VecDeque<(BlockId, [u8; 32], Arc<Vec<u8>>)>>,
+    queue: Mutex<VecDeque<format::Queued>>,
     queued_bytes: AtomicU64,
     counters: Counters,
     /// Bytes of index memory charged to the ARC.

@@ -46,7 +46,7 @@ fn device_header(dev: &CacheDev) -> Option<DevHeader> {
 
 /// Reads and decodes the chunk header at `at`.
 fn read_chunk(dev: &CacheDev, at: u64) -> Option<ChunkHeader> {
-    if at < format::RING_START || at % format::CHUNK_ALIGN != 0 || at >= dev.ring_end {
+    if at < format::RING_START || !at.is_multiple_of(format::CHUNK_ALIGN) || at >= dev.ring_end {
         return None;
     }
     let mut first = vec![0u8; format::CHUNK_ALIGN as usize];
@@ -113,8 +113,8 @@ pub(crate) fn rebuild(dev: &CacheDev, max_birth: u64, stop: &AtomicBool) -> Rebu
                 continue;
             }
             // Walking back: a newer copy of the block, seen first, wins.
-            if !index.contains_key(&e.id) {
-                index.insert(e.id, Loc { at: at + e.rel, len: e.len });
+            if let std::collections::hash_map::Entry::Vacant(slot) = index.entry(e.id) {
+                slot.insert(Loc { at: at + e.rel, len: e.len });
                 data_bytes += u64::from(e.len);
                 out.blocks += 1;
             }

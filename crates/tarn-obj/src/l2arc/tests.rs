@@ -9,7 +9,7 @@ use tarn_dev::{Device, MemDevice};
 use tarn_vdev::LeafVdev;
 
 use super::device::{CacheDev, Lookup};
-use super::format::{self, BlockId};
+use super::format::{BlockId, Queued};
 use super::rebuild::rebuild;
 
 const POOL: u64 = 0x5151;
@@ -29,14 +29,14 @@ fn block(i: u64, len: usize) -> (BlockId, [u8; 32], Arc<Vec<u8>>) {
 
 /// Writes blocks `range` as chunks of `per_chunk`; returns what each
 /// block should read back as.
-fn feed(dev: &CacheDev, range: std::ops::Range<u64>, per_chunk: usize) -> HashMap<BlockId, (u64, [u8; 32], Arc<Vec<u8>>)> {
+fn feed(dev: &CacheDev, range: std::ops::Range<u64>, per_chunk: usize) -> HashMap<BlockId, Queued> {
     let all: Vec<_> = range.map(|i| (i, block(i, 4096 + (i as usize % 3) * 4096))).collect();
     let mut out = HashMap::new();
     for chunk in all.chunks(per_chunk) {
         let blocks: Vec<_> = chunk.iter().map(|(_, b)| b.clone()).collect();
         dev.write_chunk(&blocks).expect("chunk written");
-        for (i, (id, sum, data)) in chunk {
-            out.insert(*id, (*i, *sum, data.clone()));
+        for (_, (id, sum, data)) in chunk {
+            out.insert(*id, (*id, *sum, data.clone()));
         }
     }
     out
