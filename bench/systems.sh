@@ -93,8 +93,9 @@ tarn_start() {
     "$tarn_bin" daemon --state-dir "$workdir/tarn-state" --socket "$workdir/tarn.sock" >"$workdir/tarn-daemon.log" 2>&1 &
     tarn_pid=$!
     for _ in $(seq 100); do [ -S "$workdir/tarn.sock" ] && break; sleep 0.1; done
-    # With $tarn_slog (a file or device), the pool gets it as a log vdev.
-    tarn pool create -m "$workdir/mnt-tarn" tbtarn raidz1 "$workdir"/tarn/d{1,2,3,4} ${tarn_slog:+log "$tarn_slog"}
+    # With $tarn_slog (a file or device), the pool gets it as a log vdev;
+    # with $tarn_cache, as a cache device (L2ARC).
+    tarn pool create -m "$workdir/mnt-tarn" tbtarn raidz1 "$workdir"/tarn/d{1,2,3,4} ${tarn_slog:+log "$tarn_slog"} ${tarn_cache:+cache "$tarn_cache"}
     wait_mount "$workdir/mnt-tarn"
     mnt="$workdir/mnt-tarn"
 }
