@@ -168,7 +168,7 @@ run_zfs() {
 
 for system in tarn zfs-fuse; do
     has "$system" || continue
-    for with_cache in no yes; do
+    for with_cache in ${BENCH_L2_ONLY:-no yes}; do
         case "$system" in
             tarn) run_tarn "$with_cache" ;;
             zfs-fuse) run_zfs "$with_cache" ;;
