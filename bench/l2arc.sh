@@ -25,8 +25,9 @@
 # so pool reads mostly go to the disk, as they would on a NAS.
 #
 # zfs-fuse (Debian's, pool version 23) gets --max-arc-size and the same
-# cache device; it disables its page cache (--disable-page-cache) so its
-# reads reach its ARC. Prints a markdown table; not a test, never fails
+# file as its cache device, through a loop device (it takes no plain file
+# there); it disables its page cache (--disable-page-cache) so its reads
+# reach its ARC. Prints a markdown table; not a test, never fails
 # on a number.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -128,8 +129,14 @@ run_zfs() {
     local with_cache=$1
     rm -rf "$workdir/zfs"; mkdir -p "$workdir/zfs"
     for i in 1 2 3 4; do truncate -s "$vdev_size" "$workdir/zfs/d$i"; done
-    local cache_arg=()
-    if [ "$with_cache" = yes ]; then rm -f "$cache_file"; truncate -s 2G "$cache_file"; cache_arg=(cache "$cache_file"); fi
+    local cache_arg=() cache_dev=""
+    if [ "$with_cache" = yes ]; then
+        # zfs-fuse takes only a block device as a cache device ("cache
+        # device must be a disk or disk slice"): a loop device over the file.
+        rm -f "$cache_file"; truncate -s 2G "$cache_file"
+        cache_dev=$(losetup --find --show "$cache_file")
+        cache_arg=(cache "$cache_dev")
+    fi
     zfs-fuse --no-daemon --max-arc-size "$arc_mib" --disable-page-cache >"$workdir/zfs-fuse.log" 2>&1 &
     zfs_pid=$!
     started+=(zfs-fuse)
@@ -137,6 +144,7 @@ run_zfs() {
     if ! zpool create -f -O recordsize=16K -O compression=off -m "$workdir/mnt-zfs" tbzfs raidz1 "$workdir"/zfs/d{1,2,3,4} "${cache_arg[@]}" 2>"$workdir/zpool-create.err"; then
         printf 'zfs-fuse\t%s\tzpool create failed: %s\t-\t-\t-\n' "$with_cache" "$(tr '\n' ' ' < "$workdir/zpool-create.err")" | tee -a "$results"
         system_stop zfs-fuse
+        [ -z "$cache_dev" ] || losetup -d "$cache_dev"
         return
     fi
     mnt="$workdir/mnt-zfs"
@@ -147,7 +155,7 @@ run_zfs() {
         local last=0 now
         for _ in $(seq 18); do
             randread "$mnt" 10 >/dev/null || true
-            now=$(zpool iostat -v tbzfs | awk -v c="$cache_file" '$1 == c {print $2}')
+            now=$(zpool iostat -v tbzfs | awk -v c="$(basename "$cache_dev")" '$1 == c || $1 == "/dev/"c {print $2}')
             echo "zfs-fuse cache device holds $now" >&2
             [ "$now" = "$last" ] && break
             last=$now
@@ -160,9 +168,10 @@ run_zfs() {
     iops=$(randread "$mnt" "$runtime" || echo "fio failed")
     drop_loop_stop
     local held="-"
-    [ "$with_cache" = yes ] && held=$(zpool iostat -v tbzfs | awk -v c="$cache_file" '$1 == c {print $2}')
+    [ "$with_cache" = yes ] && held=$(zpool iostat -v tbzfs | awk -v c="$(basename "$cache_dev")" '$1 == c || $1 == "/dev/"c {print $2}')
     printf 'zfs-fuse\t%s\t%s\t-\t-\t%s\n' "$with_cache" "$iops" "$held" | tee -a "$results"
     system_stop zfs-fuse
+    [ -z "$cache_dev" ] || losetup -d "$cache_dev"
     rm -f "$cache_file"
 }
 
