@@ -967,6 +967,16 @@ fn describe_candidates(candidates: &BTreeMap<u64, scan::Candidate>) -> String {
             }
         }
         let degraded = lines.iter().chain(&log_lines).any(|(_, s)| s != "ONLINE");
+        // Cache devices: listed, UNAVAIL when missing, never a reason not
+        // to import.
+        let cache_lines: Vec<(String, String)> = config
+            .cache
+            .iter()
+            .map(|c| match candidate.devices.iter().find(|d| d.leaf_guid == c.guid) {
+                Some(d) => (format!("  {}", d.path), "ONLINE".to_string()),
+                None => (format!("  {}", c.path), "UNAVAIL".to_string()),
+            })
+            .collect();
         let state = if missing_tops > 0 {
             "UNAVAIL"
         } else if degraded {
@@ -984,7 +994,7 @@ fn describe_candidates(candidates: &BTreeMap<u64, scan::Candidate>) -> String {
             "The pool can be imported using its name or numeric identifier."
         };
         out.push_str(&format!("   pool: {}\n     id: {guid}\n  state: {state}\n action: {action}\n config:\n\n", config.name));
-        let width = lines.iter().chain(&log_lines).map(|(n, _)| n.len()).max().unwrap_or(0).max(config.name.len()) + 2;
+        let width = lines.iter().chain(&log_lines).chain(&cache_lines).map(|(n, _)| n.len()).max().unwrap_or(0).max(config.name.len()) + 2;
         out.push_str(&format!("\t{:<width$}{state}\n", config.name));
         for (name, state) in lines {
             out.push_str(&format!("\t{name:<width$}{state}\n"));
@@ -992,6 +1002,12 @@ fn describe_candidates(candidates: &BTreeMap<u64, scan::Candidate>) -> String {
         if !log_lines.is_empty() {
             out.push_str("\tlogs\n");
             for (name, state) in log_lines {
+                out.push_str(&format!("\t{name:<width$}{state}\n"));
+            }
+        }
+        if !cache_lines.is_empty() {
+            out.push_str("\tcache\n");
+            for (name, state) in cache_lines {
                 out.push_str(&format!("\t{name:<width$}{state}\n"));
             }
         }

@@ -175,6 +175,10 @@ fn cache_vdevs_create_add_status_remove() {
     harness.export("tank");
     let away = harness.dir.join("away");
     fs::rename(&cache[0], &away).unwrap();
+    let listing = harness.tarn_ok(&["pool", "import", "-d", &path_str(&dir)]);
+    assert!(listing.contains("state: ONLINE") && listing.contains("\tcache\n"), "{listing}");
+    let cache_row = listing.lines().find(|l| l.contains(cache[0].as_str())).unwrap_or_else(|| panic!("{listing}"));
+    assert!(cache_row.ends_with("UNAVAIL"), "{listing}");
     let root = harness.import("tank", &dir);
     let pool = harness.pool_json("tank");
     assert_eq!(pool["state"], "ONLINE", "{pool:#}");
