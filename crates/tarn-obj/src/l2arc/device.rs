@@ -109,9 +109,10 @@ impl CacheDev {
         (self.ring_len() / 8).clamp(format::CHUNK_ALIGN, 16 << 20)
     }
 
-    /// Bytes of memory the index takes (its table's whole capacity).
+    /// Bytes of memory the index takes: its table's slots, full or not
+    /// (`capacity` is 7/8 of them: the table's largest load).
     pub fn index_bytes(&self) -> u64 {
-        self.index.read().capacity() as u64 * INDEX_SLOT_BYTES
+        self.index.read().capacity() as u64 * 8 / 7 * INDEX_SLOT_BYTES
     }
 
     pub fn contains(&self, id: &BlockId) -> bool {
