@@ -92,9 +92,11 @@ tarn_start() {
     for i in 1 2 3 4; do truncate -s "$vdev_size" "$workdir/tarn/d$i"; done
     "$tarn_bin" daemon --state-dir "$workdir/tarn-state" --socket "$workdir/tarn.sock" >"$workdir/tarn-daemon.log" 2>&1 &
     tarn_pid=$!
-    for _ in $(seq 100); do [ -S "$workdir/tarn.sock" ] && break; sleep 0.1; done
-    # With $tarn_slog (a file or device), the pool gets it as a log vdev.
-    tarn pool create -m "$workdir/mnt-tarn" tbtarn raidz1 "$workdir"/tarn/d{1,2,3,4} ${tarn_slog:+log "$tarn_slog"}
+    # The socket file exists from bind(), before listen(): wait for an answer.
+    for _ in $(seq 100); do [ -S "$workdir/tarn.sock" ] && tarn pool list >/dev/null 2>&1 && break; sleep 0.1; done
+    # With $tarn_slog (a file or device), the pool gets it as a log vdev;
+    # with $tarn_cache, as a cache device (L2ARC).
+    tarn pool create -m "$workdir/mnt-tarn" tbtarn raidz1 "$workdir"/tarn/d{1,2,3,4} ${tarn_slog:+log "$tarn_slog"} ${tarn_cache:+cache "$tarn_cache"}
     wait_mount "$workdir/mnt-tarn"
     mnt="$workdir/mnt-tarn"
 }

@@ -45,11 +45,19 @@ pub const ARC_MAX_FLOOR: u64 = 16 << 20;
 /// (1/4): past it they prune themselves (`meta_over_budget`).
 const META_SHARE_DIVISOR: u64 = 4;
 
+/// A cached block and, if it may go to the second level when evicted (its
+/// dataset's `secondarycache`), its block pointer's checksum.
+#[derive(Clone)]
+struct Cached {
+    data: Arc<Vec<u8>>,
+    l2: Option<[u8; 32]>,
+}
+
 #[derive(Clone)]
 struct ByteWeighter;
-impl quick_cache::Weighter<CacheKey, Arc<Vec<u8>>> for ByteWeighter {
-    fn weight(&self, _k: &CacheKey, v: &Arc<Vec<u8>>) -> u64 {
-        block_weight(v.capacity() as u64)
+impl quick_cache::Weighter<CacheKey, Cached> for ByteWeighter {
+    fn weight(&self, _k: &CacheKey, v: &Cached) -> u64 {
+        block_weight(v.data.capacity() as u64)
     }
 }
 
@@ -72,16 +80,16 @@ struct Evictions {
     second: SecondSlot,
 }
 
-impl quick_cache::Lifecycle<CacheKey, Arc<Vec<u8>>> for Evictions {
-    type RequestState = Vec<(CacheKey, Arc<Vec<u8>>)>;
+impl quick_cache::Lifecycle<CacheKey, Cached> for Evictions {
+    type RequestState = Vec<(CacheKey, [u8; 32], Arc<Vec<u8>>)>;
 
     fn begin_request(&self) -> Self::RequestState {
         Vec::new()
     }
 
-    fn on_evict(&self, state: &mut Self::RequestState, key: CacheKey, val: Arc<Vec<u8>>) {
-        if self.second.read().is_some() {
-            state.push((key, val));
+    fn on_evict(&self, state: &mut Self::RequestState, key: CacheKey, val: Cached) {
+        if let (Some(sum), true) = (val.l2, self.second.read().is_some()) {
+            state.push((key, sum, val.data));
         }
     }
 
@@ -90,14 +98,14 @@ impl quick_cache::Lifecycle<CacheKey, Arc<Vec<u8>>> for Evictions {
             return;
         }
         if let Some(l2) = self.second.read().clone() {
-            for (k, v) in state {
-                l2.offer(k, v);
+            for (k, sum, v) in state {
+                l2.offer(k, sum, v);
             }
         }
     }
 }
 
-type BlockCache = quick_cache::sync::Cache<CacheKey, Arc<Vec<u8>>, ByteWeighter, quick_cache::DefaultHashBuilder, Evictions>;
+type BlockCache = quick_cache::sync::Cache<CacheKey, Cached, ByteWeighter, quick_cache::DefaultHashBuilder, Evictions>;
 
 /// The process-wide block cache and its counters.
 pub struct ArcCache {
@@ -240,7 +248,7 @@ impl ArcCache {
 
 impl ReadCache for ArcCache {
     fn get(&self, key: &CacheKey, bp: &BlockPtr, prefetch: bool) -> Option<Arc<Vec<u8>>> {
-        let mut found = self.cache.get(key);
+        let mut found = self.cache.get(key).map(|c| c.data);
         if !prefetch {
             let counter = if found.is_some() { &self.hits } else { &self.misses };
             counter.fetch_add(1, Ordering::Relaxed);
@@ -251,7 +259,7 @@ impl ReadCache for ArcCache {
             // A miss here may be a hit one level down: back into the ARC.
             let l2 = self.second.read().clone();
             if let Some(data) = l2.and_then(|l2| l2.get(key, bp)) {
-                self.cache.insert(*key, data.clone());
+                self.cache.insert(*key, Cached { data: data.clone(), l2: Some(bp.checksum) });
                 found = Some(data);
             }
         }
@@ -262,8 +270,8 @@ impl ReadCache for ArcCache {
         self.cache.peek(key).is_some()
     }
 
-    fn insert(&self, key: CacheKey, data: Arc<Vec<u8>>) {
-        self.cache.insert(key, data);
+    fn insert(&self, key: CacheKey, data: Arc<Vec<u8>>, l2: Option<[u8; 32]>) {
+        self.cache.insert(key, Cached { data, l2 });
     }
 
     fn remove(&self, key: &CacheKey) {
@@ -293,7 +301,7 @@ mod tests {
     fn weight_stays_under_the_target_and_shrinks_with_it() {
         let arc = ArcCache::new(32 << 20, 1 << 20);
         for i in 0..1000u64 {
-            arc.insert(key(1, i), Arc::new(vec![7u8; 128 << 10]));
+            arc.insert(key(1, i), Arc::new(vec![7u8; 128 << 10]), Some([0; 32]));
             assert!(arc.stats().data_size <= 32 << 20, "over arc_max after {i} inserts");
         }
         assert!(arc.stats().data_size > 16 << 20, "the cache fills up to its capacity");
@@ -312,8 +320,8 @@ mod tests {
     fn dropping_an_io_empties_its_blocks_only() {
         let arc = ArcCache::new(32 << 20, 1 << 20);
         for i in 0..8 {
-            arc.insert(key(1, i), Arc::new(vec![1u8; 4096]));
-            arc.insert(key(2, i), Arc::new(vec![2u8; 4096]));
+            arc.insert(key(1, i), Arc::new(vec![1u8; 4096]), Some([0; 32]));
+            arc.insert(key(2, i), Arc::new(vec![2u8; 4096]), Some([0; 32]));
         }
         arc.drop_io(1);
         assert!(arc.get(&key(1, 3), &BlockPtr::HOLE, false).is_none());
@@ -340,7 +348,7 @@ mod tests {
         let arc = ArcCache::new(32 << 20, 1 << 20);
         let cache: &dyn ReadCache = &arc;
         assert!(cache.get(&key(1, 0), &BlockPtr::HOLE, false).is_none());
-        cache.insert(key(1, 0), Arc::new(vec![9u8; 4096]));
+        cache.insert(key(1, 0), Arc::new(vec![9u8; 4096]), Some([0; 32]));
         assert!(cache.contains(&key(1, 0)));
         assert_eq!(cache.get(&key(1, 0), &BlockPtr::HOLE, false).map(|v| v[4095]), Some(9));
         assert!(cache.get(&CacheKey { birth: 2, ..key(1, 0) }, &BlockPtr::HOLE, false).is_none(), "another birth is another block");
@@ -362,10 +370,10 @@ mod tests {
         let arc = ArcCache::new(cap, 1 << 20);
         let cache: &dyn ReadCache = &arc;
         let hot = key(2, 0);
-        cache.insert(hot, Arc::new(vec![1u8; 64 << 10]));
+        cache.insert(hot, Arc::new(vec![1u8; 64 << 10]), Some([0; 32]));
         let blocks = 2 * cap / block_weight(64 << 10);
         for i in 0..blocks {
-            cache.insert(key(1, i), Arc::new(vec![i as u8; 64 << 10]));
+            cache.insert(key(1, i), Arc::new(vec![i as u8; 64 << 10]), Some([0; 32]));
             assert!(arc.stats().data_size <= cap, "over the cap after {i} inserts");
             if i % 8 == 0 {
                 assert!(cache.get(&hot, &BlockPtr::HOLE, false).is_some(), "the block read again was evicted after {i} inserts");
@@ -390,7 +398,7 @@ mod tests {
             self.asked.fetch_add(1, Ordering::Relaxed);
             self.kept.lock().get(key).cloned()
         }
-        fn offer(&self, key: CacheKey, data: Arc<Vec<u8>>) {
+        fn offer(&self, key: CacheKey, _bp_checksum: [u8; 32], data: Arc<Vec<u8>>) {
             self.kept.lock().insert(key, data);
         }
         fn remove(&self, key: &CacheKey) {
@@ -412,7 +420,7 @@ mod tests {
         let cache: &dyn ReadCache = &arc;
         let blocks = 2 * ARC_MAX_FLOOR / block_weight(64 << 10);
         for i in 0..blocks {
-            cache.insert(key(1, i), Arc::new(vec![i as u8; 64 << 10]));
+            cache.insert(key(1, i), Arc::new(vec![i as u8; 64 << 10]), Some([0; 32]));
         }
         let evicted: Vec<u64> = (0..blocks).filter(|&i| !cache.contains(&key(1, i))).collect();
         assert!(!evicted.is_empty());
@@ -432,5 +440,24 @@ mod tests {
         arc.set_second_level(None);
         assert!(cache.get(&key(1, 0), &BlockPtr::HOLE, false).is_none());
         assert_eq!(l2.asked.load(Ordering::Relaxed), asked, "no second level is asked once taken away");
+    }
+
+    /// A block inserted as not eligible for the second level
+    /// (`secondarycache` leaves it out) is evicted without being offered.
+    #[test]
+    fn blocks_kept_out_of_the_second_level_are_not_offered() {
+        let arc = ArcCache::new(ARC_MAX_FLOOR, 1 << 20);
+        let l2 = Arc::new(Recorder::default());
+        arc.set_second_level(Some(l2.clone()));
+        let cache: &dyn ReadCache = &arc;
+        let blocks = 2 * ARC_MAX_FLOOR / block_weight(64 << 10);
+        for i in 0..blocks {
+            cache.insert(key(1, i), Arc::new(vec![i as u8; 64 << 10]), (i % 2 == 0).then_some([0; 32]));
+        }
+        let evicted: Vec<u64> = (0..blocks).filter(|&i| !cache.contains(&key(1, i))).collect();
+        assert!(evicted.len() > 4);
+        for &i in &evicted {
+            assert_eq!(l2.kept.lock().contains_key(&key(1, i)), i % 2 == 0, "block {i}");
+        }
     }
 }

@@ -328,7 +328,10 @@ impl BlockIo {
         Ok(Arc::new(self.read_uncached(bp)?))
     }
 
-    fn read_cached(&self, bp: &BlockPtr, prefetch: bool) -> Result<Arc<Vec<u8>>, BlockError> {
+    /// As `read` (or `read_prefetch`), for a block the cache keeps but
+    /// whose dataset's `secondarycache` may keep out of the second level
+    /// (`l2` false: it is not offered to the L2ARC when evicted).
+    pub fn read_cached_as(&self, bp: &BlockPtr, prefetch: bool, l2: bool) -> Result<Arc<Vec<u8>>, BlockError> {
         let key = self.key(bp);
         if let Some(v) = self.cache.get(&key, bp, prefetch) {
             return Ok(v);
@@ -336,8 +339,18 @@ impl BlockIo {
         let mut data = self.read_uncached(bp)?;
         data.shrink_to_fit();
         let data = Arc::new(data);
-        self.cache.insert(key, data.clone());
+        self.cache.insert(key, data.clone(), l2.then_some(bp.checksum));
         Ok(data)
+    }
+
+    fn read_cached(&self, bp: &BlockPtr, prefetch: bool) -> Result<Arc<Vec<u8>>, BlockError> {
+        self.read_cached_as(bp, prefetch, true)
+    }
+
+    /// The id this pipeline's blocks carry in the cache (`CacheKey::io`):
+    /// the L2ARC routes by it.
+    pub fn cache_id(&self) -> u64 {
+        self.arc_id
     }
 
     /// Whether `bp`'s data is in the cache (no read, no hit counted).
@@ -351,10 +364,16 @@ impl BlockIo {
     /// not read back from the vdevs, verified and decompressed on the
     /// writer's thread.
     pub fn cache_written(&self, bp: &BlockPtr, data: Arc<Vec<u8>>) {
+        self.cache_written_as(bp, data, true)
+    }
+
+    /// As `cache_written`; `l2` false keeps the block out of the second
+    /// level when the cache evicts it (`secondarycache`).
+    pub fn cache_written_as(&self, bp: &BlockPtr, data: Arc<Vec<u8>>, l2: bool) {
         if bp.is_hole() || data.len() != bp.lsize as usize {
             return;
         }
-        self.cache.insert(self.key(bp), data);
+        self.cache.insert(self.key(bp), data, l2.then_some(bp.checksum));
     }
 
     /// Drop a block from the cache (it was freed).

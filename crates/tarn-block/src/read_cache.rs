@@ -44,8 +44,12 @@ pub trait ReadCache: Send + Sync {
     /// Whether the block is cached (no counter, no change of recency).
     fn contains(&self, key: &CacheKey) -> bool;
 
-    /// A block just read and verified.
-    fn insert(&self, key: CacheKey, data: Arc<Vec<u8>>);
+    /// A block just read and verified. `l2`, when the block may go to a
+    /// second level once evicted (the dataset's `secondarycache`), is its
+    /// block pointer's checksum, which the second level records with it
+    /// (and checks a reader's `bp` against); the cache keeps it with the
+    /// block.
+    fn insert(&self, key: CacheKey, data: Arc<Vec<u8>>, l2: Option<[u8; 32]>);
 
     /// The block was freed: forget it.
     fn remove(&self, key: &CacheKey);
@@ -61,8 +65,10 @@ pub trait SecondLevel: Send + Sync {
     /// The block, on an ARC miss; only data that verifies against `bp`.
     fn get(&self, key: &CacheKey, bp: &BlockPtr) -> Option<Arc<Vec<u8>>>;
 
-    /// A block the ARC is evicting: keep it if it is worth keeping.
-    fn offer(&self, key: CacheKey, data: Arc<Vec<u8>>);
+    /// A block the ARC is evicting, eligible for the second level (its
+    /// dataset's `secondarycache` allows it): keep it if it is worth
+    /// keeping. Never blocks, never does I/O.
+    fn offer(&self, key: CacheKey, bp_checksum: [u8; 32], data: Arc<Vec<u8>>);
 
     /// The block was freed.
     fn remove(&self, key: &CacheKey);

@@ -250,7 +250,7 @@ impl Daemon {
     }
 
     fn pool_create(&self, request: Request) -> HandlerResult {
-        let Request::PoolCreate { pool, vdevs, force, dry_run, mountpoint, altroot, ashift, pool_props, fs_props } =
+        let Request::PoolCreate { pool, vdevs, force, dry_run, mountpoint, altroot, ashift, pool_props, fs_props, cache } =
             request
         else {
             unreachable!()
@@ -304,6 +304,12 @@ impl Daemon {
                 seen.push(device.clone());
             }
         }
+        for device in &cache {
+            if seen.contains(device) {
+                return Err(fail(format!("device '{device}' is given more than once")));
+            }
+            seen.push(device.clone());
+        }
         let mut pools = self.pools.lock();
         if pools.contains_key(&pool) {
             return Err(fail("a pool with that name already exists".into()));
@@ -338,6 +344,10 @@ impl Daemon {
                 tops.push((kind, opened));
             }
         }
+        let mut cache_devs = Vec::new();
+        for path in &cache {
+            cache_devs.push((path.clone(), scan::open_new_device(path, force).map_err(fail)?));
+        }
         if !force {
             let redundancy = |g: &VdevGroup| match g.kind {
                 VdevKind::Disk => "no redundancy".to_string(),
@@ -371,12 +381,19 @@ impl Daemon {
                     }
                 }
             }
+            if !cache.is_empty() {
+                out.push_str("\tcache\n");
+            }
+            for device in &cache {
+                out.push_str(&format!("\t  {device}\n"));
+            }
             return Ok(Response::text(out));
         }
         let all_paths: Vec<String> = seen;
-        let obj = ObjPool::create_with_logs(
+        let obj = ObjPool::create_with_devices(
             PoolCreate { name: pool.clone(), tops, ashift, properties: pool_props.iter().cloned().collect(), hostname: hostname() },
             logs,
+            cache_devs,
         )
         .map_err(|e| fail(e.to_string()))?;
         obj.set_tunables(self.tuning.get());
@@ -950,6 +967,16 @@ fn describe_candidates(candidates: &BTreeMap<u64, scan::Candidate>) -> String {
             }
         }
         let degraded = lines.iter().chain(&log_lines).any(|(_, s)| s != "ONLINE");
+        // Cache devices: listed, UNAVAIL when missing, never a reason not
+        // to import.
+        let cache_lines: Vec<(String, String)> = config
+            .cache
+            .iter()
+            .map(|c| match candidate.devices.iter().find(|d| d.leaf_guid == c.guid) {
+                Some(d) => (format!("  {}", d.path), "ONLINE".to_string()),
+                None => (format!("  {}", c.path), "UNAVAIL".to_string()),
+            })
+            .collect();
         let state = if missing_tops > 0 {
             "UNAVAIL"
         } else if degraded {
@@ -967,7 +994,7 @@ fn describe_candidates(candidates: &BTreeMap<u64, scan::Candidate>) -> String {
             "The pool can be imported using its name or numeric identifier."
         };
         out.push_str(&format!("   pool: {}\n     id: {guid}\n  state: {state}\n action: {action}\n config:\n\n", config.name));
-        let width = lines.iter().chain(&log_lines).map(|(n, _)| n.len()).max().unwrap_or(0).max(config.name.len()) + 2;
+        let width = lines.iter().chain(&log_lines).chain(&cache_lines).map(|(n, _)| n.len()).max().unwrap_or(0).max(config.name.len()) + 2;
         out.push_str(&format!("\t{:<width$}{state}\n", config.name));
         for (name, state) in lines {
             out.push_str(&format!("\t{name:<width$}{state}\n"));
@@ -975,6 +1002,12 @@ fn describe_candidates(candidates: &BTreeMap<u64, scan::Candidate>) -> String {
         if !log_lines.is_empty() {
             out.push_str("\tlogs\n");
             for (name, state) in log_lines {
+                out.push_str(&format!("\t{name:<width$}{state}\n"));
+            }
+        }
+        if !cache_lines.is_empty() {
+            out.push_str("\tcache\n");
+            for (name, state) in cache_lines {
                 out.push_str(&format!("\t{name:<width$}{state}\n"));
             }
         }

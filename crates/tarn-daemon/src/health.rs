@@ -173,6 +173,7 @@ pub(crate) fn status_data(name: &str, imported: &Imported, verbose: bool) -> Poo
         root,
         scan: status.scan.as_ref().map(scan_data),
         logs,
+        cache: status.cache.iter().map(|l| leaf_row(l, false)).collect(),
         spares,
         error_files,
         suspended: status.suspended,
@@ -227,6 +228,7 @@ fn all_device_paths(obj: &ObjPool) -> Vec<String> {
     let config = obj.config();
     let mut paths: Vec<String> = config.leaves().into_iter().map(|(_, l)| l.path.clone()).collect();
     paths.extend(config.spares.iter().map(|l| l.path.clone()));
+    paths.extend(config.cache.iter().map(|l| l.path.clone()));
     paths
 }
 
@@ -319,11 +321,13 @@ impl Daemon {
             Request::PoolDetach { pool, device } => {
                 self.device_op(&pool, "detach", |obj| obj.detach(&device).map_err(|e| e.to_string()))
             }
-            Request::PoolAdd { pool, vdevs, spares, force, dry_run } => self.add(&pool, &vdevs, &spares, force, dry_run),
+            Request::PoolAdd { pool, vdevs, spares, force, dry_run, cache } => self.add(&pool, &vdevs, &spares, &cache, force, dry_run),
             Request::PoolRemove { pool, device } => self.device_op(&pool, "remove", |obj| {
                 let spare = obj.spares().iter().any(|l| l.path == device);
                 if spare {
                     obj.remove_spare(&device).map_err(|e| e.to_string())
+                } else if obj.is_cache_device(&device) {
+                    obj.remove_cache(&device).map_err(|e| e.to_string())
                 } else {
                     obj.remove_log(&device).map_err(|e| e.to_string())
                 }
@@ -418,10 +422,10 @@ impl Daemon {
         Ok(Response::text(""))
     }
 
-    fn add(&self, pool: &str, vdevs: &[VdevGroup], spares: &[String], force: bool, dry_run: bool) -> HandlerResult {
+    fn add(&self, pool: &str, vdevs: &[VdevGroup], spares: &[String], cache: &[String], force: bool, dry_run: bool) -> HandlerResult {
         let f = fail("add to", pool);
         let obj = self.obj_of(pool, "add to")?;
-        if vdevs.is_empty() && spares.is_empty() {
+        if vdevs.is_empty() && spares.is_empty() && cache.is_empty() {
             return Err(f("no devices given".into()));
         }
         let known = all_device_paths(&obj);
@@ -468,6 +472,13 @@ impl Daemon {
             }
             spare_devs.push((path.clone(), scan::open_new_device(path, force).map_err(&f)?));
         }
+        let mut cache_devs = Vec::new();
+        for path in cache {
+            if known.contains(path) {
+                return Err(f(format!("'{path}' is already in the pool")));
+            }
+            cache_devs.push((path.clone(), scan::open_new_device(path, force).map_err(&f)?));
+        }
         if dry_run {
             let mut out = format!("would update '{pool}' to the following layout:\n");
             for group in vdevs.iter().filter(|g| !g.log) {
@@ -481,6 +492,12 @@ impl Daemon {
                     VdevKind::Disk => out.push_str(&format!("\t  {}\n", group.devices.join(" "))),
                     _ => out.push_str(&format!("\t  {} {}\n", describe_group(group), group.devices.join(" "))),
                 }
+            }
+            if !cache.is_empty() {
+                out.push_str("\tcache\n");
+            }
+            for c in cache {
+                out.push_str(&format!("\t  {c}\n"));
             }
             for s in spares {
                 out.push_str(&format!("\tspare {s}\n"));
@@ -496,6 +513,9 @@ impl Daemon {
         }
         for (path, dev) in spare_devs {
             obj.add_spare(path, dev).map_err(|e| f(e.to_string()))?;
+        }
+        for (path, dev) in cache_devs {
+            obj.add_cache(path, dev).map_err(|e| f(e.to_string()))?;
         }
         let warning = self.remember_devices(pool);
         self.post_event(Event::new(pool, "config_change", Severity::Info, "devices added"));

@@ -258,12 +258,13 @@ fn internal_events(request: &Request, before: &Catalog, after: &Catalog, txg: u6
             out.push(internal(txg, "vdev attach", None, format!("attach vdev={new} to vdev={existing}")))
         }
         Request::PoolDetach { device, .. } => out.push(internal(txg, "detach", None, format!("vdev={device}"))),
-        Request::PoolAdd { vdevs, spares, .. } => {
+        Request::PoolAdd { vdevs, spares, cache, .. } => {
             let mut what: Vec<String> = vdevs
                 .iter()
                 .map(|g| format!("{}{}({})", if g.log { "log " } else { "" }, crate::daemon::describe_group(g), g.devices.join(",")))
                 .collect();
             what.extend(spares.iter().map(|s| format!("spare({s})")));
+            what.extend(cache.iter().map(|c| format!("cache({c})")));
             out.push(internal(txg, "vdev add", None, what.join(" ")));
         }
         Request::PoolRemove { device, .. } => out.push(internal(txg, "vdev remove", None, format!("vdev={device}"))),

@@ -121,7 +121,8 @@ pub(crate) fn pool_data(name: &str, imported: &Imported) -> PoolIostatData {
     for l in in_use_spares {
         spares.push(VdevIostat { state: "INUSE".into(), ..leaf_row(&l) });
     }
-    PoolIostatData { name: name.to_string(), guid: status.guid, state, root, logs, spares }
+    let cache = status.cache.iter().map(leaf_row).collect();
+    PoolIostatData { name: name.to_string(), guid: status.guid, state, root, logs, spares, cache }
 }
 
 impl Daemon {

@@ -54,6 +54,9 @@ pub enum Request {
         pool_props: Vec<(String, String)>,
         /// `-O` root dataset properties.
         fs_props: Vec<(String, String)>,
+        /// Cache devices (L2ARC).
+        #[serde(default)]
+        cache: Vec<String>,
     },
     PoolImport {
         dirs: Vec<String>,
@@ -210,8 +213,16 @@ pub enum Request {
     PoolReplace { pool: String, old: String, new: Option<String>, force: bool },
     PoolAttach { pool: String, existing: String, new: String, force: bool },
     PoolDetach { pool: String, device: String },
-    /// `pool add`: top-level vdevs and/or spares.
-    PoolAdd { pool: String, vdevs: Vec<VdevGroup>, spares: Vec<String>, force: bool, dry_run: bool },
+    /// `pool add`: top-level vdevs, spares and/or cache devices.
+    PoolAdd {
+        pool: String,
+        vdevs: Vec<VdevGroup>,
+        spares: Vec<String>,
+        force: bool,
+        dry_run: bool,
+        #[serde(default)]
+        cache: Vec<String>,
+    },
     /// `pool remove` (available spares).
     PoolRemove { pool: String, device: String },
     PoolClear { pool: String, device: Option<String> },
@@ -421,6 +432,9 @@ pub struct PoolStatusData {
     /// Log vdevs (zpool's `logs` section), in vdev order.
     #[serde(default)]
     pub logs: Vec<VdevStatus>,
+    /// Cache devices (L2ARC; zpool's `cache` section).
+    #[serde(default)]
+    pub cache: Vec<VdevStatus>,
     /// Available (AVAIL) hot spares; spares in use appear in the tree.
     #[serde(default)]
     pub spares: Vec<VdevStatus>,
@@ -514,6 +528,9 @@ pub struct PoolIostatData {
     pub logs: Vec<VdevIostat>,
     /// Hot spares (AVAIL or INUSE).
     pub spares: Vec<VdevIostat>,
+    /// Cache devices (L2ARC; not pool space either).
+    #[serde(default)]
+    pub cache: Vec<VdevIostat>,
 }
 
 /// Data of `pool_history`: `Vec<PoolHistoryData>`.

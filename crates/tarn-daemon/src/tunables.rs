@@ -19,13 +19,15 @@ use crate::proto::Response;
 use crate::Daemon;
 
 /// Every tunable: name, unit, what it does.
-pub const TUNABLES: [(&str, &str, &str); 6] = [
+pub const TUNABLES: [(&str, &str, &str); 8] = [
     ("arc_max", "bytes", "largest size of the ARC (one cache for all pools)"),
     ("arc_min", "bytes", "the ARC's target never drops below this under memory pressure"),
     ("dirty_data_max", "bytes", "changes held in memory before writers wait for a txg sync"),
     ("txg_timeout", "seconds", "longest time between txg syncs"),
     ("scan_mem_max", "bytes", "memory a scrub or resilver may use to sort block pointers"),
     ("scan_rate_max", "bytes/s", "bytes per second a scrub or resilver may issue (0: no limit)"),
+    ("l2arc_write_max", "bytes/s", "bytes per second written to each pool's cache devices (L2ARC feed)"),
+    ("l2arc_write_boost", "bytes/s", "added to l2arc_write_max until a pool's cache devices have been filled once"),
 ];
 
 /// The tunables tarn has, in listing order.
@@ -38,6 +40,7 @@ pub const ARC_MAX_MIN: u64 = tarn_block::arc::ARC_MAX_FLOOR;
 pub const DIRTY_DATA_MAX_MIN: u64 = 1 << 20;
 pub const SCAN_MEM_MAX_MIN: u64 = 4 << 10;
 pub const TXG_TIMEOUT_MAX_S: u64 = 3600;
+pub const L2ARC_WRITE_MAX_MIN: u64 = 64 << 10;
 
 /// Why a tunable could not be set: a name or value that does not parse is
 /// bad usage (exit 2); a well-formed value out of range is refused (1).
@@ -82,6 +85,8 @@ pub fn value_of(t: &Tunables, name: &str) -> u64 {
         "txg_timeout" => t.txg_timeout_ms / 1000,
         "scan_mem_max" => t.scan_mem_max,
         "scan_rate_max" => t.scan_rate_max,
+        "l2arc_write_max" => t.l2arc_write_max,
+        "l2arc_write_boost" => t.l2arc_write_boost,
         _ => 0,
     }
 }
@@ -124,6 +129,11 @@ pub fn apply(t: &mut Tunables, name: &str, number: u64) -> Result<(), TunableErr
         }
         "scan_mem_max" => t.scan_mem_max = number,
         "scan_rate_max" => t.scan_rate_max = number,
+        "l2arc_write_max" if number < L2ARC_WRITE_MAX_MIN => {
+            return refuse(format!("must be at least {}", size(L2ARC_WRITE_MAX_MIN)))
+        }
+        "l2arc_write_max" => t.l2arc_write_max = number,
+        "l2arc_write_boost" => t.l2arc_write_boost = number,
         _ => unreachable!("names checked above"),
     }
     Ok(())
@@ -157,6 +167,30 @@ pub struct ArcstatData {
     pub prefetch_reads: u64,
     /// The daemon's resident memory (VmRSS), bytes.
     pub rss: u64,
+    /// The L2ARC (every pool's cache devices): ARC misses answered from a
+    /// cache device and not, since the daemon started.
+    #[serde(default)]
+    pub l2_hits: u64,
+    #[serde(default)]
+    pub l2_misses: u64,
+    /// Bytes of blocks on the cache devices, and of their index in memory.
+    #[serde(default)]
+    pub l2_size: u64,
+    #[serde(default)]
+    pub l2_hdr_size: u64,
+    /// Bytes read from and written to the cache devices since start.
+    #[serde(default)]
+    pub l2_read_bytes: u64,
+    #[serde(default)]
+    pub l2_write_bytes: u64,
+    /// Reads a cache device answered wrongly (checksum) or not at all.
+    #[serde(default)]
+    pub l2_cksum_bad: u64,
+    #[serde(default)]
+    pub l2_io_error: u64,
+    /// Blocks restored from the cache devices at import.
+    #[serde(default)]
+    pub l2_rebuild_blocks: u64,
 }
 
 /// The daemon's tunables and where each value came from.
@@ -170,6 +204,7 @@ pub struct Tuning {
 impl Tuning {
     pub fn new(values: Tunables, from_config: &[String], config_path: Option<PathBuf>) -> Tuning {
         tarn_block::arc().set_limits(values.arc_max, values.arc_min);
+        tarn_obj::l2arc::set_write_limits(values.l2arc_write_max, values.l2arc_write_boost);
         let sources = from_config.iter().map(|n| (n.clone(), "config".to_string())).collect();
         Tuning { values: Mutex::new(values), sources: Mutex::new(sources), config_path }
     }
@@ -287,6 +322,7 @@ impl Daemon {
             }
         }
         tarn_block::arc().set_limits(next.arc_max, next.arc_min);
+        tarn_obj::l2arc::set_write_limits(next.l2arc_write_max, next.l2arc_write_boost);
         let pools: Vec<_> = self.pools.lock().values().map(|i| i.ds.obj().clone()).collect();
         for obj in pools {
             obj.set_tunables(next);
@@ -297,6 +333,7 @@ impl Daemon {
 
     pub(crate) fn arcstat(&self) -> Response {
         let s = tarn_block::arc().stats();
+        let l2 = tarn_obj::l2arc::stats();
         let data = ArcstatData {
             size: s.size,
             data_size: s.data_size,
@@ -309,6 +346,15 @@ impl Daemon {
             misses: s.misses,
             prefetch_reads: s.prefetch_reads,
             rss: rss_bytes(),
+            l2_hits: l2.hits,
+            l2_misses: l2.misses,
+            l2_size: l2.size,
+            l2_hdr_size: l2.hdr_size,
+            l2_read_bytes: l2.read_bytes,
+            l2_write_bytes: l2.write_bytes,
+            l2_cksum_bad: l2.cksum_bad,
+            l2_io_error: l2.io_errors,
+            l2_rebuild_blocks: l2.rebuild_blocks,
         };
         Response::data(serde_json::to_value(data).unwrap_or_default())
     }
@@ -338,6 +384,10 @@ mod tests {
         assert!(matches!(apply(&mut t, "dirty_data_max", 1024), Err(TunableError::Refused(_))));
         apply(&mut t, "dirty_data_max", 1 << 20).unwrap();
         apply(&mut t, "scan_rate_max", 0).unwrap();
+        assert!(matches!(apply(&mut t, "l2arc_write_max", 0), Err(TunableError::Refused(_))));
+        apply(&mut t, "l2arc_write_max", parse_value("l2arc_write_max", "64M").unwrap()).unwrap();
+        apply(&mut t, "l2arc_write_boost", 0).unwrap();
+        assert_eq!((value_of(&t, "l2arc_write_max"), value_of(&t, "l2arc_write_boost")), (64 << 20, 0));
     }
 
     #[test]

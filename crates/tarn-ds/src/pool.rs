@@ -154,7 +154,7 @@ pub fn validate_dataset_name(name: &str) -> Result<()> {
 }
 
 fn write_props_of(settings: &Settings) -> WriteProps {
-    WriteProps { compression: settings.compression, checksum: settings.checksum, copies: settings.copies, primarycache: settings.primarycache }
+    WriteProps { compression: settings.compression, checksum: settings.checksum, copies: settings.copies, primarycache: settings.primarycache, secondarycache: settings.secondarycache }
 }
 
 

@@ -53,6 +53,7 @@ pub const PROPERTIES: &[PropDef] = &[
     settable("sync", true, "standard"),
     settable("primarycache", true, "all"),
     settable("logbias", true, "latency"),
+    settable("secondarycache", true, "all"),
     settable("sharenfs", true, "off"),
     settable("sharesmb", true, "off"),
     readonly("logicalused"),
@@ -119,7 +120,6 @@ pub const NOT_YET_SUPPORTED: &[&str] = &[
     "keystatus",
     "encryptionroot",
     "pbkdf2iters",
-    "secondarycache",
     "volsize",
     "volblocksize",
     "volmode",
@@ -290,7 +290,7 @@ fn validate_native(prop: &str, value: &str) -> Result<(&'static str, String), Pr
             "standard" | "always" | "disabled" => value.to_string(),
             _ => return Err(bad(name, value, "must be standard, always or disabled")),
         },
-        "primarycache" => match value {
+        "primarycache" | "secondarycache" => match value {
             "all" | "metadata" | "none" => value.to_string(),
             _ => return Err(bad(name, value, "must be all, metadata or none")),
         },
@@ -468,6 +468,8 @@ pub struct Settings {
     pub primarycache: tarn_obj::CachePolicy,
     /// `logbias`.
     pub logbias: tarn_obj::LogBias,
+    /// `secondarycache`.
+    pub secondarycache: tarn_obj::CachePolicy,
 }
 
 /// The `sync` property's values (what each means: tarn-fs `SyncMode`).
@@ -503,17 +505,22 @@ pub fn settings(name: &str, local: &dyn Fn(&str, &str) -> Option<String>) -> Set
             "disabled" => SyncProp::Disabled,
             _ => SyncProp::Standard,
         },
-        primarycache: match value("primarycache").as_str() {
-            "metadata" => tarn_obj::CachePolicy::Metadata,
-            "none" => tarn_obj::CachePolicy::None,
-            _ => tarn_obj::CachePolicy::All,
-        },
+        primarycache: cache_policy(&value("primarycache")),
+        secondarycache: cache_policy(&value("secondarycache")),
         logbias: match value("logbias").as_str() {
             "throughput" => tarn_obj::LogBias::Throughput,
             _ => tarn_obj::LogBias::Latency,
         },
         quota: value("quota").parse().ok(),
         mountpoint,
+    }
+}
+
+fn cache_policy(value: &str) -> tarn_obj::CachePolicy {
+    match value {
+        "metadata" => tarn_obj::CachePolicy::Metadata,
+        "none" => tarn_obj::CachePolicy::None,
+        _ => tarn_obj::CachePolicy::All,
     }
 }
 
@@ -648,7 +655,7 @@ mod tests {
         assert!(validate("com.example:note", &"x".repeat(USER_PROP_VALUE_MAX + 1)).is_err());
         assert!(matches!(check_name("Bad:Name"), Err(PropError::BadUserName(_))));
         assert!(check_name("com.example:note").is_ok());
-        assert_eq!(lookup("secondarycache").unwrap_err(), PropError::NotYetSupported("secondarycache".into()));
+        assert_eq!(lookup("volsize").unwrap_err(), PropError::NotYetSupported("volsize".into()));
         assert_eq!(validate("sharenfs", "rw=@10.0.0.0/8").unwrap(), ("sharenfs".into(), "rw=@10.0.0.0/8".into()));
         assert_eq!(
             validate("sharenfs", "rw=@10.0.0.0/33").unwrap_err().to_string(),

@@ -662,7 +662,7 @@ impl Pool {
             }
         };
         let s = props::settings(name, &lookup);
-        WriteProps { compression: s.compression, checksum: s.checksum, copies: s.copies, primarycache: s.primarycache }
+        WriteProps { compression: s.compression, checksum: s.checksum, copies: s.copies, primarycache: s.primarycache, secondarycache: s.secondarycache }
     }
 
     fn refresh_objset(&self, name: &str) -> Result<()> {

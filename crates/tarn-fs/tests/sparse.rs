@@ -303,7 +303,7 @@ fn randomized_against_a_model() {
         let compressed = compression != Compression::Off;
         let e = setup("fmodel", 256 * MIB, FsOptions { recordsize: 4096, ..Default::default() });
         let fs = &e.fs;
-        fs.objset().set_write_props(WriteProps { compression, checksum: ChecksumKind::Fletcher4, copies: 1, primarycache: Default::default() });
+        fs.objset().set_write_props(WriteProps { compression, checksum: ChecksumKind::Fletcher4, copies: 1, primarycache: Default::default(), secondarycache: Default::default() });
         let mut rng = run.rng(round as u64);
         let mut files = Vec::new();
         for i in 0..3 {

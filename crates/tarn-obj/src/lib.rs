@@ -74,9 +74,12 @@ pub struct WriteProps {
     pub copies: u8,
     /// `primarycache`: which of its blocks the ARC keeps.
     pub primarycache: CachePolicy,
+    /// `secondarycache`: which of its blocks the ARC may hand to the
+    /// L2ARC when it evicts them.
+    pub secondarycache: CachePolicy,
 }
 
-/// `primarycache` (and later `secondarycache`): all blocks, metadata only
+/// `primarycache` and `secondarycache`: all blocks, metadata only
 /// (blocks of maps and dnodes, indirect blocks), or none. Under `none`,
 /// indirect blocks are still cached (every read needs them to find the
 /// data), unlike ZFS; a block already cached is still served from the
@@ -141,6 +144,8 @@ pub mod diff;
 mod dnode_prefetch;
 pub mod format;
 mod handles;
+mod cache_vdevs;
+pub mod l2arc;
 mod log_vdevs;
 mod objset;
 mod par;
@@ -211,6 +216,8 @@ pub struct PoolStatus {
     pub logs: Vec<tarn_vdev::TopStatus>,
     /// Available hot spares.
     pub spares: Vec<tarn_vdev::LeafStatus>,
+    /// Cache devices (L2ARC; zpool's `cache` section).
+    pub cache: Vec<tarn_vdev::LeafStatus>,
     /// Blocks that could not be read back correctly from any copy.
     pub data_errors: u64,
     pub scan: Option<scan::ScanStats>,
@@ -253,13 +260,20 @@ pub struct Tunables {
     pub scan_mem_max: u64,
     /// Bytes per second a scan may issue (0: as fast as the devices go).
     pub scan_rate_max: u64,
+    /// Bytes per second the L2ARC feed writes to the cache devices (one
+    /// rate for the process; l2arc/).
+    pub l2arc_write_max: u64,
+    /// Added to `l2arc_write_max` while a pool's cache devices have not
+    /// yet been filled once.
+    pub l2arc_write_boost: u64,
 }
 impl Default for Tunables {
     fn default() -> Self {
         Tunables {
             arc_max: tarn_block::arc::ARC_MAX_DEFAULT,
             arc_min: tarn_block::arc::ARC_MIN_DEFAULT,
-            dirty_data_max: 512 << 20, txg_timeout_ms: 5000, scan_mem_max: 64 << 20, scan_rate_max: 0 }
+            dirty_data_max: 512 << 20, txg_timeout_ms: 5000, scan_mem_max: 64 << 20, scan_rate_max: 0,
+            l2arc_write_max: l2arc::WRITE_MAX_DEFAULT, l2arc_write_boost: l2arc::WRITE_BOOST_DEFAULT }
     }
 }
 

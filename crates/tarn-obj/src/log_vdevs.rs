@@ -160,7 +160,7 @@ impl ObjPool {
             .cloned()
             .ok_or_else(|| invalid(format!("no such device in pool: {path}")))?;
         if !top.is_log() {
-            return Err(invalid(format!("{path} is a data device: only log devices and hot spares can be removed")));
+            return Err(invalid(format!("{path} is a data device: only log devices, cache devices and hot spares can be removed")));
         }
         let id = top.id();
         if top.kind() == &TopKind::Mirror && top.leaves().iter().any(|l| l.path == path || l.guid.to_string() == path) {

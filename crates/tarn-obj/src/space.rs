@@ -312,6 +312,7 @@ mod tests {
             top: vec![t],
             properties: Default::default(),
             spares: vec![],
+            cache: vec![],
             generation: 1,
         };
         let (n, d) = deflate_ratio(&config);

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tarn_dev::Device;
-use tarn_vdev::{LeafConfig, LeafRole, LeafStatus, LeafVdev, PoolState, TopClass, TopConfig, TopKind, TopVdev, SPARE_TOP_ID};
+use tarn_vdev::{LeafConfig, LeafRole, LeafStatus, LeafVdev, PoolState, TopClass, TopConfig, TopKind, TopVdev, CACHE_TOP_ID, SPARE_TOP_ID};
 
 use crate::pool::Shared;
 use crate::scan::{self, ScanFunc, ScanPhase, ScanStats};
@@ -38,6 +38,8 @@ pub(crate) fn write_labels(s: &Shared, state: Option<PoolState>) -> Result<()> {
         .iter()
         .map(|l| LeafConfig { role: LeafRole::Spare, ..LeafConfig::new(l.guid, l.path.clone()) })
         .collect();
+    let cache = s.l2.leaves();
+    cfg.cache = cache.iter().map(|l| LeafConfig::new(l.guid, l.path.clone())).collect();
     if let Some(st) = state {
         cfg.state = st;
     }
@@ -50,6 +52,9 @@ pub(crate) fn write_labels(s: &Shared, state: Option<PoolState>) -> Result<()> {
     }
     for l in &spares {
         targets.push((SPARE_TOP_ID, l.clone()));
+    }
+    for l in &cache {
+        targets.push((CACHE_TOP_ID, l.clone()));
     }
     let mut written = 0;
     let mut last_err = None;
@@ -99,7 +104,7 @@ fn find_leaf(s: &Shared, path: &str) -> Result<(Arc<TopVdev>, Arc<LeafVdev>)> {
     Err(invalid(format!("no such device in pool: {path}")))
 }
 
-fn new_guid() -> u64 {
+pub(crate) fn new_guid() -> u64 {
     let mut b = [0u8; 8];
     if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
         use std::io::Read;
@@ -251,7 +256,7 @@ pub(crate) fn start_scan(s: &Arc<Shared>, func: ScanFunc) -> Result<()> {
 }
 
 impl ObjPool {
-    fn config_op<T>(&self, f: impl FnOnce(&Arc<Shared>) -> Result<T>) -> Result<T> {
+    pub(crate) fn config_op<T>(&self, f: impl FnOnce(&Arc<Shared>) -> Result<T>) -> Result<T> {
         let s = &self.shared;
         if s.readonly {
             return Err(ObjError::ReadOnly);
@@ -710,7 +715,7 @@ impl ObjPool {
             }
         }
         let spares = self.shared.spares.lock().clone();
-        for leaf in spares {
+        for leaf in spares.into_iter().chain(self.shared.l2.leaves()) {
             if leaf.usable() {
                 let _ = leaf.probe();
             }

@@ -13,7 +13,7 @@ fn full_pool_says_no_space_and_stays_consistent() {
     let pool = create(&as_dyn(&mem), TopKind::Disk);
     let osid = { let tx = pool.begin(); pool.create_objset(&tx).unwrap() };
     let os = pool.open_objset(osid).unwrap();
-    os.set_write_props(WriteProps { compression: Compression::Off, checksum: ChecksumKind::Fletcher4, copies: 1, primarycache: Default::default() });
+    os.set_write_props(WriteProps { compression: Compression::Off, checksum: ChecksumKind::Fletcher4, copies: 1, primarycache: Default::default(), secondarycache: Default::default() });
     let id = { let tx = pool.begin(); os.create(&tx, ObjType(20), 131072, &[0; BONUS_LEN]).unwrap() };
     let chunk = vec![0xA5u8; 1 << 20];
     let mut written = 0u64;

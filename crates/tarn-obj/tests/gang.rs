@@ -62,7 +62,7 @@ fn gang_round_trip(kind: TopKind, n: usize) {
         pool.create_objset(&tx).unwrap()
     };
     let os = pool.open_objset(osid).unwrap();
-    os.set_write_props(WriteProps { compression: Compression::Off, checksum: ChecksumKind::Fletcher4, copies: 1, primarycache: Default::default() });
+    os.set_write_props(WriteProps { compression: Compression::Off, checksum: ChecksumKind::Fletcher4, copies: 1, primarycache: Default::default(), secondarycache: Default::default() });
     let kept = fragment(&pool, &os);
     let free_before = pool.space().free;
     // 1 MiB blocks: 256 pieces of 4 KiB each, under two levels of headers.

@@ -15,7 +15,7 @@ fn objset_with(pool: &std::sync::Arc<ObjPool>, cache: CachePolicy) -> (ObjectSet
         pool.create_objset(&tx).unwrap()
     };
     let os = pool.open_objset(id).unwrap();
-    os.set_write_props(WriteProps { compression: Compression::Off, checksum: ChecksumKind::Fletcher4, copies: 1, primarycache: cache });
+    os.set_write_props(WriteProps { compression: Compression::Off, checksum: ChecksumKind::Fletcher4, copies: 1, primarycache: cache, secondarycache: Default::default() });
     let data: Vec<u8> = (0..(8usize << 17)).map(|i| (i * 7 + cache as usize) as u8).collect();
     let (file, map) = {
         let tx = pool.begin();

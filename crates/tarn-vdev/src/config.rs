@@ -130,6 +130,10 @@ pub struct PoolConfig {
     /// Hot spares not in use (a spare in use sits in the slot it covers).
     #[serde(default)]
     pub spares: Vec<LeafConfig>,
+    /// Cache devices (L2ARC): not top-level vdevs, they hold no pool data
+    /// (absent in labels written before cache devices existed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cache: Vec<LeafConfig>,
     /// Bumped at every config change: import takes the highest among labels.
     #[serde(default)]
     pub generation: u64,
@@ -144,6 +148,8 @@ impl PoolConfig {
 
 /// The `top_id` a spare's label carries.
 pub const SPARE_TOP_ID: u32 = u32::MAX;
+/// The `top_id` a cache device's label carries.
+pub const CACHE_TOP_ID: u32 = u32::MAX - 1;
 
 /// What one leaf device's labels hold: the whole pool config plus which top
 /// vdev and leaf this device is.

@@ -484,6 +484,25 @@ impl LeafVdev {
         result
     }
 
+    /// Reads at `offset` of the data region of a cache device (L2ARC);
+    /// failures count as read errors.
+    pub fn cache_read(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        self.read(buf, offset)
+    }
+
+    /// Writes at `offset` of the data region of a cache device: failures
+    /// count as write errors; no DTL (a cache device holds no pool data).
+    pub fn cache_write(&self, buf: &[u8], offset: u64) -> Result<()> {
+        let dev = self.dev()?;
+        let result = self.check(offset, buf.len()).and_then(|at| Ok(self.stats.write(&*dev, buf, at)?));
+        self.account(&self.write_errors, result)
+    }
+
+    /// Flushes a cache device.
+    pub fn cache_flush(&self) -> Result<()> {
+        self.flush()
+    }
+
     pub(crate) fn flush(&self) -> Result<()> {
         let dev = self.dev()?;
         let result = dev.flush().map_err(VdevError::from);

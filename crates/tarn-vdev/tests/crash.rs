@@ -27,6 +27,7 @@ fn label(leaf_guid: u64) -> Label {
             top: vec![],
             properties: BTreeMap::new(),
             spares: vec![],
+            cache: vec![],
             generation: 0,
         },
         top_id: 0,

@@ -34,6 +34,7 @@ fn label() -> Label {
             }],
             properties,
             spares: vec![],
+            cache: vec![],
             generation: 0,
         },
         top_id: 0,

@@ -384,7 +384,7 @@ fn pool(socket: &Path, command: PoolCommand) -> Result<i32, Failure> {
             if spec.vdevs.iter().all(|g| g.log) {
                 return Err(cannot("at least one top-level vdev must be given (spares and logs alone are not a pool)".into()));
             }
-            for device in spec.vdevs.iter_mut().flat_map(|g| g.devices.iter_mut()).chain(spec.spares.iter_mut()) {
+            for device in spec.vdevs.iter_mut().flat_map(|g| g.devices.iter_mut()).chain(spec.spares.iter_mut()).chain(spec.cache.iter_mut()) {
                 *device = resolve_device(device).map_err(cannot)?;
             }
             let mut ashift = None;
@@ -413,6 +413,7 @@ fn pool(socket: &Path, command: PoolCommand) -> Result<i32, Failure> {
                     ashift,
                     pool_props: other,
                     fs_props,
+                    cache: spec.cache,
                 },
             )?;
             // Spares join the new pool in a second step (the daemon creates
@@ -421,7 +422,7 @@ fn pool(socket: &Path, command: PoolCommand) -> Result<i32, Failure> {
                 if dry_run {
                     print!("\tspares\n{}", spec.spares.iter().map(|s| format!("\t  {s}\n")).collect::<String>());
                 } else {
-                    let request = Request::PoolAdd { pool, vdevs: vec![], spares: spec.spares, force, dry_run: false };
+                    let request = Request::PoolAdd { pool, vdevs: vec![], spares: spec.spares, force, dry_run: false, cache: vec![] };
                     send(socket, &request).map_err(|f| Failure {
                         message: format!("{} (the pool was created without its spares)", f.message),
                         exit: f.exit,

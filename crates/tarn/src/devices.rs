@@ -181,10 +181,10 @@ pub fn run(socket: &Path, command: PoolCommand) -> Result<i32, Failure> {
         }
         PoolCommand::Add { force, dry_run, pool, vdevs } => {
             let mut spec = vdevspec::parse_pool_spec(&vdevs).map_err(|e| Failure::from(format!("cannot add to '{pool}': {e}")))?;
-            for device in spec.vdevs.iter_mut().flat_map(|g| g.devices.iter_mut()).chain(spec.spares.iter_mut()) {
+            for device in spec.vdevs.iter_mut().flat_map(|g| g.devices.iter_mut()).chain(spec.spares.iter_mut()).chain(spec.cache.iter_mut()) {
                 *device = resolve_device(device).map_err(|e| Failure::from(format!("cannot add to '{pool}': {e}")))?;
             }
-            send(socket, &Request::PoolAdd { pool, vdevs: spec.vdevs, spares: spec.spares, force, dry_run })?;
+            send(socket, &Request::PoolAdd { pool, vdevs: spec.vdevs, spares: spec.spares, force, dry_run, cache: spec.cache })?;
             Ok(0)
         }
         PoolCommand::Remove { pool, devices } => Ok(each(devices, |device| {
@@ -246,6 +246,7 @@ mod tests {
                 percent: 33.3,
             }),
             logs: vec![],
+            cache: vec![],
             spares: vec![],
             error_files: vec![],
             suspended: None,

@@ -320,6 +320,13 @@ fn report_json(cur: &[PoolIostatData], prev: &[PoolIostatData], options: &Iostat
                 .map(|l| (l.name.clone(), vdev_json(l, before_logs.and_then(|b| find(b, &l.name)), options)))
                 .collect();
             doc["logs"] = Value::Object(logs);
+            let before_cache = prev.iter().find(|p| p.name == pool.name && p.guid == pool.guid).map(|p| &p.cache[..]);
+            let cache: Map<String, Value> = pool
+                .cache
+                .iter()
+                .map(|c| (c.name.clone(), vdev_json(c, before_cache.and_then(|b| find(b, &c.name)), options)))
+                .collect();
+            doc["l2cache"] = Value::Object(cache);
         }
         pools.insert(pool.name.clone(), doc);
     }
@@ -371,6 +378,14 @@ pub fn run(socket: &Path, args: Vec<String>, options: IostatOptions) -> Result<i
                             for log in &pool.logs {
                                 let prev_log = before_logs.and_then(|l| find(l, &log.name));
                                 collect(log, prev_log, 1, true, &mut out);
+                            }
+                        }
+                        // ... and the cache devices after them, as zpool shows them.
+                        if options.verbose && !pool.cache.is_empty() {
+                            out.push(Line { depth: 0, name: "cache".into(), alloc: None, free: None, rates: Rates::default(), title: true });
+                            let before_cache = previous.iter().find(|p| p.name == pool.name && p.guid == pool.guid).map(|p| &p.cache[..]);
+                            for c in &pool.cache {
+                                collect(c, before_cache.and_then(|b| find(b, &c.name)), 1, true, &mut out);
                             }
                         }
                         out
@@ -481,6 +496,9 @@ pub fn list_verbose(
                 let logs: Map<String, Value> =
                     tree.logs.iter().map(|c| (c.name.clone(), list_vdev_json(c, columns, parsable, false))).collect();
                 pool.insert("logs".into(), Value::Object(logs));
+                let cache: Map<String, Value> =
+                    tree.cache.iter().map(|c| (c.name.clone(), list_vdev_json(c, columns, parsable, false))).collect();
+                pool.insert("l2cache".into(), Value::Object(cache));
                 let spares: Map<String, Value> =
                     tree.spares.iter().map(|s| (s.name.clone(), list_vdev_json(s, columns, parsable, true))).collect();
                 pool.insert("spares".into(), Value::Object(spares));
@@ -499,6 +517,12 @@ pub fn list_verbose(
             for log in &tree.logs {
                 lines.push(list_cells(log, 1, columns, parsable, false));
                 list_rows(log, 2, columns, parsable, &mut lines);
+            }
+        }
+        if !tree.cache.is_empty() {
+            lines.push(columns.iter().map(|c| if c == "name" { "cache".to_string() } else { "-".to_string() }).collect());
+            for c in &tree.cache {
+                lines.push(list_cells(c, 1, columns, parsable, false));
             }
         }
         if !tree.spares.is_empty() {

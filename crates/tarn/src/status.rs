@@ -241,8 +241,9 @@ fn config_text(pool: &PoolStatusData, trim_detail: bool, zone: Zone) -> String {
     for log in &pool.logs {
         walk(log, 1, &mut logs);
     }
+    let cache: Vec<(String, &VdevStatus)> = pool.cache.iter().map(|c| (format!("  {}", c.name), c)).collect();
     let spares: Vec<(String, &VdevStatus)> = pool.spares.iter().map(|s| (format!("  {}", s.name), s)).collect();
-    let width = rows.iter().chain(&logs).chain(&spares).map(|(n, _)| n.len()).max().unwrap_or(4).max(4) + 2;
+    let width = rows.iter().chain(&logs).chain(&cache).chain(&spares).map(|(n, _)| n.len()).max().unwrap_or(4).max(4) + 2;
     let mut out = String::new();
     let mut line = |text: String| {
         out.push_str(text.trim_end());
@@ -263,6 +264,20 @@ fn config_text(pool: &PoolStatusData, trim_detail: bool, zone: Zone) -> String {
             vdev.checksum_errors,
             notes(vdev) + &crate::trim::note(pool, vdev, trim_detail, zone)
         ));
+    }
+    // Cache devices after the logs and before the spares, as zpool shows them.
+    if !cache.is_empty() {
+        line("\tcache".into());
+        for (name, vdev) in cache {
+            line(format!(
+                "\t{name:<width$}{:<8}{:>5} {:>5} {:>5}{}",
+                vdev.state,
+                vdev.read_errors,
+                vdev.write_errors,
+                vdev.checksum_errors,
+                notes(vdev)
+            ));
+        }
     }
     if !spares.is_empty() {
         line("\tspares".into());
@@ -383,6 +398,10 @@ pub fn status_json(pools: &[PoolStatusData]) -> Value {
         for log in &pool.logs {
             logs.insert(log.name.clone(), vdev_json(log, pool));
         }
+        let mut l2cache = Map::new();
+        for c in &pool.cache {
+            l2cache.insert(c.name.clone(), vdev_json(c, pool));
+        }
         let mut object = json!({
             "name": pool.name,
             "state": health(pool),
@@ -391,6 +410,7 @@ pub fn status_json(pools: &[PoolStatusData]) -> Value {
             "error_count": pool.data_errors,
             "vdevs": vdevs,
             "logs": logs,
+            "l2cache": l2cache,
             "spares": spares,
             "error_files": pool.error_files,
         });
@@ -448,6 +468,7 @@ mod tests {
             root: group("tank", "root", state, tops),
             scan: None,
             logs: vec![],
+            cache: vec![],
             spares: vec![],
             error_files: vec![],
             suspended: None,

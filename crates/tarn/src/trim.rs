@@ -112,6 +112,7 @@ mod tests {
             root: VdevStatus { name: "tank".into(), vdev_type: "root".into(), guid: 9, children: leaves, ..leaf("tank", 9) },
             scan: None,
             logs: vec![],
+            cache: vec![],
             spares: vec![],
             error_files: vec![],
             suspended: None,

@@ -49,10 +49,31 @@ fn table(rows: &[TunableRow], scripted: bool) -> String {
     out
 }
 
-/// One arcstat line's numbers: counts over the interval (or since start).
+/// One arcstat line's numbers: counts over the interval (or since start),
+/// and the L2 feed's bytes per second over it.
+#[derive(Default)]
 struct Sample {
     hits: u64,
     misses: u64,
+    l2_hits: u64,
+    l2_misses: u64,
+    l2_read_per_sec: u64,
+    l2_write_per_sec: u64,
+}
+
+fn sample(now: &ArcstatData, prev: Option<&ArcstatData>, secs: f64) -> Sample {
+    let zero = ArcstatData::default();
+    let p = prev.unwrap_or(&zero);
+    // The first report: since the daemon started (rates unknown: 0).
+    let rate = |now: u64, before: u64| if prev.is_some() && secs > 0.0 { (now.saturating_sub(before) as f64 / secs) as u64 } else { 0 };
+    Sample {
+        hits: now.hits.saturating_sub(p.hits),
+        misses: now.misses.saturating_sub(p.misses),
+        l2_hits: now.l2_hits.saturating_sub(p.l2_hits),
+        l2_misses: now.l2_misses.saturating_sub(p.l2_misses),
+        l2_read_per_sec: rate(now.l2_read_bytes, p.l2_read_bytes),
+        l2_write_per_sec: rate(now.l2_write_bytes, p.l2_write_bytes),
+    }
 }
 
 fn ratio(hits: u64, misses: u64) -> u64 {
@@ -74,10 +95,21 @@ fn arcstat_json(now: &ArcstatData, delta: &Sample) -> Value {
         "hit_ratio": ratio(delta.hits, delta.misses),
         "prefetch_reads": now.prefetch_reads,
         "rss": now.rss,
+        "l2hits": delta.l2_hits,
+        "l2miss": delta.l2_misses,
+        "l2hit_ratio": ratio(delta.l2_hits, delta.l2_misses),
+        "l2size": now.l2_size,
+        "l2_hdr_size": now.l2_hdr_size,
+        "l2bytes": delta.l2_read_per_sec,
+        "l2wbytes": delta.l2_write_per_sec,
+        "l2_cksum_bad": now.l2_cksum_bad,
+        "l2_io_error": now.l2_io_error,
+        "l2_rebuild_blocks": now.l2_rebuild_blocks,
     })
 }
 
-const HEADER: &str = "    time   read   hits   miss  hit%   size      c  arc_max    rss";
+const HEADER: &str =
+    "    time   read   hits   miss  hit%   size      c  arc_max    rss  l2hits  l2miss  l2hit%  l2size  l2wbytes";
 
 fn arcstat_line(now: &ArcstatData, delta: &Sample, parsable: bool) -> String {
     let size = |v: u64| if parsable { v.to_string() } else { format_number(v) };
@@ -87,7 +119,7 @@ fn arcstat_line(now: &ArcstatData, delta: &Sample, parsable: bool) -> String {
     let stamp = crate::clock::history_time(secs, crate::clock::Zone::Local);
     let time = &stamp[stamp.len().saturating_sub(8)..];
     format!(
-        "{time:>8} {:>6} {:>6} {:>6} {:>5} {:>6} {:>6} {:>8} {:>6}\n",
+        "{time:>8} {:>6} {:>6} {:>6} {:>5} {:>6} {:>6} {:>8} {:>6} {:>7} {:>7} {:>7} {:>7} {:>9}\n",
         count(delta.hits + delta.misses),
         count(delta.hits),
         count(delta.misses),
@@ -96,6 +128,11 @@ fn arcstat_line(now: &ArcstatData, delta: &Sample, parsable: bool) -> String {
         size(now.c),
         size(now.arc_max),
         size(now.rss),
+        count(delta.l2_hits),
+        count(delta.l2_misses),
+        ratio(delta.l2_hits, delta.l2_misses),
+        size(now.l2_size),
+        size(delta.l2_write_per_sec),
     )
 }
 
@@ -116,10 +153,8 @@ pub fn arcstat(socket: &Path, json: bool, parsable: bool, interval: Option<Durat
         }
         next_at += interval.unwrap_or_default();
         let now: ArcstatData = data(send(socket, &Request::Arcstat)?)?;
-        let delta = match &prev {
-            Some(p) => Sample { hits: now.hits.saturating_sub(p.hits), misses: now.misses.saturating_sub(p.misses) },
-            None => Sample { hits: now.hits, misses: now.misses },
-        };
+        let secs = interval.unwrap_or_default().as_secs_f64();
+        let delta = sample(&now, prev.as_ref(), secs);
         if json {
             print_json(&arcstat_json(&now, &delta));
         } else {
@@ -153,8 +188,8 @@ mod tests {
         assert_eq!(ratio(3, 1), 75);
         assert_eq!(ratio(0, 0), 0);
         let now = ArcstatData { size: 1 << 20, c: 64 << 20, arc_max: 64 << 20, ..Default::default() };
-        let line = arcstat_line(&now, &Sample { hits: 90, misses: 10 }, false);
-        assert!(line.ends_with("   100     90     10    90     1M    64M      64M      0\n"), "{line:?}");
+        let line = arcstat_line(&now, &Sample { hits: 90, misses: 10, l2_hits: 6, l2_misses: 4, l2_write_per_sec: 8 << 20, ..Default::default() }, false);
+        assert!(line.ends_with("   100     90     10    90     1M    64M      64M      0       6       4      60       0        8M\n"), "{line:?}");
         assert_eq!(HEADER.len() + 1, line.len(), "{line:?}");
     }
 }

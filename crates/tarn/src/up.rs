@@ -113,6 +113,7 @@ pub fn up(flag: Option<&Path>) -> Result<i32, Failure> {
                     ashift: None,
                     pool_props: vec![],
                     fs_props: vec![],
+                    cache: vec![],
                 },
             )?;
             println!("created pool '{POOL}' (raidz1 of 4 files in {})", vdevs.display());

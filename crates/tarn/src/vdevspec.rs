@@ -1,10 +1,11 @@
 //! zpool's vdev specification grammar:
 //!
 //! ```text
-//! spec   := plain* group* logs? spares?
+//! spec   := plain* group* logs? cache? spares?
 //! plain  := DEVICE                       (each a top-level vdev: a stripe)
 //! group  := (mirror | raidz | raidz1 | raidz2 | raidz3) DEVICE+
 //! logs   := log (plain | mirror DEVICE+)+  (log vdevs: disks or mirrors)
+//! cache  := cache DEVICE+                (L2ARC devices, single disks)
 //! spares := spare DEVICE+                (hot spares, not top-level vdevs)
 //! ```
 //!
@@ -13,8 +14,11 @@
 //! `mirror a b log mirror c d` is one mirror with a mirrored log. As in
 //! zpool, the spare section may come anywhere and ends at the next group
 //! keyword, and every vdev after `log` is a log vdev (until `spare`); a
-//! raidz log is refused, as zpool refuses it. `cache`, `special`, `dedup`
-//! and `draid` are recognized and refused as not yet supported.
+//! raidz log is refused, as zpool refuses it. The cache section, like the
+//! spare section, may come anywhere and holds single devices: a mirror or
+//! raidz after `cache` is refused (zpool cannot mirror cache devices
+//! either). `special`, `dedup` and `draid` are recognized and refused as
+//! not yet supported.
 
 use tarn_daemon::proto::{VdevGroup, VdevKind};
 
@@ -23,12 +27,15 @@ use tarn_daemon::proto::{VdevGroup, VdevKind};
 pub struct PoolSpec {
     pub vdevs: Vec<VdevGroup>,
     pub spares: Vec<String>,
+    /// Cache devices (L2ARC).
+    pub cache: Vec<String>,
 }
 
 enum Keyword {
     Group(VdevKind),
     Spare,
     Log,
+    Cache,
 }
 
 fn keyword(token: &str) -> Result<Option<Keyword>, String> {
@@ -39,7 +46,8 @@ fn keyword(token: &str) -> Result<Option<Keyword>, String> {
         "raidz3" => Ok(Some(Keyword::Group(VdevKind::Raidz { parity: 3 }))),
         "spare" => Ok(Some(Keyword::Spare)),
         "log" => Ok(Some(Keyword::Log)),
-        "cache" | "special" | "dedup" => Err(format!("'{token}' vdevs are not yet supported")),
+        "cache" => Ok(Some(Keyword::Cache)),
+        "special" | "dedup" => Err(format!("'{token}' vdevs are not yet supported")),
         t if t.starts_with("draid") => Err("dRAID vdevs are not yet supported".into()),
         t if t.starts_with("raidz") => Err(format!("invalid vdev type '{t}' (raidz parity is 1, 2 or 3)")),
         _ => Ok(None),
@@ -68,6 +76,7 @@ enum Section {
     Stripe,
     Group(VdevGroup),
     Spares,
+    Cache,
 }
 
 /// Parses a specification for `pool create` or `pool add`. It may hold
@@ -82,6 +91,7 @@ pub fn parse_pool_spec(tokens: &[String]) -> Result<PoolSpec, String> {
     let mut spare_seen = false;
     let mut log = false;
     let mut log_seen = false;
+    let mut cache_seen = false;
     let close = |section: Section, spec: &mut PoolSpec| {
         if let Section::Group(group) = section {
             spec.vdevs.push(group);
@@ -90,6 +100,9 @@ pub fn parse_pool_spec(tokens: &[String]) -> Result<PoolSpec, String> {
     for token in tokens {
         match keyword(token)? {
             Some(Keyword::Group(kind)) => {
+                if matches!(section, Section::Cache) {
+                    return Err(format!("{} is not supported for cache devices (a cache device is a single disk)", kind_name(&kind)));
+                }
                 if log && matches!(kind, VdevKind::Raidz { .. }) {
                     return Err(format!("{} is not supported for log devices (a log vdev is a disk or a mirror)", kind_name(&kind)));
                 }
@@ -103,6 +116,14 @@ pub fn parse_pool_spec(tokens: &[String]) -> Result<PoolSpec, String> {
                 log = false;
                 close(std::mem::replace(&mut section, Section::Spares), &mut spec);
             }
+            Some(Keyword::Cache) => {
+                if cache_seen {
+                    return Err("'cache' may be given only once".into());
+                }
+                cache_seen = true;
+                log = false;
+                close(std::mem::replace(&mut section, Section::Cache), &mut spec);
+            }
             Some(Keyword::Log) => {
                 log = true;
                 log_seen = true;
@@ -112,6 +133,7 @@ pub fn parse_pool_spec(tokens: &[String]) -> Result<PoolSpec, String> {
                 Section::Stripe => spec.vdevs.push(VdevGroup { kind: VdevKind::Disk, devices: vec![token.clone()], log }),
                 Section::Group(group) => group.devices.push(token.clone()),
                 Section::Spares => spec.spares.push(token.clone()),
+                Section::Cache => spec.cache.push(token.clone()),
             },
         }
     }
@@ -132,8 +154,11 @@ pub fn parse_pool_spec(tokens: &[String]) -> Result<PoolSpec, String> {
     if spare_seen && spec.spares.is_empty() {
         return Err("spare requires at least 1 device, got 0".into());
     }
+    if cache_seen && spec.cache.is_empty() {
+        return Err("cache requires at least 1 device, got 0".into());
+    }
     let mut seen = std::collections::HashSet::new();
-    for device in spec.vdevs.iter().flat_map(|g| &g.devices).chain(&spec.spares) {
+    for device in spec.vdevs.iter().flat_map(|g| &g.devices).chain(&spec.spares).chain(&spec.cache) {
         if !seen.insert(device) {
             return Err(format!("device '{device}' is given more than once"));
         }
@@ -222,7 +247,7 @@ mod tests {
 
     #[test]
     fn unsupported_and_invalid() {
-        for kind in ["cache", "special"] {
+        for kind in ["special", "dedup"] {
             let err = parse(&format!("mirror a b {kind} c")).unwrap_err();
             assert!(err.contains("not yet supported"), "{err}");
         }
@@ -245,5 +270,20 @@ mod tests {
         assert!(parse_spares("mirror a b spare").unwrap_err().contains("at least 1 device"));
         assert!(parse_spares("spare a spare b").unwrap_err().contains("only once"));
         assert!(parse_spares("mirror a b spare a").unwrap_err().contains("more than once"));
+    }
+
+    #[test]
+    fn cache_devices_are_single_disks() {
+        let spec = parse_spares("raidz2 a b c d log e cache f g spare h").unwrap();
+        assert_eq!(spec.vdevs, vec![group(VdevKind::Raidz { parity: 2 }, &["a", "b", "c", "d"]), log_group(VdevKind::Disk, &["e"])]);
+        assert_eq!((spec.cache, spec.spares), (vec!["f".to_string(), "g".to_string()], vec!["h".to_string()]));
+        let spec = parse_spares("cache x").unwrap();
+        assert!(spec.vdevs.is_empty());
+        assert_eq!(spec.cache, vec!["x"]);
+        assert!(parse_spares("mirror a b cache mirror c d").unwrap_err().contains("not supported for cache devices"));
+        assert!(parse_spares("mirror a b cache c raidz d e f").unwrap_err().contains("not supported for cache devices"));
+        assert!(parse_spares("mirror a b cache").unwrap_err().contains("cache requires at least 1 device"));
+        assert!(parse_spares("mirror a b cache c cache d").unwrap_err().contains("only once"));
+        assert!(parse_spares("mirror a b cache a").unwrap_err().contains("more than once"));
     }
 }

@@ -220,7 +220,7 @@ fn tunable_and_arcstat_verbs() {
     let config_path = h.dir.join("tarn.toml");
 
     let all = tunables_json(&h);
-    let names = ["arc_max", "arc_min", "dirty_data_max", "txg_timeout", "scan_mem_max", "scan_rate_max"];
+    let names = ["arc_max", "arc_min", "dirty_data_max", "txg_timeout", "scan_mem_max", "scan_rate_max", "l2arc_write_max", "l2arc_write_boost"];
     for name in names {
         assert!(all["tunables"][name]["value"].is_u64(), "{name} in {all}");
     }
@@ -261,7 +261,7 @@ fn tunable_and_arcstat_verbs() {
     let docs: Vec<serde_json::Value> =
         serde_json::Deserializer::from_str(&text).into_iter().map(|d| d.expect("JSON document")).collect();
     assert_eq!(docs.len(), 2, "{text}");
-    for key in ["size", "c", "arc_max", "hits", "misses", "hit_ratio"] {
+    for key in ["size", "c", "arc_max", "hits", "misses", "hit_ratio", "l2hits", "l2miss", "l2size", "l2wbytes", "l2_hdr_size"] {
         assert!(docs[0][key].is_u64(), "{key} in {}", docs[0]);
     }
 

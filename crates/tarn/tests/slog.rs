@@ -146,7 +146,7 @@ fn log_vdevs_create_add_status_remove() {
     let err = refused(&harness, &["pool", "add", "tank", "log", "raidz", &logs[3], &spare[0], &main[0]]);
     assert!(err.contains("log"), "{err}");
     let err = refused(&harness, &["pool", "remove", "tank", &main[0]]);
-    assert!(err.contains("only log devices and hot spares can be removed"), "{err}");
+    assert!(err.contains("only log devices, cache devices and hot spares can be removed"), "{err}");
     let err = refused(&harness, &["pool", "remove", "tank", "/no/such/device"]);
     assert!(err.contains("no such device"), "{err}");
     let err = refused(&harness, &["pool", "remove", "tank", &logs[0]]);

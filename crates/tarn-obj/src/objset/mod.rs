@@ -111,7 +111,8 @@ enum Found {
 pub(crate) struct ObjsetInner {
     pub id: ObjsetId,
     pub props: Mutex<WriteProps>,
-    /// `props.primarycache`, readable without the lock (every read asks).
+    /// `props.primarycache` (low two bits) and `props.secondarycache`
+    /// (the next two), readable without the lock (every read asks).
     pub cache_policy: std::sync::atomic::AtomicU8,
     /// `logbias` (0 latency, 1 throughput), read by every logged write.
     pub logbias: std::sync::atomic::AtomicU8,
@@ -133,6 +134,18 @@ pub(crate) struct ObjsetInner {
     pub dirty_bytes: AtomicU64,
 }
 
+fn policy_bits(p: &WriteProps) -> u8 {
+    p.primarycache as u8 | (p.secondarycache as u8) << 2
+}
+
+fn policy_from(bits: u8) -> crate::CachePolicy {
+    match bits & 3 {
+        0 => crate::CachePolicy::All,
+        1 => crate::CachePolicy::Metadata,
+        _ => crate::CachePolicy::None,
+    }
+}
+
 pub(crate) const HANDLE_CACHE_MAX: usize = 65536;
 /// An object set prunes its handles for the ARC's sake only past this many.
 const HANDLE_PRUNE_MIN: usize = 64;
@@ -149,7 +162,7 @@ impl ObjsetInner {
         Arc::new(ObjsetInner {
             id,
             props: Mutex::new(props),
-            cache_policy: std::sync::atomic::AtomicU8::new(props.primarycache as u8),
+            cache_policy: std::sync::atomic::AtomicU8::new(policy_bits(&props)),
             logbias: std::sync::atomic::AtomicU8::new(0),
             handles: crate::handles::HandleMap::new(),
             next_object: AtomicU64::new(phys.next_object),
@@ -239,16 +252,17 @@ impl ObjectSet {
     pub fn set_write_props(&self, p: WriteProps) {
         let mut g = self.inner.props.lock();
         *g = p;
-        self.inner.cache_policy.store(p.primarycache as u8, Ordering::Relaxed);
+        self.inner.cache_policy.store(policy_bits(&p), Ordering::Relaxed);
     }
 
     /// `primarycache` of this object set.
     pub(crate) fn cache_policy(&self) -> crate::CachePolicy {
-        match self.inner.cache_policy.load(Ordering::Relaxed) {
-            0 => crate::CachePolicy::All,
-            1 => crate::CachePolicy::Metadata,
-            _ => crate::CachePolicy::None,
-        }
+        policy_from(self.inner.cache_policy.load(Ordering::Relaxed))
+    }
+
+    /// `secondarycache` of this object set.
+    pub(crate) fn l2_policy(&self) -> crate::CachePolicy {
+        policy_from(self.inner.cache_policy.load(Ordering::Relaxed) >> 2)
     }
 
     /// Sets `logbias` (see `LogBias`).

@@ -40,13 +40,11 @@ impl ObjectSet {
         if bp.is_hole() {
             return Ok(None);
         }
-        let keep = self.cache_policy().keeps(phys.flags & crate::format::DN_METADATA != 0);
-        let data = if !keep {
+        let metadata = phys.flags & crate::format::DN_METADATA != 0;
+        let data = if !self.cache_policy().keeps(metadata) {
             self.io().read_passing(&bp)
-        } else if prefetch {
-            self.io().read_prefetch(&bp)
         } else {
-            self.io().read(&bp)
+            self.io().read_cached_as(&bp, prefetch, self.l2_policy().keeps(metadata))
         };
         Ok(Some(data.map_err(block_err)?))
     }
@@ -169,6 +167,21 @@ impl ObjectSet {
         };
         let bp = tree::lookup(self.io(), &phys, blkid)?;
         Ok(!bp.is_hole() && self.io().is_cached(&bp))
+    }
+
+    /// Whether a committed block of `id` is on a cache device (the L2ARC
+    /// indexes it): for tests.
+    pub fn is_block_in_l2(&self, id: ObjectId, blkid: u64) -> Result<bool> {
+        let dn = self.dnode(id)?;
+        let phys = {
+            let st = dn.st.lock();
+            match self.block_view(&st, blkid)? {
+                Found::Committed(p) => *p,
+                _ => return Ok(false),
+            }
+        };
+        let bp = tree::lookup(self.io(), &phys, blkid)?;
+        Ok(!bp.is_hole() && self.shared.l2.holds(&bp))
     }
 
     /// The newest version of data block `blkid`, shared (no copy); `None`

@@ -19,6 +19,8 @@ pub(crate) struct TunableCell {
     txg_timeout_ms: AtomicU64,
     scan_mem_max: AtomicU64,
     scan_rate_max: AtomicU64,
+    l2arc_write_max: AtomicU64,
+    l2arc_write_boost: AtomicU64,
 }
 
 impl TunableCell {
@@ -30,6 +32,8 @@ impl TunableCell {
             txg_timeout_ms: AtomicU64::new(0),
             scan_mem_max: AtomicU64::new(0),
             scan_rate_max: AtomicU64::new(0),
+            l2arc_write_max: AtomicU64::new(0),
+            l2arc_write_boost: AtomicU64::new(0),
         };
         c.store(t);
         c
@@ -43,6 +47,8 @@ impl TunableCell {
             txg_timeout_ms: self.txg_timeout_ms.load(Ordering::Relaxed),
             scan_mem_max: self.scan_mem_max.load(Ordering::Relaxed),
             scan_rate_max: self.scan_rate_max.load(Ordering::Relaxed),
+            l2arc_write_max: self.l2arc_write_max.load(Ordering::Relaxed),
+            l2arc_write_boost: self.l2arc_write_boost.load(Ordering::Relaxed),
         }
     }
 
@@ -55,6 +61,8 @@ impl TunableCell {
         self.txg_timeout_ms.store(t.txg_timeout_ms, Ordering::Relaxed);
         self.scan_mem_max.store(t.scan_mem_max, Ordering::Relaxed);
         self.scan_rate_max.store(t.scan_rate_max, Ordering::Relaxed);
+        self.l2arc_write_max.store(t.l2arc_write_max, Ordering::Relaxed);
+        self.l2arc_write_boost.store(t.l2arc_write_boost, Ordering::Relaxed);
         old
     }
 
@@ -100,14 +108,14 @@ mod tests {
 
     #[test]
     fn tunables_round_trip_and_suspension_carries_its_reason() {
-        let t = Tunables { arc_max: 1, arc_min: 2, dirty_data_max: 3, txg_timeout_ms: 4, scan_mem_max: 5, scan_rate_max: 6 };
+        let t = Tunables { arc_max: 1, arc_min: 2, dirty_data_max: 3, txg_timeout_ms: 4, scan_mem_max: 5, scan_rate_max: 6, l2arc_write_max: 7, l2arc_write_boost: 8 };
         let c = TunableCell::new(Tunables::default());
         let old = c.store(t);
         assert_eq!(old.dirty_data_max, Tunables::default().dirty_data_max);
         let back = c.load();
         assert_eq!(
-            (back.arc_max, back.arc_min, back.dirty_data_max, back.txg_timeout_ms, back.scan_mem_max, back.scan_rate_max),
-            (1, 2, 3, 4, 5, 6)
+            (back.arc_max, back.arc_min, back.dirty_data_max, back.txg_timeout_ms, back.scan_mem_max, back.scan_rate_max, back.l2arc_write_max, back.l2arc_write_boost),
+            (1, 2, 3, 4, 5, 6, 7, 8)
         );
         assert_eq!((c.dirty_data_max(), c.txg_timeout_ms()), (3, 4));
         let s = Suspension::default();

@@ -81,6 +81,9 @@ impl ObjPool {
         }
         let spares: Vec<Arc<tarn_vdev::LeafVdev>> =
             config.spares.iter().map(|l| Arc::new(tarn_vdev::LeafVdev::from_config(l, find(l), newest_seen))).collect();
+        // A missing cache device is UNAVAIL, never a reason to refuse.
+        let cache: Vec<Arc<tarn_vdev::LeafVdev>> =
+            config.cache.iter().map(|l| Arc::new(tarn_vdev::LeafVdev::from_config(l, find(l), newest_seen))).collect();
         if let Some(t) = tops.iter().find(|t| t.is_log() && t.state() == DevState::Unavail) {
             if !missing_log {
                 return Err(ObjError::Invalid(crate::log_vdevs::missing_log_message(&config.name, t)));
@@ -114,6 +117,10 @@ impl ObjPool {
                     let mos = ObjsetInner::new(MOS_OBJSET_ID, mos_phys, default_props(), mos_root);
                     let shared = Self::shared(io, config, spares, mos, open, root, opts.readonly);
                     shared.synced_txg.store(ub.txg, Ordering::Relaxed);
+                    // The L2ARC: rebuilt in the background from the cache
+                    // devices (`start` below); entries born after this txg
+                    // are not trusted (a rewind).
+                    shared.l2.attach(cache.clone(), ub.txg);
                     crate::checkpoint::load(&shared)?;
                     // Before anything allocates: the logs' blocks.
                     if !opts.readonly {
@@ -141,6 +148,7 @@ impl ObjPool {
                     }
                     let pool = Self::start(shared);
                     if !opts.readonly {
+                        pool.shared.l2.start();
                         pool.resume_scan();
                         crate::trim::resume(&pool.shared);
                     }

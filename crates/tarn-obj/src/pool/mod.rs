@@ -123,6 +123,8 @@ pub(crate) struct Shared {
     pub import_notes: Mutex<Vec<String>>,
     /// Log vdevs being removed: no new log blocks go there.
     pub log_removing: Mutex<Vec<u32>>,
+    /// The L2ARC on this pool's cache devices (l2arc/, cache_vdevs.rs).
+    pub l2: Arc<crate::l2arc::PoolL2>,
 }
 
 #[derive(Default)]
@@ -160,7 +162,7 @@ fn random_guid() -> u64 {
 }
 
 pub(crate) fn default_props() -> WriteProps {
-    WriteProps { compression: Compression::Lz4, checksum: ChecksumKind::Fletcher4, copies: 1, primarycache: crate::CachePolicy::All }
+    WriteProps { compression: Compression::Lz4, checksum: ChecksumKind::Fletcher4, copies: 1, primarycache: crate::CachePolicy::All, secondarycache: crate::CachePolicy::All }
 }
 
 impl ObjPool {
@@ -171,6 +173,12 @@ impl ObjPool {
     /// `pool create ... log ...`: the pool's vdevs, then `logs` as log
     /// vdevs (disks or mirrors) after them.
     pub fn create_with_logs(cfg: PoolCreate, logs: Vec<TopDevices>) -> Result<Arc<ObjPool>> {
+        Self::create_with_devices(cfg, logs, vec![])
+    }
+
+    /// `pool create ... log ... cache ...`: as `create_with_logs`, and
+    /// `cache` as cache devices (L2ARC, cache_vdevs.rs).
+    pub fn create_with_devices(cfg: PoolCreate, logs: Vec<TopDevices>, cache: Vec<(String, Arc<dyn Device>)>) -> Result<Arc<ObjPool>> {
         if !(9..=16).contains(&cfg.ashift) {
             return Err(ObjError::Invalid(format!("ashift {} is outside 9..16", cfg.ashift)));
         }
@@ -194,6 +202,8 @@ impl ObjPool {
             }
             tops_cfg.push(TopConfig { id: i as u32, guid: random_guid(), kind: kind.clone(), ashift: cfg.ashift, asize, children, class });
         }
+        let cache_leaves: Vec<Arc<tarn_vdev::LeafVdev>> =
+            cache.iter().map(|(p, d)| Arc::new(tarn_vdev::LeafVdev::new(random_guid(), p.clone(), Some(d.clone())))).collect();
         let config = PoolConfig {
             name: cfg.name.clone(),
             pool_guid,
@@ -204,8 +214,14 @@ impl ObjPool {
             top: tops_cfg.clone(),
             properties: cfg.properties.clone(),
             spares: vec![],
+            cache: cache_leaves.iter().map(|l| tarn_vdev::LeafConfig::new(l.guid, l.path.clone())).collect(),
             generation: 1,
         };
+        for l in &cache_leaves {
+            if let Some(d) = l.device() {
+                all_devs.push((tarn_vdev::CACHE_TOP_ID, l.guid, d));
+            }
+        }
         for (top_id, leaf_guid, d) in &all_devs {
             tarn_vdev::write_label(d.as_ref(), &tarn_vdev::Label { config: config.clone(), top_id: *top_id, leaf_guid: *leaf_guid })?;
         }
@@ -224,11 +240,13 @@ impl ObjPool {
             mos.create_with_id(&tx, MOS_OBJSET_TABLE, ObjType(OT_OBJSET_TABLE), 16384, &[0; BONUS_LEN])?;
         }
         pool.sync()?;
+        crate::cache_vdevs::bring_in(&pool.shared, cache_leaves)?;
         Ok(pool)
     }
 
     fn shared(io: BlockIo, config: PoolConfig, spares: Vec<Arc<tarn_vdev::LeafVdev>>, mos: Arc<ObjsetInner>, open_txg: Txg, root: RootState, readonly: bool) -> Arc<Shared> {
         let next_objset = mos.committed.lock().next_objset;
+        let l2 = crate::l2arc::PoolL2::new(config.pool_guid, io.cache_id());
         let scanner = crate::scan::Scanner::new();
         let queue = scanner.queue.clone();
         io.set_free_hook(Some(Arc::new(move |bp: &BlockPtr, txg: Txg| queue.lock().freed(bp, txg))));
@@ -271,6 +289,7 @@ impl ObjPool {
             logs: Default::default(),
             import_notes: Mutex::new(Vec::new()),
             log_removing: Mutex::new(Vec::new()),
+            l2,
         })
     }
 
@@ -380,6 +399,9 @@ impl ObjPool {
         for leaf in s.spares.lock().iter() {
             leaf.close();
         }
+        for leaf in s.l2.leaves() {
+            leaf.close();
+        }
         Ok(())
     }
 
@@ -388,6 +410,7 @@ impl ObjPool {
         crate::trim::stop(&self.shared);
         self.shared.prefetch_queue.lock().take();
         crate::zil::stop(&self.shared);
+        self.shared.l2.stop();
         self.shared.shutdown.store(true, Ordering::Relaxed);
         self.shared.cv_sync.notify_all();
         if let Some(t) = self.thread.lock().take() {
@@ -421,6 +444,7 @@ impl ObjPool {
             tops,
             logs: logs.iter().map(|t| t.status()).collect(),
             spares: self.spares(),
+            cache: s.l2.status(),
             data_errors: s.io.data_errors.load(Ordering::Relaxed),
             scan: self.scan_stats(),
             suspended,
@@ -440,6 +464,8 @@ impl ObjPool {
             // The ARC is one for the process (tarn-block's arc.rs).
             tarn_block::arc().set_limits(t.arc_max, t.arc_min);
         }
+        // So is the L2ARC's feed rate.
+        crate::l2arc::set_write_limits(t.l2arc_write_max, t.l2arc_write_boost);
         self.shared.cv_sync.notify_all();
     }
 
