@@ -13,14 +13,15 @@
 //! | 73  | 1    | checksum (1 fletcher4, 2 sha256, 3 blake3) |
 //! | 74  | 1    | level in the object's tree (0 = data) |
 //! | 75  | 1    | object type of the owning object |
-//! | 76  | 1    | flags (bit 0: encrypted — reserved; bit 1: gang — every DVA points at a gang header, see `gang.rs`) |
+//! | 76  | 1    | flags (bit 0: encrypted, see `crypt.rs`; bit 1: gang — every DVA points at a gang header, see `gang.rs`) |
 //! | 77  | 1    | number of DVAs in use |
 //! | 78  | 2    | reserved, zero |
 //! | 80  | 32   | checksum of the physical block |
-//! | 112 | 16   | reserved for an encryption MAC (zero) |
+//! | 112 | 16   | MAC of an encrypted block (the GCM tag); zero otherwise |
 //!
-//! A hole is 128 zero bytes. Encrypted blocks (future) keep at most two
-//! copies: the third DVA's 16 bytes then carry the IV, the last 16 bytes the MAC.
+//! A hole is 128 zero bytes. Encrypted blocks keep at most two copies: the
+//! third DVA's 16 bytes (32..48) carry the IV instead: the key salt `u32`
+//! then the 96-bit nonce (`crypt.rs`).
 
 use crate::{ChecksumKind, Compression};
 
@@ -57,6 +58,10 @@ pub struct BlockPtr {
     pub otype: u8,
     pub flags: u8,
     pub checksum: [u8; 32],
+    /// Encrypted blocks: key salt (4 bytes, little-endian) and nonce (12).
+    pub iv: [u8; 16],
+    /// Encrypted blocks: the GCM tag over the physical block.
+    pub mac: [u8; 16],
 }
 
 pub const COMP_OFF: u8 = 0;
@@ -77,6 +82,8 @@ impl BlockPtr {
         otype: 0,
         flags: 0,
         checksum: [0; 32],
+        iv: [0; 16],
+        mac: [0; 16],
     };
 
     pub fn is_hole(&self) -> bool {
@@ -123,7 +130,16 @@ impl BlockPtr {
         b[76] = self.flags;
         b[77] = self.ndva;
         b[80..112].copy_from_slice(&self.checksum);
+        if self.is_encrypted() {
+            assert!((self.ndva as usize) < MAX_COPIES, "an encrypted block has at most two copies");
+            b[32..48].copy_from_slice(&self.iv);
+            b[112..128].copy_from_slice(&self.mac);
+        }
         b
+    }
+
+    pub fn is_encrypted(&self) -> bool {
+        self.flags & crate::crypt::FLAG_ENCRYPTED != 0
     }
 
     /// Decode a block pointer. Structural nonsense is `Err`, never a panic;
@@ -149,8 +165,13 @@ impl BlockPtr {
         if ndva as usize > MAX_COPIES {
             return Err(format!("block pointer with {ndva} copies"));
         }
+        let encrypted = b[76] & crate::crypt::FLAG_ENCRYPTED != 0;
+        if encrypted && ndva as usize > MAX_COPIES - 1 {
+            return Err(format!("encrypted block pointer with {ndva} copies"));
+        }
         let mut dva = [Dva::default(); MAX_COPIES];
-        for (i, d) in dva.iter_mut().enumerate() {
+        let slots = if encrypted { MAX_COPIES - 1 } else { MAX_COPIES };
+        for (i, d) in dva.iter_mut().enumerate().take(slots) {
             let o = i * 16;
             *d = Dva { vdev: u32at(o), asize: u32at(o + 4), offset: u64at(o + 8) };
         }
@@ -167,6 +188,8 @@ impl BlockPtr {
             otype: b[75],
             flags: b[76],
             checksum: b[80..112].try_into().map_err(|_| "checksum field")?,
+            iv: if encrypted { b[32..48].try_into().map_err(|_| "iv field")? } else { [0; 16] },
+            mac: if encrypted { b[112..128].try_into().map_err(|_| "mac field")? } else { [0; 16] },
         };
         if bp.lsize == 0 || bp.psize == 0 || bp.lsize > (1 << 24) || bp.psize > (1 << 24) {
             return Err(format!("block pointer sizes lsize={} psize={}", bp.lsize, bp.psize));
@@ -219,5 +242,34 @@ mod tests {
         junk[77] = 9;
         assert!(BlockPtr::decode(&junk).is_err());
         assert!(BlockPtr::decode(&[1u8; 10]).is_err());
+    }
+
+    #[test]
+    fn encrypted_round_trip_keeps_iv_and_mac_in_place_of_the_third_copy() {
+        let mut bp = BlockPtr::HOLE;
+        bp.ndva = 2;
+        bp.dva[0] = Dva { vdev: 1, asize: 4096, offset: 8192 };
+        bp.dva[1] = Dva { vdev: 0, asize: 4096, offset: 4096 };
+        bp.lsize = 4096;
+        bp.psize = 4096;
+        bp.birth = 3;
+        bp.fill = 1;
+        bp.checksum_kind = 1;
+        bp.flags = crate::crypt::FLAG_ENCRYPTED;
+        bp.iv = [0x11; 16];
+        bp.mac = [0x22; 16];
+        let raw = bp.encode();
+        assert_eq!(&raw[32..48], &[0x11; 16]);
+        assert_eq!(&raw[112..128], &[0x22; 16]);
+        assert_eq!(BlockPtr::decode(&raw).unwrap(), bp);
+        let mut three = raw;
+        three[77] = 3;
+        assert!(BlockPtr::decode(&three).unwrap_err().contains("encrypted block pointer with 3 copies"));
+        // The same bytes without the flag: the IV reads as a third DVA (of
+        // a block pointer saying two copies), the MAC is dropped.
+        let mut plain = raw;
+        plain[76] = 0;
+        let p = BlockPtr::decode(&plain).unwrap();
+        assert_eq!((p.iv, p.mac, p.dvas().len()), ([0; 16], [0; 16], 2));
     }
 }

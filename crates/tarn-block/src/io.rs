@@ -10,6 +10,7 @@ use crate::alloc_lock::AllocLock;
 use crate::read_cache::{CacheKey, ReadCache};
 use crate::gang::{is_gang, CopyPlace, Placement, GANG_MAX_PIECES};
 use crate::bp::{checksum_code, compression_code, BlockPtr, Dva, COMP_OFF, MAX_COPIES};
+use crate::crypt::BlockKeys;
 use crate::{checksum, compress, ChecksumKind, Compression};
 
 #[derive(Debug, thiserror::Error)]
@@ -258,8 +259,14 @@ impl BlockIo {
     /// Write one block; returns its pointer. All-zero data with compression
     /// on becomes a hole, as in ZFS.
     pub fn write(&self, data: &[u8], spec: WriteSpec, birth: u64) -> Result<BlockPtr, BlockError> {
-        let Some((mut bp, phys)) = self.prepare(data, spec, birth) else { return Ok(BlockPtr::HOLE) };
-        let placement = self.place(u64::from(bp.psize), spec.copies, spec.metadata)?;
+        self.write_with(data, spec, birth, None)
+    }
+
+    /// As `write`, sealed with `keys` when given (an encrypted dataset's
+    /// block: at most two copies, crypt.rs).
+    pub fn write_with(&self, data: &[u8], spec: WriteSpec, birth: u64, keys: Option<&BlockKeys>) -> Result<BlockPtr, BlockError> {
+        let Some((mut bp, phys)) = self.prepare_with(data, spec, birth, keys)? else { return Ok(BlockPtr::HOLE) };
+        let placement = self.place(u64::from(bp.psize), copies_for(spec.copies, keys.is_some()), spec.metadata)?;
         placement.apply(&mut bp);
         self.write_placed(&bp, &placement, &phys)?;
         Ok(bp)
@@ -270,8 +277,14 @@ impl BlockIo {
     /// checksummed), or None for data that becomes a hole. For writers
     /// that place the block themselves (the intent log's indirect writes).
     pub fn prepare(&self, data: &[u8], spec: WriteSpec, birth: u64) -> Option<(BlockPtr, Vec<u8>)> {
+        self.prepare_with(data, spec, birth, None).ok().flatten()
+    }
+
+    /// As `prepare`, sealing the physical block with `keys` when given
+    /// (compress -> pad -> seal -> checksum over the ciphertext).
+    pub fn prepare_with(&self, data: &[u8], spec: WriteSpec, birth: u64, keys: Option<&BlockKeys>) -> Result<Option<(BlockPtr, Vec<u8>)>, BlockError> {
         if spec.compression != Compression::Off && data.iter().all(|&b| b == 0) {
-            return None;
+            return Ok(None);
         }
         let (code, mut phys) = match compress::compress(spec.compression, data) {
             Some(z) => (compression_code(spec.compression), z),
@@ -288,8 +301,11 @@ impl BlockIo {
         bp.checksum_kind = checksum_code(spec.checksum);
         bp.level = spec.level;
         bp.otype = spec.otype;
+        if let Some(keys) = keys {
+            keys.seal(&mut bp, &mut phys).map_err(|e| BlockError::Write(format!("cannot encrypt block: {e}")))?;
+        }
         bp.checksum = checksum::compute(spec.checksum, &phys);
-        Some((bp, phys))
+        Ok(Some((bp, phys)))
     }
 
     /// Rewrites copy `d` of `bp` from good physical bytes (self-healing);
@@ -332,14 +348,21 @@ impl BlockIo {
     /// whose dataset's `secondarycache` may keep out of the second level
     /// (`l2` false: it is not offered to the L2ARC when evicted).
     pub fn read_cached_as(&self, bp: &BlockPtr, prefetch: bool, l2: bool) -> Result<Arc<Vec<u8>>, BlockError> {
+        self.read_keyed(bp, prefetch, l2, None)
+    }
+
+    /// As `read_cached_as`, opening an encrypted block with `keys`. An
+    /// encrypted block is never offered to the second level: the L2ARC
+    /// keeps logical bytes, and plaintext must not reach a cache device.
+    pub fn read_keyed(&self, bp: &BlockPtr, prefetch: bool, l2: bool, keys: Option<&BlockKeys>) -> Result<Arc<Vec<u8>>, BlockError> {
         let key = self.key(bp);
         if let Some(v) = self.cache.get(&key, bp, prefetch) {
             return Ok(v);
         }
-        let mut data = self.read_uncached(bp)?;
+        let mut data = self.read_uncached_with(bp, keys)?;
         data.shrink_to_fit();
         let data = Arc::new(data);
-        self.cache.insert(key, data.clone(), l2.then_some(bp.checksum));
+        self.cache.insert(key, data.clone(), (l2 && !bp.is_encrypted()).then_some(bp.checksum));
         Ok(data)
     }
 
@@ -373,7 +396,7 @@ impl BlockIo {
         if bp.is_hole() || data.len() != bp.lsize as usize {
             return;
         }
-        self.cache.insert(self.key(bp), data, l2.then_some(bp.checksum));
+        self.cache.insert(self.key(bp), data, (l2 && !bp.is_encrypted()).then_some(bp.checksum));
     }
 
     /// Drop a block from the cache (it was freed).
@@ -422,8 +445,27 @@ impl BlockIo {
         Err(BlockError::Corrupt { where_: format!("{:?}", bp.dva[0]), what: errors.join("; ") })
     }
 
+    /// Reads, verifies and decompresses a block past the cache. An
+    /// encrypted block fails here: it needs its keys (`read_uncached_with`).
     pub fn read_uncached(&self, bp: &BlockPtr) -> Result<Vec<u8>, BlockError> {
+        self.read_uncached_with(bp, None)
+    }
+
+    /// As `read_uncached`; an encrypted block is opened with `keys` (its
+    /// MAC checked before anything is decompressed or returned).
+    pub fn read_uncached_with(&self, bp: &BlockPtr, keys: Option<&BlockKeys>) -> Result<Vec<u8>, BlockError> {
         let mut phys = self.read_phys(bp)?;
+        if bp.is_encrypted() {
+            let Some(keys) = keys else {
+                return Err(BlockError::Corrupt { where_: format!("{:?}", bp.dva[0]), what: "encrypted block and no key loaded".into() });
+            };
+            if let Err(e) = keys.open(bp, &mut phys) {
+                // Every copy verified against the checksum, so no copy can
+                // do better: the block or its pointer was altered.
+                self.data_errors.fetch_add(1, Ordering::Relaxed);
+                return Err(BlockError::Corrupt { where_: format!("{:?}", bp.dva[0]), what: e.to_string() });
+            }
+        }
         if bp.compression == COMP_OFF && phys.len() >= bp.lsize as usize {
             // Stored as is (incompressible data): the bytes read are the block.
             phys.truncate(bp.lsize as usize);
@@ -538,6 +580,16 @@ impl BlockIo {
     }
 }
 
+/// Copies to write: an encrypted block has room for two (its IV takes the
+/// third DVA's place).
+fn copies_for(copies: u8, encrypted: bool) -> u8 {
+    if encrypted {
+        copies.min(MAX_COPIES as u8 - 1)
+    } else {
+        copies
+    }
+}
+
 impl Drop for BlockIo {
     /// An exported pool keeps nothing in the ARC.
     fn drop(&mut self) {
@@ -600,5 +652,50 @@ mod tests {
         assert_eq!(arc.stats().blocks, 2, "holes and data of the wrong size are not cached");
         drop(io);
         assert_eq!(arc.stats().blocks, 0, "a dropped pipeline leaves nothing in its cache");
+    }
+
+    /// An encrypted block through the pipeline: two copies at most, sealed
+    /// on disk, checksum over the ciphertext (so scrub needs no key), read
+    /// back only with its keys, and a block altered with a matching
+    /// checksum (what an attacker with the disk can do) is refused by its
+    /// MAC, never returned.
+    #[test]
+    fn encrypted_blocks_are_sealed_verified_and_opened() {
+        let (io, _arc) = io_with_own_arc();
+        let keys = BlockKeys::new(crate::Cipher::Aes256Gcm, &[9u8; 32]).unwrap();
+        let data: Vec<u8> = b"tarn-marker-plaintext ".iter().cycle().take(16384).copied().collect();
+        let mut spec = spec();
+        spec.copies = 3;
+        let bp = io.write_with(&data, spec, 5, Some(&keys)).unwrap();
+        assert!(bp.is_encrypted());
+        assert_eq!(bp.dvas().len(), 2, "copies=3 gives two copies when encrypted");
+        assert!(bp.compression != COMP_OFF, "compressed before sealing");
+        let phys = io.read_phys(&bp).unwrap();
+        assert!(!phys.windows(11).any(|w| w == b"tarn-marker"), "no plaintext on disk");
+        assert_eq!(io.scan_block(&bp, true).unwrap().repaired_bytes, 0, "scrub verifies without a key");
+        let err = io.read_uncached(&bp).unwrap_err().to_string();
+        assert!(err.contains("no key loaded"), "{err}");
+        assert_eq!(io.read_keyed(&bp, false, true, Some(&keys)).unwrap().as_slice(), &data[..]);
+        let other = BlockKeys::new(crate::Cipher::Aes256Gcm, &[8u8; 32]).unwrap();
+        assert!(io.read_uncached_with(&bp, Some(&other)).unwrap_err().to_string().contains("MAC mismatch"));
+
+        // Rewrite one ciphertext byte on both copies and give the block
+        // pointer the matching checksum: the checksum passes, the MAC not.
+        let mut forged = phys.clone();
+        forged[100] ^= 0x40;
+        let tops = io.tops();
+        for d in bp.dvas() {
+            tops[d.vdev as usize].write(d.offset, &forged, bp.birth).unwrap();
+        }
+        let mut bad = bp;
+        bad.checksum = checksum::compute(ChecksumKind::Fletcher4, &forged);
+        let errors = io.data_errors.load(Ordering::Relaxed);
+        let err = io.read_uncached_with(&bad, Some(&keys)).unwrap_err().to_string();
+        assert!(err.contains("MAC mismatch"), "{err}");
+        assert_eq!(io.data_errors.load(Ordering::Relaxed), errors + 1, "counted as a data error");
+        // And a plaintext block of the same pool is untouched by all this.
+        let plain = io.write(&data, self::spec(), 6).unwrap();
+        assert!(!plain.is_encrypted());
+        assert_eq!(io.read_uncached(&plain).unwrap(), data);
     }
 }
