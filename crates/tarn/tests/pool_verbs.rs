@@ -13,18 +13,10 @@ use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use common::{assert_clean_failure, path_str, random_bytes, write_file, Harness};
+use common::{refused, path_str, random_bytes, write_file, Harness};
 
 fn json(text: &str) -> serde_json::Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}):\n{text}"))
-}
-
-/// Exit status `code`, one clean error line (see `assert_clean_failure`).
-fn refused(harness: &Harness, args: &[&str], code: i32) -> String {
-    let out = harness.tarn(args);
-    assert_clean_failure(&out, &args.join(" "));
-    assert_eq!(out.status.code(), Some(code), "tarn {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 /// The pool's cumulative counters from `pool iostat -j -v`.

@@ -12,38 +12,11 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use common::{assert_clean_failure, path_str, random_bytes, Harness};
+use common::{pool_size, status_rows, path_str, random_bytes, Harness};
 
-/// A refused command: one clean error line, exit 1; returns stderr.
+/// A refused command: exit 1, one clean error line; returns stderr.
 fn refused(harness: &Harness, args: &[&str]) -> String {
-    let out = harness.tarn(args);
-    assert_clean_failure(&out, &args.join(" "));
-    assert_eq!(out.status.code(), Some(1), "tarn {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-/// `pool status` text: the NAME rows, trimmed, in order.
-fn status_rows(harness: &Harness, pool: &str) -> Vec<String> {
-    let text = harness.tarn_ok(&["pool", "status", pool]);
-    let mut rows = Vec::new();
-    let mut in_config = false;
-    for line in text.lines() {
-        if line.trim_start().starts_with("NAME") {
-            in_config = true;
-            continue;
-        }
-        if in_config {
-            if line.trim().is_empty() || line.starts_with("errors:") {
-                break;
-            }
-            rows.push(line.split_whitespace().take(2).collect::<Vec<_>>().join(" "));
-        }
-    }
-    rows
-}
-
-fn pool_size(harness: &Harness, pool: &str) -> u64 {
-    harness.tarn_ok(&["pool", "list", "-H", "-p", "-o", "size", pool]).trim().parse().expect("size")
+    common::refused(harness, args, 1)
 }
 
 fn available(harness: &Harness, pool: &str) -> u64 {

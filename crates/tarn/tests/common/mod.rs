@@ -864,3 +864,37 @@ impl Harness {
         self.wait_for_socket();
     }
 }
+
+/// A refused command: exit status `code`, one clean error line (see
+/// `assert_clean_failure`); returns stderr.
+pub fn refused(harness: &Harness, args: &[&str], code: i32) -> String {
+    let out = harness.tarn(args);
+    assert_clean_failure(&out, &args.join(" "));
+    assert_eq!(out.status.code(), Some(code), "tarn {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// `pool status` text: the NAME rows (name and state), in order.
+pub fn status_rows(harness: &Harness, pool: &str) -> Vec<String> {
+    let text = harness.tarn_ok(&["pool", "status", pool]);
+    let mut rows = Vec::new();
+    let mut in_config = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("NAME") {
+            in_config = true;
+            continue;
+        }
+        if in_config {
+            if line.trim().is_empty() || line.starts_with("errors:") {
+                break;
+            }
+            rows.push(line.split_whitespace().take(2).collect::<Vec<_>>().join(" "));
+        }
+    }
+    rows
+}
+
+/// `pool list -p`'s size of `pool`, in bytes.
+pub fn pool_size(harness: &Harness, pool: &str) -> u64 {
+    harness.tarn_ok(&["pool", "list", "-H", "-p", "-o", "size", pool]).trim().parse().expect("size")
+}
