@@ -143,9 +143,9 @@ fn random_fields_with_a_valid_checksum_never_panic() {
         for at in [13, 14, 15, 28, 29, 30, 31] {
             blob[at] = if rng.gen_bool(0.9) { 0 } else { rng.gen() };
         }
-        for at in 16..28 {
+        for byte in &mut blob[16..28] {
             if rng.gen_bool(0.3) {
-                blob[at] = rng.gen();
+                *byte = rng.gen();
             }
         }
         if rng.gen_bool(0.2) {
