@@ -103,6 +103,20 @@ impl Kdf {
     }
 }
 
+/// A secret's bytes as argon2 memory blocks.
+fn as_blocks(memory: &mut Secret) -> &mut [argon2::Block] {
+    const _: () = assert!(std::mem::size_of::<argon2::Block>() == argon2::Block::SIZE);
+    const _: () = assert!(std::mem::align_of::<argon2::Block>() <= 4096);
+    let bytes = memory.expose_mut();
+    assert!(bytes.len().is_multiple_of(argon2::Block::SIZE));
+    assert!((bytes.as_ptr() as usize).is_multiple_of(std::mem::align_of::<argon2::Block>()), "secrets are page-aligned");
+    // SAFETY: a Block is 1024 bytes of u64s with no padding (size asserted
+    // above), so any bytes are a valid Block; the memory is aligned
+    // (asserted), `len / 1024` blocks long, and borrowed mutably from
+    // `memory` for the result's lifetime.
+    unsafe { std::slice::from_raw_parts_mut(bytes.as_mut_ptr().cast::<argon2::Block>(), bytes.len() / argon2::Block::SIZE) }
+}
+
 /// The key that seals a master key, with the recipe it was made by
 /// (format, KDF, salt), which the wrapped key records.
 pub struct WrappingKey {
@@ -138,13 +152,15 @@ impl WrappingKey {
             Kdf::Argon2id { m_kib, t, p } => {
                 let params = argon2::Params::new(m_kib, t, p, Some(WRAPPING_KEY_LEN))
                     .map_err(|e| KeyError::KdfParams(format!("argon2id parameters refused: {e}")))?;
+                let blocks = params.block_count();
                 let argon = argon2::Argon2::new(argon2::Algorithm::Argon2id, argon2::Version::V0x13, params);
-                argon.hash_password_into(material.bytes(), salt, key.expose_mut()).map_err(|e| match e {
-                    argon2::Error::OutOfMemory => {
-                        KeyError::KdfParams(format!("argon2id memory {m_kib} KiB: out of memory"))
-                    }
-                    other => KeyError::KdfParams(format!("argon2id failed: {other}")),
-                })?;
+                // The working memory holds values from which the key can
+                // be recomputed: it gets a secret's pages too (locked,
+                // undumpable, zeroed after).
+                let mut memory = Secret::zeroed(blocks * argon2::Block::SIZE);
+                argon
+                    .hash_password_into_with_memory(material.bytes(), salt, key.expose_mut(), as_blocks(&mut memory))
+                    .map_err(|e| KeyError::KdfParams(format!("argon2id failed: {e}")))?;
             }
             Kdf::Pbkdf2Sha512 { iters } => {
                 let iters = NonZeroU32::new(iters).expect("checked: iterations >= 1");
