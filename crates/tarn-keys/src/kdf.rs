@@ -23,6 +23,8 @@ pub const ARGON2ID_M_KIB_MAX: u32 = 4 * 1024 * 1024;
 pub const ARGON2ID_T_MAX: u32 = 64;
 pub const ARGON2ID_P_MAX: u32 = 16;
 pub const PBKDF2_ITERS_MAX: u32 = 100_000_000;
+/// The fewest PBKDF2 iterations a new key may ask for (as OpenZFS).
+pub const PBKDF2_ITERS_MIN: u32 = 100_000;
 
 /// How a passphrase becomes a wrapping key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -40,6 +42,18 @@ impl Kdf {
     pub const ARGON2ID_DEFAULT: Kdf = Kdf::Argon2id { m_kib: 64 * 1024, t: 3, p: 1 };
     /// OpenZFS's default `pbkdf2iters`.
     pub const PBKDF2_DEFAULT: Kdf = Kdf::Pbkdf2Sha512 { iters: 350_000 };
+
+    /// The KDF for `pbkdf2iters=N` on a new key or `change-key`: at least
+    /// [`PBKDF2_ITERS_MIN`] as OpenZFS requires (wrapped keys already
+    /// stored are read with any count within the limits).
+    pub fn pbkdf2_for_new_key(iters: u64) -> Result<Kdf, KeyError> {
+        match u32::try_from(iters) {
+            Ok(iters) if (PBKDF2_ITERS_MIN..=PBKDF2_ITERS_MAX).contains(&iters) => Ok(Kdf::Pbkdf2Sha512 { iters }),
+            _ => Err(KeyError::KdfParams(format!(
+                "pbkdf2iters must be between {PBKDF2_ITERS_MIN} and {PBKDF2_ITERS_MAX}, got {iters}"
+            ))),
+        }
+    }
 
     /// The KDF a new key of `format` gets unless the user asks otherwise.
     pub fn default_for(format: KeyFormat) -> Kdf {
@@ -222,6 +236,18 @@ mod tests {
         }
         for kdf in [Kdf::None, Kdf::ARGON2ID_DEFAULT, Kdf::PBKDF2_DEFAULT, Kdf::Argon2id { m_kib: ARGON2ID_M_KIB_MAX, t: 64, p: 16 }] {
             kdf.check().expect("within limits");
+        }
+    }
+
+    #[test]
+    fn pbkdf2iters_for_new_keys_has_a_floor() {
+        assert_eq!(Kdf::pbkdf2_for_new_key(350_000).expect("ok"), Kdf::PBKDF2_DEFAULT);
+        assert_eq!(Kdf::pbkdf2_for_new_key(100_000).expect("ok"), Kdf::Pbkdf2Sha512 { iters: 100_000 });
+        for bad in [0, 99_999, 100_000_001, u64::from(u32::MAX) + 1] {
+            assert_eq!(
+                Kdf::pbkdf2_for_new_key(bad).expect_err("refused").to_string(),
+                format!("pbkdf2iters must be between 100000 and 100000000, got {bad}")
+            );
         }
     }
 

@@ -46,6 +46,7 @@ pub use format::{
 };
 pub use kdf::{
     Kdf, WrappingKey, ARGON2ID_M_KIB_MAX, ARGON2ID_P_MAX, ARGON2ID_T_MAX, KDF_SALT_LEN, PBKDF2_ITERS_MAX,
+    PBKDF2_ITERS_MIN,
     WRAPPING_KEY_LEN,
 };
 pub use master::{MasterKey, DERIVE_MAX, MASTER_KEY_LEN};
