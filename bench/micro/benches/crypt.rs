@@ -7,6 +7,7 @@
 //!     cargo bench -p tarn-bench-micro --bench crypt
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use tarn_block::{BlockKeys, BlockPtr, Cipher};
+use tarn_keys::MasterKey;
 
 fn bp_for(len: usize) -> BlockPtr {
     let mut bp = BlockPtr::HOLE;
@@ -19,7 +20,7 @@ fn bp_for(len: usize) -> BlockPtr {
 
 fn seal_open(c: &mut Criterion) {
     for cipher in [Cipher::Aes128Gcm, Cipher::Aes256Gcm] {
-        let keys = BlockKeys::new(cipher, &[0x5a; 32]).expect("keys");
+        let keys = BlockKeys::new(cipher, &MasterKey::from_bytes(&[0x5a; 32])).expect("keys");
         for len in [4096usize, 128 << 10, 1 << 20] {
             let data: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
             let mut g = c.benchmark_group(format!("{} {}K", cipher.name(), len >> 10));
@@ -49,7 +50,7 @@ fn seal_open(c: &mut Criterion) {
         }
     }
     c.bench_function("derive a block key (salt rotation)", |b| {
-        let keys = BlockKeys::new(Cipher::Aes256Gcm, &[1; 32]).expect("keys");
+        let keys = BlockKeys::new(Cipher::Aes256Gcm, &MasterKey::from_bytes(&[1; 32])).expect("keys");
         b.iter(|| keys.rotate().expect("rotate"))
     });
 }

@@ -37,7 +37,7 @@ use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_128_GCM, AES_256_
 use aws_lc_rs::hkdf;
 use aws_lc_rs::rand::{SecureRandom, SystemRandom};
 use parking_lot::Mutex;
-use zeroize::Zeroizing;
+use tarn_keys::MasterKey;
 
 use crate::bp::BlockPtr;
 
@@ -117,7 +117,8 @@ pub enum CryptError {
 /// salt, opens blocks under whichever salt they carry.
 pub struct BlockKeys {
     cipher: Cipher,
-    master: Zeroizing<[u8; 32]>,
+    /// The master key, in locked memory that never reaches a core dump.
+    master: MasterKey,
     /// The writer's salt and how many blocks it has sealed.
     current: Mutex<(u32, LessSafeKeyBox)>,
     sealed_under_current: AtomicU64,
@@ -133,9 +134,9 @@ const OPEN_CACHE: usize = 8;
 
 impl BlockKeys {
     /// Keys for blocks of an encryption root whose master key is `master`.
-    pub fn new(cipher: Cipher, master: &[u8; 32]) -> Result<BlockKeys, CryptError> {
+    pub fn new(cipher: Cipher, master: &MasterKey) -> Result<BlockKeys, CryptError> {
         let rng = SystemRandom::new();
-        let master = Zeroizing::new(*master);
+        let master = master.clone();
         let salt = random_salt(&rng)?;
         let key = std::sync::Arc::new(derive(cipher, &master, salt));
         Ok(BlockKeys {
@@ -254,8 +255,8 @@ fn random_salt(rng: &SystemRandom) -> Result<u32, CryptError> {
 }
 
 /// The block key for `salt`: HKDF-SHA-512(master, domain, salt).
-fn derive(cipher: Cipher, master: &[u8; 32], salt: u32) -> LessSafeKey {
-    let prk = hkdf::Salt::new(hkdf::HKDF_SHA512, BLOCK_KEY_DOMAIN).extract(master);
+fn derive(cipher: Cipher, master: &MasterKey, salt: u32) -> LessSafeKey {
+    let prk = hkdf::Salt::new(hkdf::HKDF_SHA512, BLOCK_KEY_DOMAIN).extract(master.bytes());
     let info = salt.to_le_bytes();
     let info_parts = [&info[..]];
     let okm = prk.expand(&info_parts, cipher.algorithm()).expect("key length within HKDF's bound");
@@ -295,7 +296,7 @@ mod tests {
     #[test]
     fn seal_then_open_round_trips_for_both_ciphers() {
         for cipher in [Cipher::Aes128Gcm, Cipher::Aes256Gcm] {
-            let keys = BlockKeys::new(cipher, &[7u8; 32]).unwrap();
+            let keys = BlockKeys::new(cipher, &MasterKey::from_bytes(&[7u8; 32])).unwrap();
             let plain: Vec<u8> = (0..8192u32).map(|i| (i * 31 % 251) as u8).collect();
             let mut bp = bp_for(plain.len());
             let mut phys = plain.clone();
@@ -310,7 +311,7 @@ mod tests {
 
     #[test]
     fn any_change_to_block_or_bound_fields_fails_authentication() {
-        let keys = BlockKeys::new(Cipher::Aes256Gcm, &[1u8; 32]).unwrap();
+        let keys = BlockKeys::new(Cipher::Aes256Gcm, &MasterKey::from_bytes(&[1u8; 32])).unwrap();
         let plain = vec![0xabu8; 4096];
         let mut bp = bp_for(plain.len());
         let mut sealed = plain.clone();
@@ -340,7 +341,7 @@ mod tests {
             assert_eq!(keys.open(&b, &mut phys), Err(CryptError::Authentication), "{what}");
         }
         // Another master key.
-        let other = BlockKeys::new(Cipher::Aes256Gcm, &[2u8; 32]).unwrap();
+        let other = BlockKeys::new(Cipher::Aes256Gcm, &MasterKey::from_bytes(&[2u8; 32])).unwrap();
         let mut phys = sealed.clone();
         assert_eq!(other.open(&bp, &mut phys), Err(CryptError::Authentication));
         // And the untouched block still opens.
@@ -351,7 +352,7 @@ mod tests {
 
     #[test]
     fn nonces_and_salts_differ_and_old_salts_still_open() {
-        let keys = BlockKeys::new(Cipher::Aes256Gcm, &[3u8; 32]).unwrap();
+        let keys = BlockKeys::new(Cipher::Aes256Gcm, &MasterKey::from_bytes(&[3u8; 32])).unwrap();
         let plain = vec![5u8; 512];
         let mut seen = std::collections::HashSet::new();
         let mut blocks = Vec::new();
@@ -376,7 +377,7 @@ mod tests {
         }
         // A fresh BlockKeys for the same master (after a re-import) opens
         // blocks of every salt, and writes under a salt of its own.
-        let again = BlockKeys::new(Cipher::Aes256Gcm, &[3u8; 32]).unwrap();
+        let again = BlockKeys::new(Cipher::Aes256Gcm, &MasterKey::from_bytes(&[3u8; 32])).unwrap();
         let mut bp = bp_for(plain.len());
         let mut phys = plain.clone();
         keys.seal(&mut bp, &mut phys).unwrap();
@@ -386,7 +387,7 @@ mod tests {
 
     #[test]
     fn the_writer_rotates_its_salt_after_its_quota() {
-        let keys = BlockKeys::new(Cipher::Aes128Gcm, &[4u8; 32]).unwrap();
+        let keys = BlockKeys::new(Cipher::Aes128Gcm, &MasterKey::from_bytes(&[4u8; 32])).unwrap();
         keys.sealed_under_current.store(SALT_ROTATE_BLOCKS, Ordering::Relaxed);
         let before = keys.current_salt();
         let mut bp = bp_for(16);

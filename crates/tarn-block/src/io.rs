@@ -662,7 +662,7 @@ mod tests {
     #[test]
     fn encrypted_blocks_are_sealed_verified_and_opened() {
         let (io, _arc) = io_with_own_arc();
-        let keys = BlockKeys::new(crate::Cipher::Aes256Gcm, &[9u8; 32]).unwrap();
+        let keys = BlockKeys::new(crate::Cipher::Aes256Gcm, &tarn_keys::MasterKey::from_bytes(&[9u8; 32])).unwrap();
         let data: Vec<u8> = b"tarn-marker-plaintext ".iter().cycle().take(16384).copied().collect();
         let mut spec = spec();
         spec.copies = 3;
@@ -676,7 +676,7 @@ mod tests {
         let err = io.read_uncached(&bp).unwrap_err().to_string();
         assert!(err.contains("no key loaded"), "{err}");
         assert_eq!(io.read_keyed(&bp, false, true, Some(&keys)).unwrap().as_slice(), &data[..]);
-        let other = BlockKeys::new(crate::Cipher::Aes256Gcm, &[8u8; 32]).unwrap();
+        let other = BlockKeys::new(crate::Cipher::Aes256Gcm, &tarn_keys::MasterKey::from_bytes(&[8u8; 32])).unwrap();
         assert!(io.read_uncached_with(&bp, Some(&other)).unwrap_err().to_string().contains("MAC mismatch"));
 
         // Rewrite one ciphertext byte on both copies and give the block
