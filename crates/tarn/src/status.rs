@@ -252,31 +252,23 @@ fn config_text(pool: &PoolStatusData, trim_detail: bool, zone: Zone) -> String {
     line(format!("\t{:<width$}{:<8}{:>5} {:>5} {:>5}", "NAME", "STATE", "READ", "WRITE", "CKSUM"));
     let logs_from = rows.len();
     let with_logs: Vec<(String, &VdevStatus)> = rows.into_iter().chain(logs).collect();
+    let row = |name: &str, vdev: &VdevStatus, extra: String| {
+        format!(
+            "\t{name:<width$}{:<8}{:>5} {:>5} {:>5}{}",
+            vdev.state, vdev.read_errors, vdev.write_errors, vdev.checksum_errors, extra
+        )
+    };
     for (i, (name, vdev)) in with_logs.into_iter().enumerate() {
         if i == logs_from {
             line("\tlogs".into());
         }
-        line(format!(
-            "\t{name:<width$}{:<8}{:>5} {:>5} {:>5}{}",
-            vdev.state,
-            vdev.read_errors,
-            vdev.write_errors,
-            vdev.checksum_errors,
-            notes(vdev) + &crate::trim::note(pool, vdev, trim_detail, zone)
-        ));
+        line(row(&name, vdev, notes(vdev) + &crate::trim::note(pool, vdev, trim_detail, zone)));
     }
     // Cache devices after the logs and before the spares, as zpool shows them.
     if !cache.is_empty() {
         line("\tcache".into());
         for (name, vdev) in cache {
-            line(format!(
-                "\t{name:<width$}{:<8}{:>5} {:>5} {:>5}{}",
-                vdev.state,
-                vdev.read_errors,
-                vdev.write_errors,
-                vdev.checksum_errors,
-                notes(vdev)
-            ));
+            line(row(&name, vdev, notes(vdev)));
         }
     }
     if !spares.is_empty() {
