@@ -108,6 +108,8 @@ pub(crate) struct Shared {
     /// Background readers for prefetch (plain threads; see par.rs for why not rayon).
     pub prefetch_queue: Mutex<Option<std::sync::mpsc::Sender<PrefetchJob>>>,
     pub prefetched_blocks: AtomicU64,
+    /// Prefetch jobs queued and not yet finished.
+    pub prefetch_pending: Arc<AtomicU64>,
     /// Readers of committed trees hold this shared; releasing deferred
     /// frees (which makes their space reusable) takes it exclusively, so no
     /// reader can follow a stale pointer into reallocated space.
@@ -283,6 +285,7 @@ impl ObjPool {
             suspended: hot::Suspension::default(),
             prefetch_queue: Mutex::new(None),
             prefetched_blocks: AtomicU64::new(0),
+            prefetch_pending: Arc::new(AtomicU64::new(0)),
             reader_gate: RwLock::new(()),
             ckpt: crate::checkpoint::State::default(),
             trim: crate::trim::Trimmer::default(),
