@@ -14,7 +14,9 @@
 //!   then smbd is told to reload it; a share that went away has its
 //!   connections closed first, so the mount under it can be unmounted.
 //! - Missing smbd is an error at daemon start naming the Debian package,
-//!   never a silent no-op.
+//!   never a silent no-op; so is an SMB address already in use (smbd
+//!   itself would abort and be restarted forever). When smbd exits, the
+//!   daemon's log says why if smbd's own log does.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -41,6 +43,41 @@ pub fn find_program(name: &str, configured: Option<&Path>) -> Option<PathBuf> {
         .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/usr/bin")])
         .map(|dir| dir.join(name))
         .find(|candidate| candidate.is_file())
+}
+
+/// Binds (and releases) every address smbd will listen on, so an address
+/// in use fails the daemon's start in one line, as the NFS port does.
+/// Interface names (not addresses) are probed as the wildcard address.
+fn probe_listen(global: &SmbGlobal) -> Result<(), String> {
+    let mut addrs: Vec<std::net::SocketAddr> = Vec::new();
+    for name in &global.interfaces {
+        match name.parse::<std::net::IpAddr>() {
+            Ok(ip) => addrs.push((ip, global.port).into()),
+            Err(_) => addrs.push(([0, 0, 0, 0], global.port).into()),
+        }
+    }
+    if addrs.is_empty() {
+        addrs.push(([0, 0, 0, 0], global.port).into());
+    }
+    addrs.dedup();
+    for addr in addrs {
+        std::net::TcpListener::bind(addr).map_err(|e| format!("SMB server: cannot listen on {addr}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// The reason smbd's log gives for its last exit, when it is one the user
+/// can act on (an address in use, a bad config line).
+fn exit_reason(log: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(log).ok()?;
+    let tail: Vec<&str> = text.lines().rev().take(40).collect();
+    tail.iter().find_map(|line| {
+        let line = line.trim();
+        if let Some(pos) = line.find("open_socket_in failed: ") {
+            return Some(format!("cannot listen: {}", &line[pos + "open_socket_in failed: ".len()..]));
+        }
+        line.contains("Unknown parameter encountered").then(|| line.to_string())
+    })
 }
 
 pub fn missing_samba(program: &str) -> String {
@@ -95,6 +132,7 @@ impl Smbd {
                 restarts: 0,
             }),
         });
+        probe_listen(&this.global)?;
         this.write_config(&[])?;
         {
             let mut state = this.state.lock();
@@ -179,7 +217,8 @@ impl Smbd {
                     return;
                 }
                 Ok(Some(status)) => {
-                    eprintln!("tarn daemon: smbd exited ({status}); restarting in {:?}", state.backoff);
+                    let why = exit_reason(&self.global.state_dir.join("log/smbd.log")).map(|r| format!(": {r}")).unwrap_or_default();
+                    eprintln!("tarn daemon: smbd exited ({status}){why}; restarting in {:?}", state.backoff);
                 }
                 Err(e) => eprintln!("tarn daemon: cannot watch smbd: {e}"),
             }
@@ -343,5 +382,53 @@ impl Smbd {
         }
         // The supervisor must not start it again.
         state.next_start = Instant::now() + Duration::from_secs(365 * 24 * 3600);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn global(interfaces: &[&str], port: u16) -> SmbGlobal {
+        SmbGlobal {
+            port,
+            interfaces: interfaces.iter().map(|s| s.to_string()).collect(),
+            hosts_allow: Vec::new(),
+            hosts_deny: Vec::new(),
+            server_min_protocol: "SMB2".into(),
+            workgroup: "WORKGROUP".into(),
+            state_dir: PathBuf::from("/nonexistent"),
+        }
+    }
+
+    #[test]
+    fn an_address_in_use_is_found_before_smbd_starts() {
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = taken.local_addr().unwrap().port();
+        let err = probe_listen(&global(&["127.0.0.1"], port)).unwrap_err();
+        assert!(err.starts_with(&format!("SMB server: cannot listen on 127.0.0.1:{port}: ")), "{err}");
+        assert!(err.to_lowercase().contains("in use"), "{err}");
+        drop(taken);
+        probe_listen(&global(&["127.0.0.1"], port)).unwrap();
+        // The probe released the port: it can be taken again at once.
+        std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+    }
+
+    #[test]
+    fn the_exit_reason_is_read_from_smbds_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("smbd.log");
+        assert_eq!(exit_reason(&log), None, "no log, no reason");
+        std::fs::write(
+            &log,
+            "[2026/11/24 18:30:38.101641,  0] ../../source3/smbd/server.c:1097(smbd_open_one_socket)\n  \
+             smbd_open_one_socket: open_socket_in failed: Address already in use\n\
+             [2026/11/24 18:30:38.101690,  0] ../../source3/smbd/server.c:1264(open_sockets_smbd)\n  \
+             open_sockets_smbd: No sockets available to bind to.\n",
+        )
+        .unwrap();
+        assert_eq!(exit_reason(&log).as_deref(), Some("cannot listen: Address already in use"));
+        std::fs::write(&log, "[2026/11/24 18:30:38,  0] started\n  smbd version 4.17.12 started.\n").unwrap();
+        assert_eq!(exit_reason(&log), None, "nothing the user can act on");
     }
 }

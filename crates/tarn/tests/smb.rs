@@ -286,4 +286,27 @@ fn set_refuses_bad_share_strings_and_missing_samba_is_named() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("'samba' package"), "{stderr}");
+
+    // [smb] on an address something else listens on: the daemon does not
+    // start (smbd would abort and be restarted forever), and says why.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let out = Command::new(common::TARN)
+        .args(["daemon", "--state-dir"])
+        .arg(harness.dir.join("state3"))
+        .arg("--socket")
+        .arg(harness.dir.join("s3"))
+        .arg("--config")
+        .arg({
+            let path = harness.dir.join("busy.toml");
+            std::fs::write(&path, format!("[smb]\nenable = true\nlisten = \"127.0.0.1:{port}\"\n")).unwrap();
+            path
+        })
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let line = stderr.lines().last().unwrap_or_default();
+    assert!(line.contains(&format!("SMB server: cannot listen on 127.0.0.1:{port}")) && line.to_lowercase().contains("in use"), "{stderr}");
+    drop(taken);
 }
