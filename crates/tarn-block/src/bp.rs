@@ -13,20 +13,22 @@
 //! | 73  | 1    | checksum (1 fletcher4, 2 sha256, 3 blake3) |
 //! | 74  | 1    | level in the object's tree (0 = data) |
 //! | 75  | 1    | object type of the owning object |
-//! | 76  | 1    | flags (bit 0: encrypted, see `crypt.rs`; bit 1: gang — every DVA points at a gang header, see `gang.rs`) |
+//! | 76  | 1    | flags (bit 0: encrypted, see `crypt.rs`; bit 1: gang — every DVA points at a gang header, see `gang.rs`; bit 2: partly sealed — readable, parts sealed by the object layer, see `crypt.rs`) |
 //! | 77  | 1    | number of DVAs in use |
 //! | 78  | 2    | reserved, zero |
 //! | 80  | 32   | checksum of the physical block |
-//! | 112 | 16   | MAC of an encrypted block (the GCM tag); zero otherwise |
+//! | 112 | 16   | MAC of an encrypted or partly sealed block (the GCM tag); zero otherwise |
 //!
-//! A hole is 128 zero bytes. Encrypted blocks keep at most two copies: the
-//! third DVA's 16 bytes (32..48) carry the IV instead: the key salt `u32`
-//! then the 96-bit nonce (`crypt.rs`).
+//! A hole is 128 zero bytes. Encrypted and partly sealed blocks keep at
+//! most two copies: the third DVA's 16 bytes (32..48) carry the IV
+//! instead: the key salt `u32` then the 96-bit nonce (`crypt.rs`).
 
 use crate::{ChecksumKind, Compression};
 
 pub const BP_SIZE: usize = 128;
 pub const MAX_COPIES: usize = 3;
+/// Bytes of [`BlockPtr::portable`].
+pub const PORTABLE_LEN: usize = 52;
 
 /// A data virtual address: where one copy of a block lives.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -130,7 +132,7 @@ impl BlockPtr {
         b[76] = self.flags;
         b[77] = self.ndva;
         b[80..112].copy_from_slice(&self.checksum);
-        if self.is_encrypted() {
+        if self.has_iv() {
             assert!((self.ndva as usize) < MAX_COPIES, "an encrypted block has at most two copies");
             b[32..48].copy_from_slice(&self.iv);
             b[112..128].copy_from_slice(&self.mac);
@@ -140,6 +142,34 @@ impl BlockPtr {
 
     pub fn is_encrypted(&self) -> bool {
         self.flags & crate::crypt::FLAG_ENCRYPTED != 0
+    }
+
+    /// Sealed whole or in part: the pointer carries an IV and a MAC (and
+    /// so at most two copies).
+    pub fn has_iv(&self) -> bool {
+        self.flags & (crate::crypt::FLAG_ENCRYPTED | crate::crypt::FLAG_PARTLY_SEALED) != 0
+    }
+
+    /// The fields of this pointer that stay the same when its block is
+    /// copied as is into another pool (a raw receive): sizes, compression,
+    /// level, type, the sealing flags, fill, IV and MAC; not the addresses,
+    /// the birth txg or the checksum. A parent's authentication covers
+    /// these (docs/on-disk-format.md "Encryption").
+    pub fn portable(&self) -> [u8; PORTABLE_LEN] {
+        let mut b = [0u8; PORTABLE_LEN];
+        if self.is_hole() {
+            return b;
+        }
+        b[0..4].copy_from_slice(&self.lsize.to_le_bytes());
+        b[4..8].copy_from_slice(&self.psize.to_le_bytes());
+        b[8] = self.compression;
+        b[9] = self.level;
+        b[10] = self.otype;
+        b[11] = self.flags & (crate::crypt::FLAG_ENCRYPTED | crate::crypt::FLAG_PARTLY_SEALED);
+        b[12..20].copy_from_slice(&self.fill.to_le_bytes());
+        b[20..36].copy_from_slice(&self.iv);
+        b[36..52].copy_from_slice(&self.mac);
+        b
     }
 
     /// Decode a block pointer. Structural nonsense is `Err`, never a panic;
@@ -165,7 +195,7 @@ impl BlockPtr {
         if ndva as usize > MAX_COPIES {
             return Err(format!("block pointer with {ndva} copies"));
         }
-        let encrypted = b[76] & crate::crypt::FLAG_ENCRYPTED != 0;
+        let encrypted = b[76] & (crate::crypt::FLAG_ENCRYPTED | crate::crypt::FLAG_PARTLY_SEALED) != 0;
         if encrypted && ndva as usize > MAX_COPIES - 1 {
             return Err(format!("encrypted block pointer with {ndva} copies"));
         }

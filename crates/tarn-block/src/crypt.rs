@@ -51,6 +51,13 @@ const BLOCK_KEY_DOMAIN: &[u8] = b"tarn block key v1";
 /// Block pointer flag bit 0: the physical block is sealed (crypt.rs).
 pub const FLAG_ENCRYPTED: u8 = 1 << 0;
 
+/// Block pointer flag bit 2: the block is stored readable (scrub and the
+/// tree walk need no key), but the object layer sealed parts of it with
+/// [`BlockKeys::seal_detached`] under the pointer's IV, the MAC
+/// authenticating the rest (a dnode block: inode attributes sealed, the
+/// block pointers in the clear but bound).
+pub const FLAG_PARTLY_SEALED: u8 = 1 << 2;
+
 pub fn is_encrypted(bp: &BlockPtr) -> bool {
     bp.flags & FLAG_ENCRYPTED != 0
 }
@@ -248,6 +255,48 @@ impl BlockKeys {
     }
 }
 
+impl BlockKeys {
+    /// Seals `buf` in place under the writer's current salt, binding
+    /// `aad`; returns the IV (salt, nonce) and MAC for the caller to keep
+    /// in the block pointer with [`FLAG_PARTLY_SEALED`]. The caller's `aad`
+    /// must start with a domain string of its own, so a detached seal can
+    /// never be taken for a block seal (whose additional data is the fixed
+    /// 16 bytes of `aad()`).
+    pub fn seal_detached(&self, aad: &[u8], buf: &mut [u8]) -> Result<([u8; 16], [u8; MAC_LEN]), CryptError> {
+        let (salt, key) = self.sealing_key()?;
+        let mut nonce = [0u8; NONCE_LEN];
+        self.rng.fill(&mut nonce).map_err(|e| CryptError::Random(e.to_string()))?;
+        let mut iv = [0u8; 16];
+        iv[..4].copy_from_slice(&salt.to_le_bytes());
+        iv[4..].copy_from_slice(&nonce);
+        let tag = key
+            .seal_in_place_separate_tag(Nonce::assume_unique_for_key(nonce), Aad::from(aad), buf)
+            .map_err(|_| CryptError::Random("seal failed".into()))?;
+        let mut mac = [0u8; MAC_LEN];
+        mac.copy_from_slice(tag.as_ref());
+        Ok((iv, mac))
+    }
+
+    /// Opens what [`BlockKeys::seal_detached`] sealed: `ciphertext` into
+    /// `out` (the same length). On failure `out` is zeroed: nothing of it
+    /// is handed back.
+    pub fn open_detached(&self, iv: &[u8; 16], mac: &[u8; MAC_LEN], aad: &[u8], ciphertext: &[u8], out: &mut [u8]) -> Result<(), CryptError> {
+        let salt = u32::from_le_bytes(iv[..4].try_into().expect("4 bytes"));
+        let nonce: [u8; NONCE_LEN] = iv[4..].try_into().expect("12 bytes");
+        let key = self.opening_key(salt);
+        if ciphertext.len() != out.len() {
+            return Err(CryptError::Authentication);
+        }
+        match key.open_separate_gather(Nonce::assume_unique_for_key(nonce), Aad::from(aad), ciphertext, mac, out) {
+            Ok(()) => Ok(()),
+            Err(_) => {
+                out.fill(0);
+                Err(CryptError::Authentication)
+            }
+        }
+    }
+}
+
 fn random_salt(rng: &SystemRandom) -> Result<u32, CryptError> {
     let mut s = [0u8; 4];
     rng.fill(&mut s).map_err(|e| CryptError::Random(e.to_string()))?;
@@ -397,6 +446,33 @@ mod tests {
         assert_ne!(u32::from_le_bytes(bp.iv[..4].try_into().unwrap()), before);
         assert_eq!(keys.sealed_under_current.load(Ordering::Relaxed), 1);
         keys.open(&bp, &mut phys).unwrap();
+    }
+
+    #[test]
+    fn detached_seals_bind_their_additional_data() {
+        let keys = BlockKeys::new(Cipher::Aes256Gcm, &MasterKey::from_bytes(&[9u8; 32])).unwrap();
+        let plain = b"inode attributes, 96 bytes each".repeat(5);
+        let aad = b"tarn test aad: the block pointers".to_vec();
+        let mut ct = plain.clone();
+        let (iv, mac) = keys.seal_detached(&aad, &mut ct).unwrap();
+        assert_ne!(ct, plain);
+        let mut out = vec![0u8; ct.len()];
+        keys.open_detached(&iv, &mac, &aad, &ct, &mut out).unwrap();
+        assert_eq!(out, plain);
+        let mut other_aad = aad.clone();
+        other_aad[20] ^= 1;
+        assert_eq!(keys.open_detached(&iv, &mac, &other_aad, &ct, &mut out), Err(CryptError::Authentication));
+        assert!(out.iter().all(|&b| b == 0), "nothing handed back");
+        let mut bad = ct.clone();
+        bad[3] ^= 0x40;
+        assert_eq!(keys.open_detached(&iv, &mac, &aad, &bad, &mut out), Err(CryptError::Authentication));
+        let mut iv2 = iv;
+        iv2[9] ^= 1;
+        assert_eq!(keys.open_detached(&iv2, &mac, &aad, &ct, &mut out), Err(CryptError::Authentication));
+        // An empty plaintext still authenticates its additional data.
+        let (iv, mac) = keys.seal_detached(&aad, &mut []).unwrap();
+        keys.open_detached(&iv, &mac, &aad, &[], &mut []).unwrap();
+        assert_eq!(keys.open_detached(&iv, &mac, &other_aad, &[], &mut []), Err(CryptError::Authentication));
     }
 
     #[test]

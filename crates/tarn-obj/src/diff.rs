@@ -181,6 +181,21 @@ impl<'o> Differ<'o> {
         self.os.shared.io.read(bp).map_err(block_err)
     }
 
+    /// Dnode block `blkid`, its bonuses opened when the object set is
+    /// encrypted (sealed bonuses differ every time a block is rewritten).
+    fn read_dnodes(&self, bp: &BlockPtr, blkid: u64) -> Result<std::sync::Arc<Vec<u8>>> {
+        let keys = self.os.inner.keys(&self.os.shared)?;
+        let data = self.read(bp)?;
+        match keys {
+            None => Ok(data),
+            Some(keys) => {
+                let mut block = data.as_ref().clone();
+                crate::crypt::open_dnode_block(&keys, bp, blkid, &mut block)?;
+                Ok(std::sync::Arc::new(block))
+            }
+        }
+    }
+
     fn children<'a>(&self, n: &Node<'a>, level: u8) -> Result<Vec<Node<'a>>> {
         let mut v = vec![Node::Hole; EPB as usize];
         match n {
@@ -383,7 +398,7 @@ impl ObjectSet {
 
     /// The committed dnode of object `id` (`None` if the slot is free).
     pub fn committed_object(&self, id: ObjectId) -> Result<Option<ObjectAttrs>> {
-        let d = self.inner.load_phys(&self.shared.io, &self.shared.reader_gate, id)?;
+        let d = self.inner.load_phys(&self.shared, id)?;
         Ok(d.in_use().then(|| ObjectAttrs::new(id.0, d)))
     }
 
@@ -434,9 +449,9 @@ impl ObjectSet {
         let mut runs = FreeRuns { run: None, f };
         d.tree(tmeta, bmeta, lo, u64::MAX, &mut |ev| match ev {
             Ev::New { blkid, t, b } => {
-                let tdata = d.read(&t)?;
+                let tdata = d.read_dnodes(&t, blkid)?;
                 let bdata = match b {
-                    Node::Real(bp) => Some(d.read(&bp)?),
+                    Node::Real(bp) => Some(d.read_dnodes(&bp, blkid)?),
                     _ => None,
                 };
                 for slot in 0..DNODES_PER_BLOCK as usize {
@@ -583,14 +598,15 @@ impl ObjectSet {
     /// The logical (decompressed, verified) contents of a block found by
     /// [`ObjectSet::changed_blocks`]. Not kept in the block cache.
     pub fn read_block_ref(&self, b: &BlockRef) -> Result<Vec<u8>> {
+        let keys = self.inner.keys(&self.shared)?;
         let _gate = self.shared.reader_gate.read();
-        self.shared.io.read_uncached(&b.bp).map_err(block_err)
+        self.shared.io.read_uncached_with(&b.bp, keys.as_deref()).map_err(block_err)
     }
 
     /// Whether committed block `blkid` of object `id` is a hole (or past
     /// the end of the object).
     pub fn committed_block_is_hole(&self, id: ObjectId, blkid: u64) -> Result<bool> {
-        let d = self.inner.load_phys(&self.shared.io, &self.shared.reader_gate, id)?;
+        let d = self.inner.load_phys(&self.shared, id)?;
         if !d.in_use() {
             return Err(ObjError::NotFound(id.0));
         }

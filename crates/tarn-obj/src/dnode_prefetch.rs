@@ -70,7 +70,7 @@ impl ObjectSet {
             drop(handles);
             return self.info(id);
         }
-        let phys = self.inner.load_phys(&self.shared.io, &self.shared.reader_gate, id)?;
+        let phys = self.inner.load_phys(&self.shared, id)?;
         drop(handles);
         if !phys.in_use() {
             return Err(ObjError::NotFound(id.0));

@@ -23,7 +23,9 @@
 //! used_bytes, logical_bytes, object_count, next_objset, prev_snap_txg,
 //! deadlist, data_logical, data_bytes (u64 each), then at byte 600 the
 //! intent log header (168 bytes, `zil/format.rs`; zeros in object sets
-//! written before it existed: no log), zero pad.
+//! written before it existed: no log), at byte 768 the encryption: cipher
+//! u8 (0 = not encrypted, else tarn-block's cipher code), 7 zero bytes, the
+//! key guid u64 (crypt.rs); zero pad.
 //!
 //! Uberblock payload: version u32, 4 reserved, MOS root block pointer (128),
 //! space map log head block pointer (128), space map chain records u64.
@@ -174,7 +176,12 @@ pub struct ObjsetPhys {
     /// The intent log's header (zil/format.rs), rewritten by every sync of
     /// an object set that has a log.
     pub log: crate::zil::LogHeader,
+    /// Encrypted object sets: cipher and key (crypt.rs).
+    pub crypt: Option<crate::crypt::Crypt>,
 }
+
+/// Where `ObjsetPhys::crypt` is kept.
+const CRYPT_OFFSET: usize = 768;
 
 impl ObjsetPhys {
     pub fn new(kind: u32) -> ObjsetPhys {
@@ -195,6 +202,7 @@ impl ObjsetPhys {
             data_logical: 0,
             data_bytes: 0,
             log: crate::zil::LogHeader::default(),
+            crypt: None,
         }
     }
 
@@ -221,6 +229,10 @@ impl ObjsetPhys {
         }
         let l = crate::zil::format::LOG_HEADER_OFFSET;
         self.log.encode(&mut b[l..l + crate::zil::format::LOG_HEADER_SIZE]);
+        if let Some(c) = self.crypt {
+            b[CRYPT_OFFSET] = c.cipher.code();
+            b[CRYPT_OFFSET + 8..CRYPT_OFFSET + 16].copy_from_slice(&c.key_guid.to_le_bytes());
+        }
         b
     }
 
@@ -248,6 +260,13 @@ impl ObjsetPhys {
             data_logical: u(7),
             data_bytes: u(8),
             log: crate::zil::LogHeader::decode(&b[crate::zil::format::LOG_HEADER_OFFSET..])?,
+            crypt: match b[CRYPT_OFFSET] {
+                0 => None,
+                code => Some(crate::crypt::Crypt {
+                    cipher: tarn_block::Cipher::from_code(code).ok_or_else(|| ObjError::Corrupt(format!("object set with unknown cipher {code}")))?,
+                    key_guid: u64::from_le_bytes(b[CRYPT_OFFSET + 8..CRYPT_OFFSET + 16].try_into().unwrap_or([0; 8])),
+                }),
+            },
         })
     }
 }

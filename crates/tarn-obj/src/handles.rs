@@ -58,6 +58,21 @@ impl HandleMap {
         self.shard(id).write()
     }
 
+    /// Drops every handle with no dirty record (a key being unloaded: the
+    /// handles hold decrypted attributes); returns how many were dropped
+    /// and how many stay (dirty).
+    pub fn drop_clean(&self) -> (usize, usize) {
+        let (mut dropped, mut kept) = (0, 0);
+        for s in self.shards.iter() {
+            let mut m = s.write();
+            let before = m.len();
+            m.retain(|_, h| !h.st.lock().dirty.is_empty());
+            dropped += before - m.len();
+            kept += m.len();
+        }
+        (dropped, kept)
+    }
+
     /// Handles held in all shards (exclusive access: no locks).
     pub fn len_mut(&mut self) -> usize {
         self.shards.iter_mut().map(|s| s.get_mut().len()).sum()

@@ -41,6 +41,9 @@ pub enum ObjError {
     Io(String),
     #[error(transparent)]
     Vdev(#[from] tarn_vdev::VdevError),
+    /// The object set is encrypted and its key is not loaded.
+    #[error("encryption key not loaded")]
+    KeyNotLoaded,
 }
 
 impl ObjError {
@@ -52,12 +55,14 @@ impl ObjError {
             ObjError::Invalid(_) => libc_errno::EINVAL,
             ObjError::ReadOnly => libc_errno::EROFS,
             ObjError::Corrupt(_) | ObjError::Io(_) | ObjError::Vdev(_) => libc_errno::EIO,
+            ObjError::KeyNotLoaded => libc_errno::EACCES,
         }
     }
 }
 
 mod libc_errno {
     pub const ENOENT: i32 = 2;
+    pub const EACCES: i32 = 13;
     pub const EIO: i32 = 5;
     pub const EEXIST: i32 = 17;
     pub const EINVAL: i32 = 22;
@@ -140,6 +145,7 @@ impl Tx {
 
 mod check;
 pub mod checkpoint;
+pub mod crypt;
 pub mod diff;
 mod dnode_prefetch;
 pub mod format;

@@ -132,6 +132,8 @@ pub(crate) struct ObjsetInner {
     /// Bytes of this object set's dirty blocks not yet written (quotas
     /// count them: ZFS's temporary reservations).
     pub dirty_bytes: AtomicU64,
+    /// Encrypted: cipher and key guid (fixed for the object set's life).
+    pub crypt: Option<crate::crypt::Crypt>,
 }
 
 fn policy_bits(p: &WriteProps) -> u8 {
@@ -160,6 +162,7 @@ const PREFETCH_BYTES: u64 = 8 << 20;
 impl ObjsetInner {
     pub fn new(id: ObjsetId, phys: ObjsetPhys, props: WriteProps, root_bp: BlockPtr) -> Arc<ObjsetInner> {
         Arc::new(ObjsetInner {
+            crypt: phys.crypt,
             id,
             props: Mutex::new(props),
             cache_policy: std::sync::atomic::AtomicU8::new(policy_bits(&props)),
@@ -182,9 +185,20 @@ impl ObjsetInner {
         s.undirty(c);
     }
 
+    /// The keys that seal this object set's blocks: None if it is not
+    /// encrypted; `KeyNotLoaded` if it is and its key is not loaded.
+    pub(crate) fn keys(&self, s: &Shared) -> Result<Option<Arc<tarn_block::BlockKeys>>> {
+        match self.crypt {
+            None => Ok(None),
+            Some(c) => s.keys.get(c.key_guid).map(Some).ok_or(ObjError::KeyNotLoaded),
+        }
+    }
+
     /// Read the on-disk DnodePhys of `id` from the committed meta tree.
-    pub fn load_phys(&self, io: &BlockIo, gate: &parking_lot::RwLock<()>, id: ObjectId) -> Result<DnodePhys> {
-        let _gate = gate.read();
+    pub fn load_phys(&self, s: &Shared, id: ObjectId) -> Result<DnodePhys> {
+        let keys = self.keys(s)?;
+        let io = &s.io;
+        let _gate = s.reader_gate.read();
         let meta = self.committed.lock().meta.clone();
         let blkid = id.0 / DNODES_PER_BLOCK;
         let bp = tree::lookup(io, &meta, blkid)?;
@@ -193,10 +207,15 @@ impl ObjsetInner {
         }
         let data = io.read(&bp).map_err(block_err)?;
         let slot = (id.0 % DNODES_PER_BLOCK) as usize * DNODE_SIZE;
+        if let Some(keys) = keys {
+            let mut block = data.as_ref().clone();
+            crate::crypt::open_dnode_block(&keys, &bp, blkid, &mut block)?;
+            return DnodePhys::decode(block.get(slot..slot + DNODE_SIZE).ok_or_else(|| ObjError::Corrupt("short dnode block".into()))?);
+        }
         DnodePhys::decode(data.get(slot..slot + DNODE_SIZE).ok_or_else(|| ObjError::Corrupt("short dnode block".into()))?)
     }
 
-    pub fn handle(&self, io: &BlockIo, gate: &parking_lot::RwLock<()>, id: ObjectId) -> Result<Arc<Dnode>> {
+    pub fn handle(&self, s: &Shared, id: ObjectId) -> Result<Arc<Dnode>> {
         if let Some(h) = self.handles.get(id) {
             return Ok(h);
         }
@@ -211,7 +230,7 @@ impl ObjsetInner {
             map.retain(|_, h| Arc::strong_count(h) > 1 || !h.st.lock().dirty.is_empty());
             tarn_block::arc().charge_meta(-(((before - map.len()) as u64 * HANDLE_BYTES) as i64));
         }
-        let phys = self.load_phys(io, gate, id)?;
+        let phys = self.load_phys(s, id)?;
         let h = Arc::new(Dnode {
             id,
             st: Mutex::new(DnodeState { committed: phys, dirty: BTreeMap::new() }),
@@ -337,8 +356,18 @@ impl ObjectSet {
         Ok(())
     }
 
+    /// How this object set is encrypted (None: it is not).
+    pub fn crypt(&self) -> Option<crate::crypt::Crypt> {
+        self.inner.crypt
+    }
+
+    /// Whether its key is loaded (true for an object set not encrypted).
+    pub fn key_loaded(&self) -> bool {
+        self.inner.keys(&self.shared).is_ok()
+    }
+
     pub(crate) fn dnode(&self, id: ObjectId) -> Result<Arc<Dnode>> {
-        self.inner.handle(self.io(), &self.shared.reader_gate, id)
+        self.inner.handle(&self.shared, id)
     }
 
     /// The dirty record of `txg`, created from the newest view if needed.
@@ -480,10 +509,7 @@ impl ObjectSet {
         let mut data = match old {
             Found::Data(b) => b.as_ref().clone(),
             Found::Hole => Vec::new(),
-            Found::Committed(phys) => {
-                let bp = tree::lookup(&self.shared.io, &phys, 0)?;
-                if bp.is_hole() { Vec::new() } else { self.shared.io.read(&bp).map_err(block_err)?.as_ref().clone() }
-            }
+            Found::Committed(phys) => self.read_committed(&phys, 0)?.map(|b| b.as_ref().clone()).unwrap_or_default(),
         };
         if !data.is_empty() || d.blocks.contains_key(&0) {
             data.resize(block_size as usize, 0);
@@ -711,7 +737,12 @@ impl ObjectSet {
             if bp.is_hole() {
                 continue;
             }
-            let data = io.read(&bp).map_err(block_err)?;
+            let mut data = io.read(&bp).map_err(block_err)?;
+            if let Some(keys) = self.inner.keys(&self.shared)? {
+                let mut block = data.as_ref().clone();
+                crate::crypt::open_dnode_block(&keys, &bp, blkid, &mut block)?;
+                data = Arc::new(block);
+            }
             for (i, chunk) in data.chunks_exact(DNODE_SIZE).enumerate() {
                 let phys = DnodePhys::decode(chunk)?;
                 if phys.flags & DN_IN_USE != 0 {

@@ -34,6 +34,9 @@ impl ObjectSet {
     }
 
     fn read_committed_as(&self, phys: &DnodePhys, blkid: u64, prefetch: bool) -> Result<Option<Arc<Vec<u8>>>> {
+        // The key first: nothing of an encrypted object set is served,
+        // not even from the cache, while its key is not loaded.
+        let keys = self.inner.keys(&self.shared)?;
         // Frees are not released while a reader walks a committed snapshot.
         let _gate = self.shared.reader_gate.read();
         let bp = tree::lookup(self.io(), phys, blkid)?;
@@ -41,6 +44,14 @@ impl ObjectSet {
             return Ok(None);
         }
         let metadata = phys.flags & crate::format::DN_METADATA != 0;
+        if let Some(keys) = keys {
+            let data = if !self.cache_policy().keeps(metadata) {
+                self.io().read_uncached_with(&bp, Some(&keys)).map(Arc::new)
+            } else {
+                self.io().read_keyed(&bp, prefetch, false, Some(&keys))
+            };
+            return Ok(Some(data.map_err(block_err)?));
+        }
         let data = if !self.cache_policy().keeps(metadata) {
             self.io().read_passing(&bp)
         } else {

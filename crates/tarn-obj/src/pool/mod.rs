@@ -65,6 +65,8 @@ pub(crate) struct RootState {
 
 pub(crate) struct Shared {
     pub io: BlockIo,
+    /// Keys of encrypted object sets, by key guid (crypt.rs).
+    pub keys: crate::crypt::KeyRing,
     pub readonly: bool,
     pub config: Mutex<PoolConfig>,
     /// Hot spares not in use.
@@ -253,6 +255,7 @@ impl ObjPool {
         let queue = scanner.queue.clone();
         io.set_free_hook(Some(Arc::new(move |bp: &BlockPtr, txg: Txg| queue.lock().freed(bp, txg))));
         Arc::new(Shared {
+            keys: Default::default(),
             io,
             readonly,
             config: Mutex::new(config),
@@ -326,11 +329,25 @@ impl ObjPool {
     }
 
     pub fn create_objset(&self, tx: &Tx) -> Result<ObjsetId> {
+        self.create_objset_with(tx, None)
+    }
+
+    /// A new object set, encrypted with `crypt` when given: every block of
+    /// it is sealed with the keys loaded under `crypt.key_guid`, which must
+    /// be loaded (crypt.rs).
+    pub fn create_objset_with(&self, tx: &Tx, crypt: Option<crate::crypt::Crypt>) -> Result<ObjsetId> {
         if self.shared.readonly {
             return Err(ObjError::ReadOnly);
         }
+        if let Some(c) = crypt {
+            if self.shared.keys.get(c.key_guid).is_none() {
+                return Err(ObjError::KeyNotLoaded);
+            }
+        }
         let id = ObjsetId(self.shared.next_objset.fetch_add(1, Ordering::Relaxed));
-        let inner = ObjsetInner::new(id, ObjsetPhys::new(1), default_props(), BlockPtr::HOLE);
+        let mut phys = ObjsetPhys::new(1);
+        phys.crypt = crypt;
+        let inner = ObjsetInner::new(id, phys, default_props(), BlockPtr::HOLE);
         self.shared.objsets.lock().insert(id, inner);
         self.shared.created_objsets.lock().entry(tx.txg()).or_default().push(id);
         self.shared.note_dirty_objset(tx.txg(), id);
@@ -368,6 +385,42 @@ impl ObjPool {
         self.shared.destroyed_objsets.lock().entry(tx.txg()).or_default().push((id, os.inner.clone()));
         // The table entry is cleared by the sync of this txg (syncing context).
         self.shared.note_dirty_objset(tx.txg(), MOS_OBJSET_ID);
+        Ok(())
+    }
+
+    /// Loads the keys of the object sets encrypted under `key_guid`.
+    pub fn load_keys(&self, key_guid: u64, keys: Arc<tarn_block::BlockKeys>) {
+        self.shared.keys.insert(key_guid, keys);
+    }
+
+    pub fn keys_loaded(&self, key_guid: u64) -> bool {
+        self.shared.keys.get(key_guid).is_some()
+    }
+
+    /// Unloads the keys under `key_guid`: syncs, so nothing of theirs is
+    /// left to write, then drops the decrypted attributes (dnode handles)
+    /// of their object sets and forgets the keys. Their blocks read from
+    /// then on fail with `KeyNotLoaded`. Refused while one of them still
+    /// has changes after the sync (something writes to it).
+    pub fn unload_keys(&self, key_guid: u64) -> Result<()> {
+        if self.shared.keys.get(key_guid).is_none() {
+            return Err(ObjError::KeyNotLoaded);
+        }
+        self.sync()?;
+        let sets: Vec<Arc<ObjsetInner>> =
+            self.shared.objsets.lock().values().filter(|o| o.crypt.is_some_and(|c| c.key_guid == key_guid)).cloned().collect();
+        for o in &sets {
+            if !o.dirty.lock().is_empty() {
+                return Err(ObjError::Invalid(format!("object set {} is being written", o.id.0)));
+            }
+        }
+        for o in &sets {
+            let (_, kept) = o.handles.drop_clean();
+            if kept > 0 {
+                return Err(ObjError::Invalid(format!("object set {} is being written", o.id.0)));
+            }
+        }
+        self.shared.keys.remove(key_guid);
         Ok(())
     }
 

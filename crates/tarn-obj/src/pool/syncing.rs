@@ -255,6 +255,15 @@ fn sync_objset(s: &Arc<Shared>, stx: &SyncTx, inner: &Arc<ObjsetInner>) -> Resul
             items.push(SyncItem { dn, dirty, base, written: BTreeMap::new() });
         }
     }
+    // An encrypted object set with changes to write must have its key:
+    // unloading waits for the object set to be clean (ObjPool::unload_keys).
+    let keys = match inner.crypt {
+        Some(c) if !items.is_empty() => Some(s.keys.get(c.key_guid).ok_or_else(|| {
+            ObjError::Io(format!("object set {} has changes to write and its key (guid {:#x}) is not loaded", inner.id.0, c.key_guid))
+        })?),
+        _ => None,
+    };
+    let keys = keys.as_deref();
     // Level-0 data blocks, in parallel.
     let data_spec = WriteSpec { compression: props.compression, checksum: props.checksum, copies: props.copies, level: 0, otype: 0, metadata: false };
     let jobs: Vec<DataJob> = items
@@ -279,7 +288,7 @@ fn sync_objset(s: &Arc<Shared>, stx: &SyncTx, inner: &Arc<ObjsetInner>) -> Resul
     let results: Vec<(usize, u64, std::result::Result<BlockPtr, tarn_block::BlockError>, u64)> = crate::par::par_map(&work, |((i, b, d, ot, meta), adopted)| {
         let r = match adopted {
             Some(bp) => Ok(BlockPtr { otype: *ot, ..*bp }),
-            None => s.io.write(d, spec_for(*ot, *meta), txg),
+            None => s.io.write_with(d, spec_for(*ot, *meta), txg, keys),
         };
         (*i, *b, r, d.len() as u64)
     });
@@ -357,14 +366,26 @@ fn sync_objset(s: &Arc<Shared>, stx: &SyncTx, inner: &Arc<ObjsetInner>) -> Resul
         let blkid = id / DNODES_PER_BLOCK;
         if let std::collections::btree_map::Entry::Vacant(e) = meta_blocks.entry(blkid) {
             let bp = tree::lookup(&s.io, &committed.meta, blkid)?;
-            let data = if bp.is_hole() { vec![0u8; META_BLOCK_SIZE as usize] } else { s.io.read(&bp).map_err(block_err)?.as_ref().clone() };
+            let mut data = if bp.is_hole() { vec![0u8; META_BLOCK_SIZE as usize] } else { s.io.read(&bp).map_err(block_err)?.as_ref().clone() };
+            if let (Some(keys), false) = (keys, bp.is_hole()) {
+                crate::crypt::open_dnode_block(keys, &bp, blkid, &mut data)?;
+            }
             e.insert(data);
         }
         let slot = (id % DNODES_PER_BLOCK) as usize * DNODE_SIZE;
         let blk = meta_blocks.get_mut(&blkid).expect("inserted");
         phys.encode(&mut blk[slot..slot + DNODE_SIZE]);
     }
-    let meta_spec = WriteSpec { otype: crate::format::OT_META_DNODE, ..s.meta_spec(props.copies) };
+    let mut meta_spec = WriteSpec { otype: crate::format::OT_META_DNODE, ..s.meta_spec(props.copies) };
+    // Dnode blocks of an encrypted object set: bonuses sealed, the IV in
+    // the pointer (so at most two copies).
+    let mut seals = BTreeMap::new();
+    if let Some(keys) = keys {
+        meta_spec.copies = meta_spec.copies.min(2);
+        for (&b, d) in meta_blocks.iter_mut() {
+            seals.insert(b, crate::crypt::seal_dnode_block(keys, b, d)?);
+        }
+    }
     let meta_written: Vec<(u64, std::result::Result<BlockPtr, tarn_block::BlockError>)> =
         {
         let list: Vec<(&u64, &Vec<u8>)> = meta_blocks.iter().collect();
@@ -372,7 +393,10 @@ fn sync_objset(s: &Arc<Shared>, stx: &SyncTx, inner: &Arc<ObjsetInner>) -> Resul
     };
     let mut ch = Changes::default();
     for (b, r) in meta_written {
-        let bp = r.map_err(block_err)?;
+        let mut bp = r.map_err(block_err)?;
+        if let Some(seal) = seals.get(&b) {
+            crate::crypt::stamp(&mut bp, *seal);
+        }
         ctx.used_delta += bp.asize() as i64;
         ch.writes.insert(b, bp);
     }

@@ -336,6 +336,12 @@ impl ObjectSet {
         }
         let synced = s.synced_txg.load(Ordering::Acquire);
         assert!(tx.txg > synced, "log record appended in txg {} but txg {synced} already synced", tx.txg);
+        if self.inner.crypt.is_some() {
+            // Log blocks are not sealed yet: an encrypted object set's
+            // changes are made durable by their txg (a commit waits for it).
+            self.log_needs_sync(tx);
+            return Ok(0);
+        }
         let log = s.logs.get_or_create(self.inner.id);
         let seq = {
             let mut st = log.st.lock();
