@@ -80,6 +80,15 @@ impl Pool {
             Some(_) => return Err(DsError::NoParent(target.to_string())),
             None => return Err(fail("a pool's root dataset cannot be a clone".into())),
         }
+        // A clone of an encrypted snapshot shares its key (and encryption
+        // root), as in OpenZFS; an unencrypted clone under an encrypted
+        // parent is refused as any unencrypted child is.
+        let origin_dataset = snapshot.split('@').next().unwrap_or(snapshot);
+        let crypt = self.record(origin_dataset)?.crypt.map(|c| crate::encryption::CryptRecord { keylocation: None, ..c });
+        let parent_encrypted = props::parent_name(target).and_then(|p| self.record(p).ok()).is_some_and(|r| r.crypt.is_some());
+        if crypt.is_none() && parent_encrypted {
+            return Err(fail("an unencrypted clone cannot be created under an encrypted parent".into()));
+        }
         let tx = self.obj.begin();
         let objset = self
             .obj
@@ -92,6 +101,7 @@ impl Pool {
             props: local,
             holds: vec![],
             origin: Some(snapshot.to_string()),
+            crypt,
             ..Default::default()
         };
         let encoded = serde_json::to_vec(&record).map_err(|e| DsError::Corrupt(e.to_string()))?;

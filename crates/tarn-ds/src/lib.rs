@@ -22,6 +22,7 @@
 pub mod bookmarks;
 pub mod claim;
 pub mod clones;
+pub mod encryption;
 pub mod history;
 pub mod pool;
 pub mod props;
@@ -67,6 +68,8 @@ pub enum DsError {
     Corrupt(String),
     #[error(transparent)]
     Obj(#[from] tarn_obj::ObjError),
+    #[error("{0}")]
+    Key(#[from] tarn_keys::KeyError),
     #[error("{0}")]
     Recv(String),
     /// `recv -s` stopped: `dataset` keeps the partial state and `token`.

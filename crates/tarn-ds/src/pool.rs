@@ -58,6 +58,10 @@ pub struct DatasetRecord {
     /// resume token; the dataset holds partial state and is not mounted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recv: Option<crate::replication::RecvPartial>,
+    /// Encrypted datasets: cipher, key guid, encryption root, wrapped key
+    /// (encryption.rs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crypt: Option<crate::encryption::CryptRecord>,
 }
 
 /// An effective property value, ready to print.
@@ -108,6 +112,8 @@ pub struct Pool {
     pub(crate) sending: Mutex<BTreeMap<String, usize>>,
     pub(crate) state: RwLock<State>,
     pub(crate) quota_cache: crate::quota::SharedQuotaCache,
+    /// Wrapping keys of loaded encryption roots (encryption.rs).
+    pub(crate) wrapping: crate::encryption::Wrapping,
 }
 
 pub(crate) fn now_unix() -> u64 {
@@ -194,6 +200,7 @@ impl Pool {
             change: Mutex::new(()),
             sending: Mutex::new(BTreeMap::new()),
             quota_cache: Default::default(),
+            wrapping: Default::default(),
             state: RwLock::new(State {
                 datasets: BTreeMap::from([(name.clone(), record)]),
                 snapshots: BTreeMap::new(),
@@ -268,6 +275,7 @@ impl Pool {
             sending: Mutex::new(BTreeMap::new()),
             state: RwLock::new(State { datasets, snapshots, bookmarks, objsets, pool_props }),
             quota_cache: Default::default(),
+            wrapping: Default::default(),
         };
         let names: Vec<String> = pool.state.read().datasets.keys().cloned().collect();
         for name in names {
@@ -360,7 +368,23 @@ impl Pool {
         parents: bool,
         init: InitObjset,
     ) -> Result<Vec<String>> {
+        self.create_dataset_keyed(name, properties, parents, init, None)
+    }
+
+    /// [`Pool::create_dataset`] with the key material of a new encryption
+    /// root (`-o encryption=… -o keyformat=…`, keylocation=prompt: the
+    /// CLI asked for it); a key file is read here.
+    pub fn create_dataset_keyed(
+        &self,
+        name: &str,
+        properties: &[(String, String)],
+        parents: bool,
+        init: InitObjset,
+        material: Option<&tarn_keys::KeyMaterial>,
+    ) -> Result<Vec<String>> {
         validate_dataset_name(name)?;
+        let (properties, crypt_req) = crate::encryption::split_request(properties)?;
+        let properties = properties.as_slice();
         let pool_name = self.name();
         if name.split('/').next() != Some(pool_name.as_str()) {
             return Err(DsError::NoSuchPool(name.split('/').next().unwrap_or("").to_string()));
@@ -390,13 +414,18 @@ impl Pool {
         missing.reverse();
         let mut created = Vec::new();
         let tx = self.obj.begin();
+        let no_request = crate::encryption::CryptRequest::default();
         for dataset in missing.iter().map(String::as_str).chain(std::iter::once(name)) {
-            let objset = self.obj.create_objset(&tx)?;
+            let guid = new_guid();
+            let req = if dataset == name { &crypt_req } else { &no_request };
+            let crypt = self.crypt_for_new(dataset, guid, req, material)?;
+            let objset = self.obj.create_objset_with(&tx, crypt.as_ref().map(|c| c.1))?;
             let os = self.obj.open_objset(objset)?;
             init(&os, &tx).map_err(DsError::Init)?;
             let record = DatasetRecord {
                 objset: objset.0,
-                guid: new_guid(),
+                guid,
+                crypt: crypt.map(|c| c.0),
                 creation: now_unix(),
                 createtxg: tx.txg(),
                 props: if dataset == name { local.clone() } else { BTreeMap::new() },
@@ -483,6 +512,10 @@ impl Pool {
     /// whose effective value may have changed (the dataset and, for
     /// inheritable properties, its descendants).
     pub fn set_property(&self, name: &str, prop: &str, value: &str) -> Result<(String, Vec<String>)> {
+        if prop == "keylocation" {
+            self.set_keylocation(name, value)?;
+            return Ok((prop.to_string(), vec![name.to_string()]));
+        }
         let (prop, stored) = props::validate(prop, value)?;
         let _change = self.change.lock();
         let mut record = self.record(name)?;
@@ -648,6 +681,9 @@ impl Pool {
             return Ok(self.user_property(name, prop));
         }
         let def: &PropDef = props::lookup(prop)?;
+        if let Some((value, source)) = self.crypt_property(name, def.name) {
+            return Ok(PropValue::new(def.name, value, &source));
+        }
         if name.contains('@') {
             return self.snapshot_property(def, name, parsable);
         }

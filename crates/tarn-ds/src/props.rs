@@ -67,6 +67,12 @@ pub const PROPERTIES: &[PropDef] = &[
     readonly("origin"),
     readonly("clones"),
     readonly("guid"),
+    readonly("encryption"),
+    readonly("keylocation"),
+    readonly("keyformat"),
+    readonly("pbkdf2iters"),
+    readonly("encryptionroot"),
+    readonly("keystatus"),
 ];
 
 /// `name` is a property too (for `-o name,...`) but not part of `all`.
@@ -114,12 +120,6 @@ pub enum PropError {
 /// "not yet supported" rather than unknown, so a ZFS user's script fails
 /// with the right reason.
 pub const NOT_YET_SUPPORTED: &[&str] = &[
-    "encryption",
-    "keyformat",
-    "keylocation",
-    "keystatus",
-    "encryptionroot",
-    "pbkdf2iters",
     "volsize",
     "volblocksize",
     "volmode",

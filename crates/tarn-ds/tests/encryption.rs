@@ -1,0 +1,190 @@
+//! Encrypted datasets at the dataset layer (issue 12, test 1's library
+//! half): encryption roots with each keyformat and keylocation, children
+//! inheriting the root, the encryption properties, wrong keys refused with
+//! nothing changed, unload/load, change-key (rewrap only), clones, and
+//! export/import with the keys unloaded.
+
+mod common;
+
+use tarn_ds::Pool;
+use tarn_keys::{KeyFormat, KeyMaterial};
+use tarn_obj::{ObjError, ObjType, ObjectId, BONUS_LEN};
+
+fn get(pool: &Pool, name: &str, prop: &str) -> String {
+    pool.get_property(name, prop, true, None).unwrap_or_else(|e| panic!("get {prop} of {name}: {e}")).value
+}
+
+fn err(r: tarn_ds::Result<impl std::fmt::Debug>) -> String {
+    let e = r.expect_err("accepted").to_string();
+    assert!(!e.contains('\n'), "multi-line error: {e}");
+    e
+}
+
+fn opts(list: &[(&str, &str)]) -> Vec<(String, String)> {
+    list.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
+
+fn pass(p: &str) -> KeyMaterial {
+    KeyMaterial::from_bytes(KeyFormat::Passphrase, p.as_bytes()).unwrap()
+}
+
+/// Writes a marker object into `name`'s object set; returns its id.
+fn put(pool: &Pool, name: &str, what: &[u8]) -> ObjectId {
+    let os = pool.objset(name).unwrap();
+    let tx = pool.obj().begin();
+    let id = os.create(&tx, ObjType(19), 4096, &[7u8; BONUS_LEN]).unwrap();
+    os.write(&tx, id, 0, what).unwrap();
+    drop(tx);
+    pool.obj().sync().unwrap();
+    id
+}
+
+fn read(pool: &Pool, name: &str, id: ObjectId, len: usize) -> Result<Vec<u8>, ObjError> {
+    let os = pool.objset(name).unwrap();
+    let mut b = vec![0u8; len];
+    os.read(id, 0, &mut b)?;
+    Ok(b)
+}
+
+#[test]
+fn encryption_roots_children_and_the_key_lifecycle() {
+    let devs = common::devices("enc", 256 << 20);
+    let pool = common::create(&devs, "none");
+    let dir = tempfile::tempdir().unwrap();
+    let raw_path = dir.path().join("media.key");
+    std::fs::write(&raw_path, [0x5au8; 32]).unwrap();
+    let hex_path = dir.path().join("hex.key");
+    std::fs::write(&hex_path, format!("{}\n", "ab".repeat(32))).unwrap();
+
+    // A passphrase root (PBKDF2 at its floor, to keep the test quick), a raw
+    // key from a file, a hex key from a file with AES-128.
+    pool.create_dataset_keyed(
+        "tank/secure",
+        &opts(&[("encryption", "on"), ("keyformat", "passphrase"), ("pbkdf2iters", "100000")]),
+        false,
+        &common::no_init,
+        Some(&pass("correct horse battery")),
+    )
+    .unwrap();
+    let raw_loc = format!("file://{}", raw_path.display());
+    pool.create_dataset("tank/media", &opts(&[("encryption", "aes-256-gcm"), ("keyformat", "raw"), ("keylocation", &raw_loc)]), false, &common::no_init)
+        .unwrap();
+    let hex_loc = format!("file://{}", hex_path.display());
+    pool.create_dataset("tank/hex", &opts(&[("encryption", "aes-128-gcm"), ("keyformat", "hex"), ("keylocation", &hex_loc)]), false, &common::no_init)
+        .unwrap();
+    // Children inherit the root; -p parents too.
+    pool.create_dataset("tank/secure/docs/deep", &[], true, &common::no_init).unwrap();
+    pool.create_dataset("tank/plain", &[], false, &common::no_init).unwrap();
+
+    let expect = [
+        ("tank/secure", ["aes-256-gcm", "passphrase", "prompt", "100000", "tank/secure", "available"]),
+        ("tank/secure/docs", ["aes-256-gcm", "passphrase", "none", "0", "tank/secure", "available"]),
+        ("tank/secure/docs/deep", ["aes-256-gcm", "passphrase", "none", "0", "tank/secure", "available"]),
+        ("tank/media", ["aes-256-gcm", "raw", raw_loc.as_str(), "0", "tank/media", "available"]),
+        ("tank/hex", ["aes-128-gcm", "hex", hex_loc.as_str(), "0", "tank/hex", "available"]),
+        ("tank/plain", ["off", "none", "none", "0", "-", "-"]),
+    ];
+    for (name, values) in &expect {
+        for (prop, want) in ["encryption", "keyformat", "keylocation", "pbkdf2iters", "encryptionroot", "keystatus"].iter().zip(values) {
+            let got = get(&pool, name, prop);
+            // Children show keyformat "passphrase" from their root's key.
+            if *prop == "pbkdf2iters" && *name != "tank/secure" {
+                continue;
+            }
+            assert_eq!(&got, want, "{prop} of {name}");
+        }
+    }
+    // `get all` shows every property and nothing of the key.
+    let all: Vec<String> = tarn_ds::props::PROPERTIES.iter().map(|d| get(&pool, "tank/secure", d.name)).collect();
+    assert!(all.iter().all(|v| !v.contains("correct horse")));
+
+    let docs = put(&pool, "tank/secure/docs", b"the docs");
+    let media = put(&pool, "tank/media", b"the media");
+    let hex = put(&pool, "tank/hex", b"the hex");
+
+    // Bad requests: one line, nothing created.
+    for (name, props, why) in [
+        ("tank/secure/off", vec![("encryption", "off")], "unencrypted dataset cannot be created under encrypted"),
+        ("tank/x", vec![("encryption", "on")], "encryption needs keyformat"),
+        ("tank/x", vec![("keylocation", "prompt")], "need keyformat"),
+        ("tank/x", vec![("encryption", "aes-256-ccm"), ("keyformat", "raw")], "invalid encryption"),
+        ("tank/x", vec![("encryption", "on"), ("keyformat", "raw"), ("keylocation", "file://relative")], "absolute"),
+        ("tank/x", vec![("encryption", "on"), ("keyformat", "passphrase"), ("pbkdf2iters", "1000")], "pbkdf2iters must be between"),
+        ("tank/x", vec![("encryption", "on"), ("keyformat", "passphrase")], "keylocation=prompt and no key"),
+        ("tank/x", vec![("encryption", "on"), ("keyformat", "raw"), ("keylocation", "file:///nonexistent/k")], "No such file"),
+    ] {
+        let e = err(pool.create_dataset(name, &opts(&props), false, &common::no_init));
+        assert!(e.contains(why), "{name} {props:?}: {e}");
+        assert!(!pool.exists(name));
+    }
+    let e = err(pool.create_dataset_keyed("tank/x", &opts(&[("encryption", "on"), ("keyformat", "raw")]), false, &common::no_init, Some(&pass("a passphrase"))));
+    assert!(e.contains("keyformat is raw"), "{e}");
+    for prop in ["encryption", "keyformat", "pbkdf2iters", "keystatus", "encryptionroot"] {
+        let e = err(pool.set_property("tank/secure", prop, "off"));
+        assert!(e.contains("read-only") || e.contains("readonly"), "{prop}: {e}");
+    }
+    assert!(err(pool.load_key("tank/secure/docs", None, None, false)).contains("not an encryption root"));
+    assert!(err(pool.load_key("tank/plain", None, None, false)).contains("not encrypted"));
+    assert!(err(pool.load_key("tank/secure", Some(&pass("correct horse battery")), None, false)).contains("already loaded"));
+
+    // Unload: every dataset of the root refuses; the others do not care.
+    pool.unload_key("tank/secure").unwrap();
+    for name in ["tank/secure", "tank/secure/docs", "tank/secure/docs/deep"] {
+        assert_eq!(get(&pool, name, "keystatus"), "unavailable", "{name}");
+    }
+    assert!(matches!(read(&pool, "tank/secure/docs", docs, 8), Err(ObjError::KeyNotLoaded)));
+    assert_eq!(read(&pool, "tank/media", media, 9).unwrap(), b"the media");
+    assert!(err(pool.create_dataset("tank/secure/new", &[], false, &common::no_init)).contains("is not loaded"));
+    assert!(err(pool.unload_key("tank/secure")).contains("already unloaded"));
+    // Wrong key: refused, nothing loaded; -n checks only.
+    let e = err(pool.load_key("tank/secure", Some(&pass("wrong horse battery")), None, false));
+    assert!(e.contains("incorrect key"), "{e}");
+    assert_eq!(get(&pool, "tank/secure/docs", "keystatus"), "unavailable");
+    pool.load_key("tank/secure", Some(&pass("correct horse battery")), None, true).unwrap();
+    assert_eq!(get(&pool, "tank/secure/docs", "keystatus"), "unavailable", "-n loads nothing");
+    assert!(err(pool.load_key("tank/secure", None, None, false)).contains("prompt"));
+    pool.load_key("tank/secure", Some(&pass("correct horse battery")), None, false).unwrap();
+    assert_eq!(read(&pool, "tank/secure/docs", docs, 8).unwrap(), b"the docs");
+
+    // change-key: the old passphrase stops working, the data is not rewritten.
+    let used_before = pool.obj().check().allocated_bytes;
+    pool.change_key("tank/secure", None, None, None, Some(&pass("new passphrase here"))).unwrap();
+    assert_eq!(get(&pool, "tank/secure", "pbkdf2iters"), "0", "argon2id by default");
+    pool.unload_key("tank/secure").unwrap();
+    assert!(err(pool.load_key("tank/secure", Some(&pass("correct horse battery")), None, false)).contains("incorrect key"));
+    pool.load_key("tank/secure", Some(&pass("new passphrase here")), None, false).unwrap();
+    assert_eq!(read(&pool, "tank/secure/docs", docs, 8).unwrap(), b"the docs");
+    assert!(pool.obj().check().allocated_bytes <= used_before + (1 << 20), "change-key rewrote data");
+    // To a raw key file, then keylocation moved with `set`.
+    pool.change_key("tank/secure", Some(KeyFormat::Raw), Some(raw_loc.parse().unwrap()), None, None).unwrap();
+    assert_eq!(get(&pool, "tank/secure", "keyformat"), "raw");
+    let moved = dir.path().join("moved.key");
+    std::fs::copy(&raw_path, &moved).unwrap();
+    pool.set_property("tank/secure", "keylocation", &format!("file://{}", moved.display())).unwrap();
+    assert!(err(pool.set_property("tank/secure/docs", "keylocation", "prompt")).contains("not an encryption root"));
+
+    // Clones share their origin's key and root.
+    pool.snapshot(&["tank/secure/docs@s".into()]).unwrap();
+    pool.clone_snapshot("tank/secure/docs@s", "tank/secure/copy", &[]).unwrap();
+    assert_eq!(get(&pool, "tank/secure/copy", "encryptionroot"), "tank/secure");
+    assert_eq!(read(&pool, "tank/secure/copy", docs, 8).unwrap(), b"the docs");
+    assert_eq!(get(&pool, "tank/secure/docs@s", "encryption"), "aes-256-gcm");
+
+    // Export/import: every key unloaded; loaded again from the files.
+    let pool = common::reimport(pool, &devs);
+    for name in ["tank/secure", "tank/secure/docs", "tank/media", "tank/hex", "tank/secure/copy"] {
+        assert_eq!(get(&pool, name, "keystatus"), "unavailable", "{name}");
+    }
+    assert!(matches!(read(&pool, "tank/media", media, 9), Err(ObjError::KeyNotLoaded)));
+    pool.load_key("tank/secure", None, None, false).unwrap();
+    pool.load_key("tank/media", None, None, false).unwrap();
+    pool.load_key("tank/hex", None, None, false).unwrap();
+    assert_eq!(read(&pool, "tank/secure/docs", docs, 8).unwrap(), b"the docs");
+    assert_eq!(read(&pool, "tank/secure/copy", docs, 8).unwrap(), b"the docs");
+    assert_eq!(read(&pool, "tank/media", media, 9).unwrap(), b"the media");
+    assert_eq!(read(&pool, "tank/hex", hex, 7).unwrap(), b"the hex");
+    // Another key file for -L.
+    pool.unload_key("tank/media").unwrap();
+    let e = err(pool.load_key("tank/media", None, Some(&format!("file://{}", hex_path.display()).parse().unwrap()), false));
+    assert!(e.contains("raw key must be 32 bytes"), "{e}");
+}
