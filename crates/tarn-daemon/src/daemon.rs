@@ -142,6 +142,9 @@ impl Daemon {
                 altroot: pool.altroot.clone(),
                 pool: Some(pool.guid.to_string()),
                 missing_log: pool.missing_log,
+                // As a boot does (OpenZFS's zfs-load-key service): keys kept
+                // in files are loaded, prompted ones wait for load-key.
+                load_keys: true,
             };
             let paths = pool.devices.clone();
             match self.import_from(&paths, request) {
@@ -197,7 +200,11 @@ impl Daemon {
             Request::PoolList { pools, parsable } => self.pool_list(&pools, parsable),
             Request::PoolStatus { pools, verbose } => self.pool_status(&pools, verbose),
             Request::PoolSet { prop, value, pool } => self.pool_set(&prop, &value, &pool),
-            Request::Create { dataset, parents, props } => self.create(&dataset, parents, &props),
+            Request::Create { dataset, parents, props, key } => self.create(&dataset, parents, &props, key.as_deref()),
+            Request::KeyRoots { datasets, recursive, all } => self.key_roots(&datasets, recursive, all),
+            Request::LoadKey { dataset, noop, location, key } => self.load_key(&dataset, noop, location.as_deref(), key.as_deref()),
+            Request::UnloadKey { dataset } => self.unload_key(&dataset),
+            Request::ChangeKey { dataset, props, key } => self.change_key(&dataset, &props, key.as_deref()),
             Request::Destroy { dataset, recursive, force, dry_run, dependents } => {
                 if dataset.contains('@') {
                     self.destroy_snapshots(&dataset, recursive, dry_run, dependents, force)
@@ -440,9 +447,9 @@ impl Daemon {
     }
 
     pub(crate) fn import_from(&self, paths: &[String], request: Request) -> HandlerResult {
-        let (force, rewind, altroot, target, to_checkpoint, missing_log) = match request {
-            Request::PoolImport { force, rewind, altroot, pool, missing_log, .. } => (force, rewind, altroot, pool, false, missing_log),
-            Request::PoolImportCheckpoint { force, altroot, pool, .. } => (force, false, altroot, Some(pool), true, false),
+        let (force, rewind, altroot, target, to_checkpoint, missing_log, load_keys) = match request {
+            Request::PoolImport { force, rewind, altroot, pool, missing_log, load_keys, .. } => (force, rewind, altroot, pool, false, missing_log, load_keys),
+            Request::PoolImportCheckpoint { force, altroot, pool, .. } => (force, false, altroot, Some(pool), true, false, false),
             _ => unreachable!(),
         };
         // Hold the pool table while scanning so no create/import races us.
@@ -494,18 +501,20 @@ impl Daemon {
         obj.set_tunables(self.tuning.get());
         let ds = tarn_ds::Pool::open(obj).map_err(|e| fail(e.to_string()))?;
         let mut imported = Imported { ds, devices: device_paths.clone(), altroot, mounts: BTreeMap::new(), busy: BTreeSet::new() };
+        let key_warnings = if load_keys { crate::keys::load_file_keys(&imported) } else { String::new() };
         let mut warnings = mount_all(&mut imported);
+        warnings.push_str(&key_warnings);
         let exit = if warnings.is_empty() { 0 } else { 1 };
         // `-m`: what the missing log device cost (not a failure).
         for note in obj_notes(&imported) {
             warnings.push_str(&format!("warning: {note}\n"));
         }
         let cached = CachedPool { name: name.clone(), guid, devices: device_paths, altroot: imported.altroot.clone(), missing_log };
-        pools.insert(name, imported);
+        pools.insert(name.clone(), imported);
         let mut cache = self.cache.lock();
         cache.remember(cached);
         warnings.push_str(&self.save_cache(&cache));
-        Ok(Response { stderr: warnings, exit, ..Response::text("") })
+        Ok(Response { stderr: warnings, exit, data: Some(json!({ "name": name })), ..Response::text("") })
     }
 
     fn pool_export(&self, pool: &str, destroy: bool, force: bool) -> HandlerResult {
@@ -639,7 +648,7 @@ impl Daemon {
         Ok(Response::text(""))
     }
 
-    fn create(&self, dataset: &str, parents: bool, properties: &[(String, String)]) -> HandlerResult {
+    fn create(&self, dataset: &str, parents: bool, properties: &[(String, String)], key: Option<&[u8]>) -> HandlerResult {
         let fail = |why: String| format!("cannot create '{dataset}': {why}");
         tarn_ds::validate_dataset_name(dataset).map_err(|e| fail(e.to_string()))?;
         let pool_name = dataset.split('/').next().unwrap_or_default();
@@ -651,7 +660,14 @@ impl Daemon {
         if imported.busy.contains(dataset) {
             return Err(fail("dataset is busy (a receive is in progress)".into()));
         }
-        let created = imported.ds.create_dataset(dataset, properties, parents, &mount::format).map_err(|e| match e {
+        let material = match key {
+            Some(bytes) => {
+                let format = properties.iter().rev().find(|(p, _)| p == "keyformat").map_or("", |(_, v)| v.as_str());
+                Some(crate::keys::material(format, bytes).map_err(fail)?)
+            }
+            None => None,
+        };
+        let created = imported.ds.create_dataset_keyed(dataset, properties, parents, &mount::format, material.as_ref()).map_err(|e| match e {
             tarn_ds::DsError::NoParent(_) => fail("parent does not exist (use -p to create parents)".into()),
             tarn_ds::DsError::Exists(_) => fail("dataset already exists".into()),
             other => fail(other.to_string()),
@@ -864,6 +880,9 @@ pub(crate) fn mount_dataset(imported: &mut Imported, name: &str) -> Result<(), S
         return Ok(());
     }
     let Some(path) = mount_path(imported, name)? else { return Ok(()) };
+    if !imported.ds.key_available(name) {
+        return Err("encryption key not loaded".into());
+    }
     let settings = imported.ds.settings(name).map_err(|e| e.to_string())?;
     let os = imported.ds.objset(name).map_err(|e| e.to_string())?;
     let snapshots = mount::snapshot_source(&imported.ds, name, &settings);
@@ -876,7 +895,9 @@ pub(crate) fn mount_dataset(imported: &mut Imported, name: &str) -> Result<(), S
 /// Mount every dataset of a pool, parents first; returns warning lines.
 pub(crate) fn mount_all(imported: &mut Imported) -> String {
     let mut warnings = String::new();
-    for name in imported.ds.list() {
+    // Datasets whose key is not loaded wait for load-key (as zfs mount -a).
+    let names: Vec<String> = imported.ds.list().into_iter().filter(|n| imported.ds.key_available(n)).collect();
+    for name in names {
         if let Err(e) = mount_dataset(imported, &name) {
             warnings.push_str(&format!("warning: cannot mount '{name}': {e}\n"));
         }

@@ -216,7 +216,7 @@ impl Daemon {
                 .ds
                 .list()
                 .into_iter()
-                .filter(|n| !imported.mounts.contains_key(n) && !imported.busy.contains(n))
+                .filter(|n| !imported.mounts.contains_key(n) && !imported.busy.contains(n) && imported.ds.key_available(n))
                 .filter(|n| imported.ds.settings(n).is_ok_and(|s| matches!(s.mountpoint, Mountpoint::Path(_))))
                 .collect();
             for name in wanted {

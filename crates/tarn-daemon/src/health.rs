@@ -586,6 +586,7 @@ impl Daemon {
                     pool: Some(guid.to_string()),
                     // It was running without its log device already.
                     missing_log: true,
+                    load_keys: true,
                 };
             match self.import_from(&paths, request) {
                 Ok(response) => {

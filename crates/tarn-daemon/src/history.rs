@@ -136,7 +136,7 @@ fn plan(request: &Request) -> Plan {
         | Request::PoolRemove { pool, .. }
         | Request::PoolClear { pool, .. } => Plan::Pool(pool.clone()),
         Request::PoolAdd { pool, dry_run: false, .. } => Plan::Pool(pool.clone()),
-        Request::Create { dataset, .. } | Request::Set { dataset, .. } | Request::Promote { dataset } => pool(dataset),
+        Request::Create { dataset, .. } | Request::Set { dataset, .. } | Request::Promote { dataset } | Request::ChangeKey { dataset, .. } => pool(dataset),
         Request::Destroy { dataset, dry_run: false, .. } => pool(dataset),
         Request::Snapshot { names, .. } => names.first().map_or(Plan::None, |n| pool(n)),
         Request::Bookmark { source, .. } => pool(source),

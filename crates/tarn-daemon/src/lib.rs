@@ -44,6 +44,7 @@ mod listing;
 pub mod events;
 pub mod history;
 mod iostat;
+pub mod keys;
 mod diff;
 pub mod fdpass;
 mod memory;

@@ -67,6 +67,10 @@ pub enum Request {
         /// `-m`: import although a log device is missing.
         #[serde(default)]
         missing_log: bool,
+        /// `-l`: load the keys kept in files before mounting (the CLI
+        /// then asks for the ones whose keylocation is prompt).
+        #[serde(default)]
+        load_keys: bool,
     },
     PoolExport { pool: String, force: bool },
     PoolDestroy { pool: String, force: bool },
@@ -78,7 +82,36 @@ pub enum Request {
         verbose: bool,
     },
     PoolSet { prop: String, value: String, pool: String },
-    Create { dataset: String, parents: bool, props: Vec<(String, String)> },
+    Create {
+        dataset: String,
+        parents: bool,
+        props: Vec<(String, String)>,
+        /// The key of a new encryption root whose keylocation is `prompt`
+        /// (the CLI asked for it). Never logged (keys.rs).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        key: Option<Vec<u8>>,
+    },
+    /// The encryption roots of `datasets` (and with `recursive` their
+    /// descendants), or of every pool (`all`): data `Vec<keys::KeyRoot>`.
+    KeyRoots { datasets: Vec<String>, recursive: bool, all: bool },
+    /// `load-key [-n] [-L LOCATION] ROOT`, with the key the CLI read when
+    /// the location is `prompt`.
+    LoadKey {
+        dataset: String,
+        noop: bool,
+        location: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        key: Option<Vec<u8>>,
+    },
+    /// `unload-key ROOT` (unmounts its datasets first).
+    UnloadKey { dataset: String },
+    /// `change-key [-o keyformat|keylocation|pbkdf2iters=…] ROOT`.
+    ChangeKey {
+        dataset: String,
+        props: Vec<(String, String)>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        key: Option<Vec<u8>>,
+    },
     /// `destroy`: a file system (`-r`: with its descendants; with its
     /// snapshots either way, which plain destroy refuses), or snapshots:
     /// `fs@a`, `fs@a%c` (a range, oldest to newest; either end may be

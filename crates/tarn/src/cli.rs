@@ -362,6 +362,45 @@ pub enum Command {
         #[arg(value_name = "NEWNAME")]
         target: String,
     },
+    /// Load the key of an encryption root (-r: and of the roots below it;
+    /// -a: of every root). Does not mount (use `mount -a`).
+    #[command(name = "load-key")]
+    LoadKey {
+        #[arg(short = 'r')]
+        recursive: bool,
+        #[arg(short = 'a', conflicts_with = "datasets")]
+        all: bool,
+        /// Only check that the key is right; load nothing.
+        #[arg(short = 'n')]
+        noop: bool,
+        /// Read the key from here instead of the keylocation property
+        /// (prompt or file:///path).
+        #[arg(short = 'L', value_name = "KEYLOCATION")]
+        location: Option<String>,
+        #[arg(required_unless_present = "all")]
+        datasets: Vec<String>,
+    },
+    /// Unmount an encryption root's datasets and forget their keys.
+    #[command(name = "unload-key")]
+    UnloadKey {
+        #[arg(short = 'r')]
+        recursive: bool,
+        #[arg(short = 'a', conflicts_with = "datasets")]
+        all: bool,
+        #[arg(required_unless_present = "all")]
+        datasets: Vec<String>,
+    },
+    /// Change an encryption root's key (keyformat, keylocation,
+    /// pbkdf2iters): its master keys are rewrapped, no data is rewritten.
+    #[command(name = "change-key")]
+    ChangeKey {
+        /// Load the current key first if it is not loaded.
+        #[arg(short = 'l')]
+        load: bool,
+        #[arg(short = 'o', value_name = "PROP=VALUE", value_parser = assignment)]
+        props: Vec<(String, String)>,
+        dataset: String,
+    },
     /// Mount a dataset (-a: every dataset that is not mounted), or list mounts.
     Mount {
         #[arg(short = 'a', conflicts_with = "dataset")]
@@ -558,6 +597,9 @@ pub enum PoolCommand {
         /// Import although a log device is missing (its log records are lost).
         #[arg(short = 'm', conflicts_with = "rewind_to_checkpoint")]
         missing_log: bool,
+        /// Load encryption keys (files, then prompts) before mounting.
+        #[arg(short = 'l')]
+        load_keys: bool,
         /// Rewind the pool to its checkpoint (every later change is lost).
         #[arg(long = "rewind-to-checkpoint", conflicts_with = "rewind", requires = "pool")]
         rewind_to_checkpoint: bool,

@@ -200,8 +200,17 @@ pub fn run(cli: Cli) -> Result<i32, Failure> {
             for (prop, _) in &props {
                 props::check_name(prop).map_err(prop_failure)?;
             }
-            send(&socket, &Request::Create { dataset, parents, props })?;
+            let key = crate::keys::create_key(&dataset, &props)?;
+            send(&socket, &Request::Create { dataset, parents, props, key })?;
             Ok(0)
+        }
+        Command::LoadKey { recursive, all, noop, location, datasets } => crate::keys::load_key(&socket, datasets, recursive, all, noop, location),
+        Command::UnloadKey { recursive, all, datasets } => crate::keys::unload_key(&socket, datasets, recursive, all),
+        Command::ChangeKey { load, props, dataset } => {
+            for (prop, _) in &props {
+                props::check_name(prop).map_err(prop_failure)?;
+            }
+            crate::keys::change_key(&socket, dataset, props, load)
         }
         Command::Destroy { recursive, dependents, force, dry_run, verbose, parsable, dataset } => {
             let response = send(&socket, &Request::Destroy { dataset, recursive, force, dry_run, dependents })?;
@@ -431,12 +440,22 @@ fn pool(socket: &Path, command: PoolCommand) -> Result<i32, Failure> {
             }
             Ok(0)
         }
-        PoolCommand::Import { dirs, force, rewind, missing_log, rewind_to_checkpoint, altroot, pool } => {
+        PoolCommand::Import { dirs, force, rewind, missing_log, load_keys, rewind_to_checkpoint, altroot, pool } => {
             let dirs = dirs.iter().map(|d| path_string(d)).collect();
             let altroot = altroot.map(|p| path_string(&p));
             match pool {
-                Some(pool) if rewind_to_checkpoint => send(socket, &Request::PoolImportCheckpoint { dirs, force, altroot, pool })?,
-                pool => send(socket, &Request::PoolImport { dirs, force, rewind, altroot, pool, missing_log })?,
+                Some(pool) if rewind_to_checkpoint => {
+                    send(socket, &Request::PoolImportCheckpoint { dirs, force, altroot, pool })?;
+                }
+                Some(pool) if load_keys => {
+                    // A numeric id names the pool only until it is imported.
+                    let response = send(socket, &Request::PoolImport { dirs, force, rewind, altroot, pool: Some(pool.clone()), missing_log, load_keys })?;
+                    let name = response.data.as_ref().and_then(|d| d["name"].as_str()).map_or(pool, str::to_string);
+                    return crate::keys::after_import(socket, &name);
+                }
+                pool => {
+                    send(socket, &Request::PoolImport { dirs, force, rewind, altroot, pool, missing_log, load_keys })?;
+                }
             };
             Ok(0)
         }

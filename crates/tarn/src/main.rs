@@ -15,6 +15,7 @@ mod events;
 mod health_x;
 mod history;
 mod iostat;
+mod keys;
 mod output;
 mod replication;
 mod shares;

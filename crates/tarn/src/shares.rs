@@ -80,7 +80,7 @@ fn read_password(from_stdin: bool) -> Result<String, Failure> {
     Ok(first)
 }
 
-fn prompt(text: &str) -> Result<String, Failure> {
+pub(crate) fn prompt(text: &str) -> Result<String, Failure> {
     eprint!("{text}");
     let _ = std::io::stderr().flush();
     // SAFETY: termios calls on stdin's descriptor with a zeroed struct they fill.

@@ -94,6 +94,7 @@ pub fn up(flag: Option<&Path>) -> Result<i32, Failure> {
                 altroot: None,
                 pool: Some(POOL.into()),
                 missing_log: false,
+                load_keys: true,
             },
         )?;
         if import.ok {
@@ -124,7 +125,7 @@ pub fn up(flag: Option<&Path>) -> Result<i32, Failure> {
         &Request::Props { datasets: vec![DATASET.into()], recursive: false, props: vec!["name".into()], parsable: true },
     )?;
     if !has_data.ok {
-        call_ok(&socket, &Request::Create { dataset: DATASET.into(), parents: true, props: vec![] })?;
+        call_ok(&socket, &Request::Create { dataset: DATASET.into(), parents: true, props: vec![], key: None })?;
         println!("created dataset '{DATASET}'");
     }
     // Share the default dataset unless its owner chose otherwise.

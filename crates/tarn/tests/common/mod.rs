@@ -148,6 +148,35 @@ impl Harness {
         run_with_timeout(command, CLI_TIMEOUT)
     }
 
+    /// As [`Harness::tarn`], with `input` on its stdin (keys, passwords).
+    pub fn tarn_input<S: AsRef<OsStr>>(&self, args: &[S], input: &[u8]) -> Output {
+        let mut command = Command::new(TARN);
+        command.arg("--socket").arg(&self.socket);
+        command.env("TARN_SOCKET", &self.socket);
+        for arg in args {
+            command.arg(arg.as_ref());
+        }
+        command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = command.spawn().unwrap_or_else(|e| panic!("spawn tarn {}: {e}", show_args(args)));
+        {
+            let mut stdin = child.stdin.take().expect("stdin");
+            let _ = stdin.write_all(input);
+        }
+        let pid = child.id() as libc::pid_t;
+        let (sender, receiver) = mpsc::channel();
+        thread::spawn(move || {
+            let _ = sender.send(child.wait_with_output());
+        });
+        match receiver.recv_timeout(CLI_TIMEOUT) {
+            Ok(result) => result.expect("wait for tarn"),
+            Err(_) => {
+                // SAFETY: the child is not reaped until the waiting thread returns.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+                panic!("tarn {} did not finish", show_args(args));
+            }
+        }
+    }
+
     /// Run the CLI and insist on exit 0; returns stdout.
     pub fn tarn_ok<S: AsRef<OsStr>>(&self, args: &[S]) -> String {
         let out = self.tarn(args);

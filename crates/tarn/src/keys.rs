@@ -1,0 +1,153 @@
+//! `tarn load-key`, `unload-key`, `change-key`, the key of `create -o
+//! encryption=…` and `pool import -l`: the CLI side, which asks for keys.
+//!
+//! A key whose location is `prompt` is read here: on a terminal without
+//! echo (a new one twice), otherwise from stdin (a passphrase or hex key:
+//! its first line; a raw key: its 32 bytes), and sent to the daemon in the
+//! request, never on the command line (which the pool history records).
+
+use std::io::{BufRead, IsTerminal, Read};
+use std::path::Path;
+
+use tarn_daemon::keys::KeyRoot;
+use tarn_daemon::proto::Request;
+
+use crate::commands::{data, send};
+use crate::shares::prompt;
+use crate::Failure;
+
+/// Key material for `what` in `format`; `new`: asked twice on a terminal.
+pub(crate) fn read_key(format: &str, what: &str, new: bool) -> Result<Vec<u8>, Failure> {
+    let stdin = std::io::stdin();
+    let noun = if format == "passphrase" { "passphrase" } else { "key" };
+    if !stdin.is_terminal() {
+        if format == "raw" {
+            let mut buf = Vec::new();
+            stdin.lock().take(4097).read_to_end(&mut buf).map_err(|e| format!("cannot read the key from stdin: {e}"))?;
+            return Ok(buf);
+        }
+        let mut line = String::new();
+        stdin.lock().read_line(&mut line).map_err(|e| format!("cannot read the {noun} from stdin: {e}"))?;
+        return Ok(line.trim_end_matches(['\n', '\r']).as_bytes().to_vec());
+    }
+    if format == "raw" {
+        return Err(format!("a raw key cannot be typed: give it on stdin or with keylocation=file://PATH ({what})").into());
+    }
+    let adjective = if new { "new " } else { "" };
+    let first = prompt(&format!("Enter {adjective}{noun} for '{what}': "))?;
+    if new {
+        let second = prompt(&format!("Re-enter {adjective}{noun} for '{what}': "))?;
+        if first != second {
+            return Err(format!("{noun}s do not match").into());
+        }
+    }
+    Ok(first.into_bytes())
+}
+
+fn prop_of<'a>(props: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    props.iter().rev().find(|(p, _)| p == name).map(|(_, v)| v.as_str())
+}
+
+/// The key `create -o keyformat=… [-o keylocation=prompt]` needs from
+/// the user (None: not a new root, or the key is in a file).
+pub(crate) fn create_key(dataset: &str, props: &[(String, String)]) -> Result<Option<Vec<u8>>, Failure> {
+    let Some(format) = prop_of(props, "keyformat") else { return Ok(None) };
+    if prop_of(props, "keylocation").unwrap_or("prompt") != "prompt" {
+        return Ok(None);
+    }
+    read_key(format, dataset, true).map(Some)
+}
+
+fn roots(socket: &Path, datasets: Vec<String>, recursive: bool, all: bool) -> Result<Vec<KeyRoot>, Failure> {
+    data(send(socket, &Request::KeyRoots { datasets, recursive, all })?)
+}
+
+/// `load-key [-r|-a] [-n] [-L LOCATION] DATASET…`: each root in turn; one
+/// that fails is reported and the others still load (exit 1 at the end).
+pub(crate) fn load_key(socket: &Path, datasets: Vec<String>, recursive: bool, all: bool, noop: bool, location: Option<String>) -> Result<i32, Failure> {
+    let roots = roots(socket, datasets, recursive, all)?;
+    let many = roots.len() > 1 || recursive || all;
+    let (mut loaded, mut failed) = (0, 0);
+    for root in roots {
+        if root.loaded && !noop {
+            if !many {
+                return Err(format!("cannot load key for '{}': key already loaded", root.name).into());
+            }
+            continue;
+        }
+        let from = location.as_deref().unwrap_or(&root.keylocation);
+        let key = if from == "prompt" { Some(read_key(&root.keyformat, &root.name, false)?) } else { None };
+        let request = Request::LoadKey { dataset: root.name.clone(), noop, location: location.clone(), key };
+        match send(socket, &request) {
+            Ok(_) => loaded += 1,
+            Err(f) if many => {
+                eprintln!("tarn: {}", f.message);
+                failed += 1;
+            }
+            Err(f) => return Err(f),
+        }
+    }
+    if many {
+        let verb = if noop { "verified" } else { "loaded" };
+        println!("{loaded} / {} key(s) successfully {verb}", loaded + failed);
+    }
+    Ok(if failed > 0 { 1 } else { 0 })
+}
+
+/// `unload-key [-r|-a] DATASET…`.
+pub(crate) fn unload_key(socket: &Path, datasets: Vec<String>, recursive: bool, all: bool) -> Result<i32, Failure> {
+    let roots = roots(socket, datasets, recursive, all)?;
+    let many = roots.len() > 1 || recursive || all;
+    let (mut done, mut failed) = (0, 0);
+    for root in roots {
+        if !root.loaded {
+            if !many {
+                return Err(format!("cannot unload key for '{}': key already unloaded", root.name).into());
+            }
+            continue;
+        }
+        match send(socket, &Request::UnloadKey { dataset: root.name.clone() }) {
+            Ok(_) => done += 1,
+            Err(f) if many => {
+                eprintln!("tarn: {}", f.message);
+                failed += 1;
+            }
+            Err(f) => return Err(f),
+        }
+    }
+    if many {
+        println!("{done} / {} key(s) successfully unloaded", done + failed);
+    }
+    Ok(if failed > 0 { 1 } else { 0 })
+}
+
+/// `change-key [-l] [-o keyformat|keylocation|pbkdf2iters=…] ROOT`.
+pub(crate) fn change_key(socket: &Path, dataset: String, props: Vec<(String, String)>, load: bool) -> Result<i32, Failure> {
+    let root = roots(socket, vec![dataset.clone()], false, false)?.into_iter().next().ok_or_else(|| format!("'{dataset}': not an encryption root"))?;
+    if !root.loaded {
+        if !load {
+            return Err(format!("cannot change key for '{dataset}': key is not loaded (load it, or use -l)").into());
+        }
+        load_key(socket, vec![dataset.clone()], false, false, false, None)?;
+    }
+    let format = prop_of(&props, "keyformat").unwrap_or(&root.keyformat).to_string();
+    let location = prop_of(&props, "keylocation").unwrap_or(&root.keylocation).to_string();
+    let key = if location == "prompt" { Some(read_key(&format, &dataset, true)?) } else { None };
+    send(socket, &Request::ChangeKey { dataset, props, key })?;
+    Ok(0)
+}
+
+/// `pool import -l`: the daemon loaded the keys kept in files; ask for the
+/// prompted ones of `pool`, then mount what they opened.
+pub(crate) fn after_import(socket: &Path, pool: &str) -> Result<i32, Failure> {
+    let waiting: Vec<String> = roots(socket, vec![pool.to_string()], true, false)?.into_iter().filter(|r| !r.loaded).map(|r| r.name).collect();
+    if waiting.is_empty() {
+        return Ok(0);
+    }
+    let code = load_key(socket, waiting, false, false, false, None).or_else(|f| {
+        eprintln!("tarn: {}", f.message);
+        Ok::<i32, Failure>(1)
+    })?;
+    send(socket, &Request::MountAll)?;
+    Ok(code)
+}

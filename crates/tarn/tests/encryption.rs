@@ -1,0 +1,158 @@
+//! Issue 12, tests 1 and 2 through the real daemon, CLI and FUSE mounts:
+//! encryption roots created with each keyformat and keylocation (the
+//! passphrase typed on stdin), inheritance, the properties, a wrong key
+//! refused in one line with nothing mounted, unload/load, change-key,
+//! export/import without and with `-l`, a daemon restart (keys in files
+//! come back, prompted ones wait); and after all that, no marker, file
+//! name, passphrase or key byte anywhere on the pool's devices.
+
+mod common;
+
+use std::fs;
+use std::path::Path;
+
+use common::{assert_clean_failure, path_str, wait_mounted, wait_unmounted, Harness};
+
+const PASS: &str = "correct horse battery staple";
+const NEW_PASS: &str = "a new passphrase for media";
+const MARK: &[u8] = b"ENC-MARKER-3b8e1d-file-contents-never-on-disk";
+const NAME: &str = "NAME-MARKER-tax-return-2026.pdf";
+
+fn get(h: &Harness, props: &str, dataset: &str) -> Vec<String> {
+    h.tarn_ok(&["get", "-H", "-o", "value", props, dataset]).lines().map(str::to_string).collect()
+}
+
+fn ok_input(h: &Harness, args: &[&str], input: &str) -> String {
+    let out = h.tarn_input(args, input.as_bytes());
+    assert!(
+        out.status.success(),
+        "tarn {} failed: {}\n{}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr),
+        common::tail(&h.daemon_log(), 30)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn refused_input(h: &Harness, args: &[&str], input: &str) -> String {
+    let out = h.tarn_input(args, input.as_bytes());
+    assert_clean_failure(&out, &args.join(" "));
+    assert_eq!(out.status.code(), Some(1), "tarn {}", args.join(" "));
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn contains(path: &Path, needle: &[u8]) -> bool {
+    let data = fs::read(path).unwrap();
+    data.windows(needle.len()).any(|w| w == needle)
+}
+
+#[test]
+fn key_lifecycle_through_the_cli_and_no_plaintext_on_disk() {
+    let mut h = Harness::start();
+    let vdevs = h.vdev_files("vdevs", 2, 256 << 20);
+    let mnt = h.create_pool("tank", &["mirror".into(), path_str(&vdevs[0]), path_str(&vdevs[1])]);
+    let keys = h.dir.join("keys");
+    fs::create_dir_all(&keys).unwrap();
+    let raw_key: Vec<u8> = (0..32u8).map(|i| i.wrapping_mul(37) ^ 0xa5).collect();
+    fs::write(keys.join("media.key"), &raw_key).unwrap();
+    let raw_loc = format!("file://{}", path_str(&keys.join("media.key")));
+
+    // A passphrase root, typed (stdin), and a raw key in a file.
+    ok_input(&h, &["create", "-o", "encryption=on", "-o", "keyformat=passphrase", "tank/secure"], &format!("{PASS}\n"));
+    h.tarn_ok(&["create", "-o", "encryption=aes-256-gcm", "-o", "keyformat=raw", "-o", &format!("keylocation={raw_loc}"), "tank/media"]);
+    h.tarn_ok(&["create", "tank/secure/docs"]);
+    assert_eq!(
+        get(&h, "encryption,keystatus,keyformat,keylocation,encryptionroot", "tank/secure/docs"),
+        ["aes-256-gcm", "available", "passphrase", "none", "tank/secure"]
+    );
+    assert_eq!(get(&h, "keylocation,keyformat", "tank/media"), [raw_loc.as_str(), "raw"]);
+    let docs = mnt.join("secure/docs");
+    let media = mnt.join("media");
+    wait_mounted(&docs);
+    wait_mounted(&media);
+    fs::write(docs.join(NAME), MARK.repeat(100)).unwrap();
+    fs::write(media.join("film.mkv"), MARK.repeat(5000)).unwrap();
+    let all = h.tarn_ok(&["get", "-H", "all", "tank/secure"]);
+    assert!(!all.contains(PASS));
+
+    // Bad requests: one line, exit 1, nothing created.
+    for (args, why) in [
+        (vec!["create", "-o", "encryption=off", "tank/secure/plain"], "under encrypted"),
+        (vec!["create", "-o", "encryption=on", "tank/nokey"], "keyformat"),
+        (vec!["create", "-o", "encryption=on", "-o", "keyformat=raw", "-o", "keylocation=file:///nonexistent/key", "tank/nokey"], "No such file"),
+        (vec!["set", "encryption=off", "tank/secure"], "read-only"),
+        (vec!["load-key", "tank/secure/docs"], "not an encryption root"),
+        (vec!["load-key", "tank"], "not encrypted"),
+    ] {
+        let e = refused_input(&h, &args, "");
+        assert!(e.contains(why), "{args:?}: {e}");
+    }
+    let e = refused_input(&h, &["create", "-o", "encryption=on", "-o", "keyformat=passphrase", "tank/short"], "short\n");
+    assert!(e.contains("passphrase must be at least 8 bytes"), "{e}");
+    assert!(!h.tarn_ok(&["list", "-H", "-o", "name"]).contains("tank/short"));
+
+    // Unload: unmounted, unreadable; a wrong passphrase mounts nothing.
+    h.tarn_ok(&["unload-key", "tank/secure"]);
+    wait_unmounted(&docs);
+    assert_eq!(get(&h, "keystatus", "tank/secure/docs"), ["unavailable"]);
+    let e = refused_input(&h, &["mount", "tank/secure/docs"], "");
+    assert!(e.contains("key not loaded"), "{e}");
+    let e = refused_input(&h, &["load-key", "tank/secure"], "not the passphrase\n");
+    assert!(e.contains("incorrect key"), "{e}");
+    assert_eq!(get(&h, "keystatus", "tank/secure"), ["unavailable"]);
+    assert!(!docs.join(NAME).exists());
+    ok_input(&h, &["load-key", "-n", "tank/secure"], &format!("{PASS}\n"));
+    assert_eq!(get(&h, "keystatus", "tank/secure"), ["unavailable"], "-n loads nothing");
+    ok_input(&h, &["load-key", "tank/secure"], &format!("{PASS}\n"));
+    h.tarn_ok(&["mount", "-a"]);
+    wait_mounted(&docs);
+    assert_eq!(fs::read(docs.join(NAME)).unwrap(), MARK.repeat(100));
+
+    // change-key: the raw key becomes a prompted passphrase; no data rewritten.
+    ok_input(&h, &["change-key", "-o", "keyformat=passphrase", "-o", "keylocation=prompt", "tank/media"], &format!("{NEW_PASS}\n"));
+    assert_eq!(get(&h, "keyformat,keylocation", "tank/media"), ["passphrase", "prompt"]);
+    h.tarn_ok(&["unload-key", "tank/media"]);
+    wait_unmounted(&media);
+    let e = refused_input(&h, &["load-key", "-L", &raw_loc, "tank/media"], "");
+    assert!(e.contains("passphrase") || e.contains("incorrect"), "{e}");
+    ok_input(&h, &["load-key", "tank/media"], &format!("{NEW_PASS}\n"));
+    h.tarn_ok(&["mount", "tank/media"]);
+    assert_eq!(fs::read(media.join("film.mkv")).unwrap().len(), MARK.len() * 5000);
+
+    // Export/import: nothing encrypted mounts without -l; with -l the
+    // prompted keys are asked for (stdin, in order) and everything mounts.
+    h.export("tank");
+    let vdir = vdevs[0].parent().unwrap().to_path_buf();
+    h.import("tank", &vdir);
+    assert_eq!(get(&h, "keystatus", "tank/secure"), ["unavailable"]);
+    assert!(!docs.join(NAME).exists());
+    h.export("tank");
+    // Roots in name order: tank/media, then tank/secure.
+    let out = ok_input(&h, &["pool", "import", "-l", "-d", &path_str(&vdir), "tank"], &format!("{NEW_PASS}\n{PASS}\n"));
+    assert!(out.contains("2 / 2 key(s) successfully loaded"), "{out}");
+    wait_mounted(&docs);
+    wait_mounted(&media);
+    assert_eq!(fs::read(docs.join(NAME)).unwrap(), MARK.repeat(100));
+
+    // A daemon restart: a key kept in a file comes back by itself.
+    h.tarn_ok(&["unload-key", "tank/media"]);
+    ok_input(&h, &["change-key", "-l", "-o", "keyformat=raw", "-o", &format!("keylocation={raw_loc}"), "tank/media"], &format!("{NEW_PASS}\n"));
+    h.kill_and_restart();
+    wait_mounted(&media);
+    assert_eq!(get(&h, "keystatus", "tank/media"), ["available"]);
+    assert_eq!(get(&h, "keystatus", "tank/secure"), ["unavailable"]);
+    assert_eq!(fs::read(media.join("film.mkv")).unwrap().len(), MARK.len() * 5000);
+
+    // Test 2: no plaintext on disk.
+    h.export("tank");
+    for v in &vdevs {
+        for (what, needle) in [("contents", MARK), ("a file name", NAME.as_bytes()), ("the passphrase", PASS.as_bytes()), ("the new passphrase", NEW_PASS.as_bytes()), ("the raw key", &raw_key[..])] {
+            assert!(!contains(v, needle), "{what} found on {}", v.display());
+        }
+    }
+    // The same scan finds plaintext where there is some: the control.
+    h.import("tank", &vdir);
+    fs::write(mnt.join(NAME), MARK).unwrap();
+    h.export("tank");
+    assert!(vdevs.iter().all(|v| contains(v, MARK) && contains(v, NAME.as_bytes())), "the scan finds plaintext of an unencrypted dataset");
+}
