@@ -890,6 +890,11 @@ impl Pool {
                 if !self.exists(parent) {
                     return Err(fail(format!("parent '{parent}' does not exist")));
                 }
+                // A received dataset would be unencrypted: not under an
+                // encrypted parent (raw receive is to come).
+                if self.record(parent).is_ok_and(|r| r.crypt.is_some()) {
+                    return Err(fail(format!("parent '{parent}' is encrypted and raw receive is not supported yet")));
+                }
                 Plan::New
             }
             (None, None, Some(rec)) => {

@@ -87,6 +87,15 @@ fn key_lifecycle_through_the_cli_and_no_plaintext_on_disk() {
         let e = refused_input(&h, &args, "");
         assert!(e.contains(why), "{args:?}: {e}");
     }
+    // A plain stream cannot land under an encrypted parent (it would be
+    // received unencrypted): refused, nothing created.
+    h.tarn_ok(&["snapshot", "tank@plain"]);
+    let stream = h.tarn(&["send", "tank@plain"]);
+    assert!(stream.status.success() && !stream.stdout.is_empty());
+    let out = h.tarn_input(&["recv", "tank/secure/received"], &stream.stdout);
+    assert_clean_failure(&out, "recv under an encrypted parent");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is encrypted"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!h.tarn_ok(&["list", "-H", "-o", "name"]).contains("received"));
     let e = refused_input(&h, &["create", "-o", "encryption=on", "-o", "keyformat=passphrase", "tank/short"], "short\n");
     assert!(e.contains("passphrase must be at least 8 bytes"), "{e}");
     assert!(!h.tarn_ok(&["list", "-H", "-o", "name"]).contains("tank/short"));
