@@ -13,11 +13,11 @@
 //! | 73  | 1    | checksum (1 fletcher4, 2 sha256, 3 blake3) |
 //! | 74  | 1    | level in the object's tree (0 = data) |
 //! | 75  | 1    | object type of the owning object |
-//! | 76  | 1    | flags (bit 0: encrypted, see `crypt.rs`; bit 1: gang — every DVA points at a gang header, see `gang.rs`; bit 2: partly sealed — readable, parts sealed by the object layer, see `crypt.rs`) |
+//! | 76  | 1    | flags (bit 0: encrypted, see `crypt.rs`; bit 1: gang — every DVA points at a gang header, see `gang.rs`; bit 2: partly sealed — readable, parts sealed by the object layer; bit 3: children digest — the MAC field is a digest of the block pointers the block holds; see `crypt.rs`) |
 //! | 77  | 1    | number of DVAs in use |
 //! | 78  | 2    | reserved, zero |
 //! | 80  | 32   | checksum of the physical block |
-//! | 112 | 16   | MAC of an encrypted or partly sealed block (the GCM tag); zero otherwise |
+//! | 112 | 16   | MAC of an encrypted or partly sealed block (the GCM tag), or the children digest; zero otherwise |
 //!
 //! A hole is 128 zero bytes. Encrypted and partly sealed blocks keep at
 //! most two copies: the third DVA's 16 bytes (32..48) carry the IV
@@ -135,6 +135,8 @@ impl BlockPtr {
         if self.has_iv() {
             assert!((self.ndva as usize) < MAX_COPIES, "an encrypted block has at most two copies");
             b[32..48].copy_from_slice(&self.iv);
+        }
+        if self.flags & crate::crypt::SEALING_FLAGS != 0 {
             b[112..128].copy_from_slice(&self.mac);
         }
         b
@@ -165,7 +167,7 @@ impl BlockPtr {
         b[8] = self.compression;
         b[9] = self.level;
         b[10] = self.otype;
-        b[11] = self.flags & (crate::crypt::FLAG_ENCRYPTED | crate::crypt::FLAG_PARTLY_SEALED);
+        b[11] = self.flags & crate::crypt::SEALING_FLAGS;
         b[12..20].copy_from_slice(&self.fill.to_le_bytes());
         b[20..36].copy_from_slice(&self.iv);
         b[36..52].copy_from_slice(&self.mac);
@@ -219,7 +221,7 @@ impl BlockPtr {
             flags: b[76],
             checksum: b[80..112].try_into().map_err(|_| "checksum field")?,
             iv: if encrypted { b[32..48].try_into().map_err(|_| "iv field")? } else { [0; 16] },
-            mac: if encrypted { b[112..128].try_into().map_err(|_| "mac field")? } else { [0; 16] },
+            mac: if b[76] & crate::crypt::SEALING_FLAGS != 0 { b[112..128].try_into().map_err(|_| "mac field")? } else { [0; 16] },
         };
         if bp.lsize == 0 || bp.psize == 0 || bp.lsize > (1 << 24) || bp.psize > (1 << 24) {
             return Err(format!("block pointer sizes lsize={} psize={}", bp.lsize, bp.psize));

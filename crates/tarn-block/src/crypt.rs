@@ -58,6 +58,33 @@ pub const FLAG_ENCRYPTED: u8 = 1 << 0;
 /// block pointers in the clear but bound).
 pub const FLAG_PARTLY_SEALED: u8 = 1 << 2;
 
+/// Block pointer flag bit 3: the block is an array of block pointers
+/// (an indirect block of an encrypted object set) and the pointer's MAC
+/// field holds [`children_digest`] of them, checked whenever the block is
+/// read from disk. Unkeyed: the chain of trust ends in a keyed MAC above
+/// (a dnode block's), which covers this pointer's portable form.
+pub const FLAG_CHILDREN_DIGEST: u8 = 1 << 3;
+
+/// The flags a parent's authentication covers (`BlockPtr::portable`).
+pub const SEALING_FLAGS: u8 = FLAG_ENCRYPTED | FLAG_PARTLY_SEALED | FLAG_CHILDREN_DIGEST;
+
+/// The digest an indirect block's pointer carries: BLAKE3 of a domain
+/// string and the portable form of each child, first 16 bytes. None if
+/// `data` is not an array of block pointers.
+pub fn children_digest(data: &[u8]) -> Option<[u8; MAC_LEN]> {
+    if data.is_empty() || !data.len().is_multiple_of(crate::bp::BP_SIZE) {
+        return None;
+    }
+    let mut h = blake3::Hasher::new();
+    h.update(b"tarn children v1");
+    for chunk in data.chunks_exact(crate::bp::BP_SIZE) {
+        h.update(&BlockPtr::decode(chunk).ok()?.portable());
+    }
+    let mut out = [0u8; MAC_LEN];
+    out.copy_from_slice(&h.finalize().as_bytes()[..MAC_LEN]);
+    Some(out)
+}
+
 pub fn is_encrypted(bp: &BlockPtr) -> bool {
     bp.flags & FLAG_ENCRYPTED != 0
 }

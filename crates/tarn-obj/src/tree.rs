@@ -85,6 +85,8 @@ pub struct TreeCtx<'a> {
     /// to `dead` (the object set's dead list) instead of being freed.
     pub prev_snap_txg: u64,
     pub dead: Vec<BlockPtr>,
+    /// Encrypted object set: indirect blocks carry their children's digest.
+    pub authenticate: bool,
 }
 
 impl<'a> TreeCtx<'a> {
@@ -101,6 +103,7 @@ impl<'a> TreeCtx<'a> {
             counting_data: true,
             prev_snap_txg,
             dead: Vec::new(),
+            authenticate: false,
         }
     }
 
@@ -145,6 +148,13 @@ impl<'a> TreeCtx<'a> {
         let spec = WriteSpec { level, otype: OT_INDIRECT, ..self.meta_spec };
         let mut bp = self.io.write(&data, spec, self.txg).map_err(block_err)?;
         bp.fill = fill;
+        if self.authenticate && !bp.is_hole() {
+            // Encrypted object sets: the pointer carries a digest of its
+            // children's portable forms (crypt.rs), which the parent's MAC
+            // covers in turn.
+            bp.flags |= tarn_block::crypt::FLAG_CHILDREN_DIGEST;
+            bp.mac = tarn_block::crypt::children_digest(&data).ok_or_else(|| ObjError::Corrupt("indirect block does not decode".into()))?;
+        }
         self.used_delta += bp.asize() as i64;
         Ok(bp)
     }

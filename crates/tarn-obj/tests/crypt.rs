@@ -107,6 +107,19 @@ fn encrypted_object_sets_keep_content_sealed_and_verifiable_without_the_key() {
         assert_eq!(os.crypt(), Some(crypt));
         let w = write_content(&pool, &os);
         verify(&os, &w);
+        // The big file's tree: its indirect block carries its children's
+        // digest (what a dnode block's MAC then covers).
+        let mut top = None;
+        os.for_each_object(&mut |id, phys| {
+            if id == w.big {
+                top = Some(phys.bps[0]);
+            }
+        })
+        .unwrap();
+        let top = top.unwrap();
+        assert!(top.level > 0, "an indirect level");
+        assert_ne!(top.flags & tarn_block::crypt::FLAG_CHILDREN_DIGEST, 0);
+        // (Reads after the import below go through it: a wrong digest fails them.)
         // The same content in a plain object set, as a control: the scan
         // below finds the markers there.
         let plain = pool.open_objset(plain_id).unwrap();

@@ -315,6 +315,7 @@ fn sync_objset(s: &Arc<Shared>, stx: &SyncTx, inner: &Arc<ObjsetInner>) -> Resul
     // Trees, bottom-up; then the new dnodes into the meta-object.
     let prev_snap_txg = inner.committed.lock().prev_snap_txg;
     let mut ctx = TreeCtx::new(stx, &s.io, s.meta_spec(props.copies), prev_snap_txg);
+    ctx.authenticate = inner.crypt.is_some();
     let mut new_dnodes: BTreeMap<u64, DnodePhys> = BTreeMap::new();
     let mut object_delta: i64 = 0;
     for it in &mut items {
