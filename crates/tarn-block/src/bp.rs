@@ -13,7 +13,7 @@
 //! | 73  | 1    | checksum (1 fletcher4, 2 sha256, 3 blake3) |
 //! | 74  | 1    | level in the object's tree (0 = data) |
 //! | 75  | 1    | object type of the owning object |
-//! | 76  | 1    | flags (bit 0: encrypted, see `crypt.rs`; bit 1: gang — every DVA points at a gang header, see `gang.rs`; bit 2: partly sealed — readable, parts sealed by the object layer; bit 3: children digest — the MAC field is a digest of the block pointers the block holds; see `crypt.rs`) |
+//! | 76  | 1    | flags (bit 0: encrypted, see `crypt.rs`; bit 1: gang — every DVA points at a gang header, see `gang.rs`; bit 2: partly sealed — readable, parts sealed by the object layer; bit 3: children digest — the MAC field is a digest of the block pointers the block holds; bit 4: object set MAC — a keyed MAC of an object set root; see `crypt.rs`) |
 //! | 77  | 1    | number of DVAs in use |
 //! | 78  | 2    | reserved, zero |
 //! | 80  | 32   | checksum of the physical block |

@@ -47,6 +47,8 @@ pub const MAC_LEN: usize = 16;
 pub const SALT_ROTATE_BLOCKS: u64 = 1 << 24;
 /// Domain separation of derived block keys (the HKDF salt input).
 const BLOCK_KEY_DOMAIN: &[u8] = b"tarn block key v1";
+/// HKDF info of the object set root MAC key.
+const ROOT_MAC_DOMAIN: &[u8] = b"tarn objset mac key v1";
 
 /// Block pointer flag bit 0: the physical block is sealed (crypt.rs).
 pub const FLAG_ENCRYPTED: u8 = 1 << 0;
@@ -65,8 +67,12 @@ pub const FLAG_PARTLY_SEALED: u8 = 1 << 2;
 /// (a dnode block's), which covers this pointer's portable form.
 pub const FLAG_CHILDREN_DIGEST: u8 = 1 << 3;
 
+/// Block pointer flag bit 4: an object set root whose pointer's MAC field
+/// holds [`BlockKeys::objset_mac`] of its portable part (tarn-obj crypt.rs).
+pub const FLAG_OBJSET_MAC: u8 = 1 << 4;
+
 /// The flags a parent's authentication covers (`BlockPtr::portable`).
-pub const SEALING_FLAGS: u8 = FLAG_ENCRYPTED | FLAG_PARTLY_SEALED | FLAG_CHILDREN_DIGEST;
+pub const SEALING_FLAGS: u8 = FLAG_ENCRYPTED | FLAG_PARTLY_SEALED | FLAG_CHILDREN_DIGEST | FLAG_OBJSET_MAC;
 
 /// The digest an indirect block's pointer carries: BLAKE3 of a domain
 /// string and the portable form of each child, first 16 bytes. None if
@@ -160,6 +166,8 @@ pub struct BlockKeys {
     /// most reads hit the few salts of recent epochs).
     opened: Mutex<Vec<(u32, std::sync::Arc<LessSafeKey>)>>,
     rng: SystemRandom,
+    /// HMAC-SHA-256 key of object set roots (HKDF from the master key).
+    root_key: aws_lc_rs::hmac::Key,
 }
 
 type LessSafeKeyBox = std::sync::Arc<LessSafeKey>;
@@ -173,7 +181,9 @@ impl BlockKeys {
         let master = master.clone();
         let salt = random_salt(&rng)?;
         let key = std::sync::Arc::new(derive(cipher, &master, salt));
+        let root_key = aws_lc_rs::hmac::Key::new(aws_lc_rs::hmac::HMAC_SHA256, master.derive(ROOT_MAC_DOMAIN, 32).expose());
         Ok(BlockKeys {
+            root_key,
             cipher,
             master,
             current: Mutex::new((salt, key)),
@@ -185,6 +195,15 @@ impl BlockKeys {
 
     pub fn cipher(&self) -> Cipher {
         self.cipher
+    }
+
+    /// The keyed MAC of an object set root's authenticated part (HMAC-SHA-256
+    /// under a key derived for this purpose alone, first 16 bytes).
+    pub fn objset_mac(&self, data: &[u8]) -> [u8; MAC_LEN] {
+        let tag = aws_lc_rs::hmac::sign(&self.root_key, data);
+        let mut out = [0u8; MAC_LEN];
+        out.copy_from_slice(&tag.as_ref()[..MAC_LEN]);
+        out
     }
 
     /// The salt the next sealed block will carry (tests).

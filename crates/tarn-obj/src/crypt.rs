@@ -29,7 +29,7 @@ use parking_lot::RwLock;
 use tarn_block::crypt::FLAG_PARTLY_SEALED;
 use tarn_block::{BlockKeys, BlockPtr, Cipher, BP_SIZE};
 
-use crate::format::{DNODE_SIZE, DN_IN_USE, NBPS};
+use crate::format::{ObjsetPhys, DNODE_SIZE, DN_IN_USE, NBPS};
 use crate::{ObjError, Result};
 
 /// How an object set is encrypted: its cipher, and the guid of the key
@@ -145,6 +145,51 @@ pub(crate) fn open_dnode_block(keys: &BlockKeys, bp: &BlockPtr, blkid: u64, data
     Ok(())
 }
 
+/// What an object set root's MAC covers: its kind and its meta-dnode as a
+/// parent sees a child (the header and the portable forms of its three
+/// pointers, digests and MACs included), so the whole tree hangs from it.
+/// Not the counters, snapshot links or log header (layout-dependent, or
+/// rewritten without the key by snapshot operations).
+fn root_mac_input(phys: &ObjsetPhys) -> Vec<u8> {
+    let mut a = Vec::with_capacity(64 + NBPS * tarn_block::bp::PORTABLE_LEN);
+    a.extend_from_slice(b"tarn objset v1");
+    a.extend_from_slice(&phys.kind.to_le_bytes());
+    let mut meta = [0u8; DNODE_SIZE];
+    phys.meta.encode(&mut meta);
+    a.extend_from_slice(&meta[..16]);
+    for bp in &phys.meta.bps {
+        a.extend_from_slice(&bp.portable());
+    }
+    a
+}
+
+/// Marks the pointer of a root just written with its keyed MAC.
+pub(crate) fn stamp_root(keys: &BlockKeys, phys: &ObjsetPhys, bp: &mut BlockPtr) {
+    bp.flags |= tarn_block::crypt::FLAG_OBJSET_MAC;
+    bp.mac = keys.objset_mac(&root_mac_input(phys));
+}
+
+/// A root rewritten without a change to what its MAC covers (snapshot
+/// bookkeeping, the log header, a clone or rollback taking a snapshot's
+/// tree): it keeps the MAC of the root it was made from.
+pub(crate) fn carry_root_mac(bp: &mut BlockPtr, from: &BlockPtr) {
+    if from.flags & tarn_block::crypt::FLAG_OBJSET_MAC != 0 && !bp.is_hole() {
+        bp.flags |= tarn_block::crypt::FLAG_OBJSET_MAC;
+        bp.mac = from.mac;
+    }
+}
+
+/// Checks the root of an encrypted object set against its MAC.
+pub(crate) fn verify_root(keys: &BlockKeys, phys: &ObjsetPhys, bp: &BlockPtr) -> Result<()> {
+    if bp.is_hole() {
+        return Ok(()); // created in memory, not written yet
+    }
+    if bp.flags & tarn_block::crypt::FLAG_OBJSET_MAC == 0 || keys.objset_mac(&root_mac_input(phys)) != bp.mac {
+        return Err(ObjError::Io("object set root fails authentication (MAC mismatch)".into()));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -174,6 +219,40 @@ mod tests {
             d.encode(&mut data[i * 2 * DNODE_SIZE..(i * 2 + 1) * DNODE_SIZE]);
         }
         data
+    }
+
+    #[test]
+    fn the_root_mac_covers_the_meta_dnode_and_nothing_layout_bound() {
+        let keys = BlockKeys::new(Cipher::Aes256Gcm, &MasterKey::from_bytes(&[5u8; 32])).unwrap();
+        let mut phys = ObjsetPhys::new(1);
+        let block = block_with(1);
+        phys.meta.bps[0] = BlockPtr::decode(&block[32..32 + BP_SIZE]).unwrap();
+        phys.meta.nblocks = 1;
+        let mut bp = BlockPtr::decode(&block[32..32 + BP_SIZE]).unwrap();
+        bp.flags = 0;
+        stamp_root(&keys, &phys, &mut bp);
+        verify_root(&keys, &phys, &bp).unwrap();
+        // Counters, snapshot links, the log: not covered.
+        let mut moved = phys.clone();
+        moved.used_bytes += 4096;
+        moved.prev_snap_txg = 77;
+        verify_root(&keys, &moved, &bp).unwrap();
+        // The meta-dnode's pointers and header are.
+        let mut older = phys.clone();
+        older.meta.bps[0].mac[0] ^= 1;
+        assert!(verify_root(&keys, &older, &bp).is_err(), "a replayed dnode block");
+        let mut grown = phys.clone();
+        grown.meta.nblocks = 2;
+        assert!(verify_root(&keys, &grown, &bp).is_err());
+        let other = BlockKeys::new(Cipher::Aes256Gcm, &MasterKey::from_bytes(&[6u8; 32])).unwrap();
+        assert!(verify_root(&other, &phys, &bp).is_err());
+        let mut unstamped = bp;
+        unstamped.flags = 0;
+        assert!(verify_root(&keys, &phys, &unstamped).is_err(), "a root without its MAC");
+        let mut carried = unstamped;
+        carry_root_mac(&mut carried, &bp);
+        verify_root(&keys, &phys, &carried).unwrap();
+        assert_eq!(BlockPtr::decode(&carried.encode()).unwrap().mac, bp.mac, "the MAC survives encoding");
     }
 
     #[test]

@@ -143,10 +143,14 @@ fn rewrite_root(
     id: ObjsetId,
     phys: ObjsetPhys,
     old_root: Option<BlockPtr>,
+    mac_from: &BlockPtr,
     synced: &mut Vec<ObjsetSync>,
 ) -> Result<BlockPtr> {
     let spec = tarn_block::WriteSpec { otype: crate::format::OT_OBJSET, ..s.meta_spec(1) };
-    let root = s.io.write(&phys.encode(), spec, stx.txg()).map_err(block_err)?;
+    let mut root = s.io.write(&phys.encode(), spec, stx.txg()).map_err(block_err)?;
+    // What an encrypted root's MAC covers (its meta-dnode) is the same as
+    // in the root it is made from: it keeps that MAC (crypt.rs).
+    crate::crypt::carry_root_mac(&mut root, mac_from);
     if let Some(old) = old_root {
         stx.free(&old);
     }
@@ -175,7 +179,7 @@ pub(crate) fn apply(s: &Arc<Shared>, stx: &SyncTx, ops: Vec<SnapOp>, synced: &mu
                 let mut next = phys;
                 next.prev_snap_txg = txg;
                 next.deadlist = new_deadlist;
-                rewrite_root(s, stx, head, next, None, synced)?;
+                rewrite_root(s, stx, head, next, None, &root1, synced)?;
             }
             SnapOp::Destroy { snap, prev_txg, next } => {
                 let (snap_root, snap_phys) = current_root(s, snap, synced)?;
@@ -203,10 +207,10 @@ pub(crate) fn apply(s: &Arc<Shared>, stx: &SyncTx, ops: Vec<SnapOp>, synced: &mu
                 evict.push(snap);
                 next_phys.prev_snap_txg = prev_txg;
                 // A snapshot's root is its own; the head's is too (see Snapshot).
-                rewrite_root(s, stx, next, next_phys, Some(next_root), synced)?;
+                rewrite_root(s, stx, next, next_phys, Some(next_root), &next_root, synced)?;
             }
             SnapOp::Rollback { head, snap } => {
-                let (_, snap_phys) = current_root(s, snap, synced)?;
+                let (snap_root, snap_phys) = current_root(s, snap, synced)?;
                 let (head_root, head_phys) = current_root(s, head, synced)?;
                 let snap_txg = head_phys.prev_snap_txg;
                 // Every head block born after the snapshot is the head's alone.
@@ -227,11 +231,11 @@ pub(crate) fn apply(s: &Arc<Shared>, stx: &SyncTx, ops: Vec<SnapOp>, synced: &mu
                 // Drop the open state's pending changes to this head: they
                 // were synced into the tree being discarded.
                 synced.retain(|r| r.inner.id != head);
-                rewrite_root(s, stx, head, phys, Some(head_root), synced)?;
+                rewrite_root(s, stx, head, phys, Some(head_root), &snap_root, synced)?;
                 evict.push(head);
             }
             SnapOp::Clone { snap, clone, snap_txg, new_deadlist } => {
-                let (_, snap_phys) = current_root(s, snap, synced)?;
+                let (snap_root, snap_phys) = current_root(s, snap, synced)?;
                 // The clone shares the snapshot's trees; every block in them
                 // was born at or before `snap_txg`, so the clone's frees of
                 // them go to its dead list (they stay the origin's).
@@ -240,7 +244,7 @@ pub(crate) fn apply(s: &Arc<Shared>, stx: &SyncTx, ops: Vec<SnapOp>, synced: &mu
                 phys.deadlist = new_deadlist;
                 // The origin's log header is not the clone's.
                 phys.log = crate::zil::LogHeader::default();
-                rewrite_root(s, stx, clone, phys, None, synced)?;
+                rewrite_root(s, stx, clone, phys, None, &snap_root, synced)?;
             }
         }
     }

@@ -134,6 +134,9 @@ pub(crate) struct ObjsetInner {
     pub dirty_bytes: AtomicU64,
     /// Encrypted: cipher and key guid (fixed for the object set's life).
     pub crypt: Option<crate::crypt::Crypt>,
+    /// The root's MAC was checked against the loaded key (crypt.rs);
+    /// cleared when the key is unloaded.
+    pub root_verified: std::sync::atomic::AtomicBool,
 }
 
 fn policy_bits(p: &WriteProps) -> u8 {
@@ -162,6 +165,7 @@ const PREFETCH_BYTES: u64 = 8 << 20;
 impl ObjsetInner {
     pub fn new(id: ObjsetId, phys: ObjsetPhys, props: WriteProps, root_bp: BlockPtr) -> Arc<ObjsetInner> {
         Arc::new(ObjsetInner {
+            root_verified: std::sync::atomic::AtomicBool::new(false),
             crypt: phys.crypt,
             id,
             props: Mutex::new(props),
@@ -188,10 +192,17 @@ impl ObjsetInner {
     /// The keys that seal this object set's blocks: None if it is not
     /// encrypted; `KeyNotLoaded` if it is and its key is not loaded.
     pub(crate) fn keys(&self, s: &Shared) -> Result<Option<Arc<tarn_block::BlockKeys>>> {
-        match self.crypt {
-            None => Ok(None),
-            Some(c) => s.keys.get(c.key_guid).map(Some).ok_or(ObjError::KeyNotLoaded),
+        let Some(c) = self.crypt else { return Ok(None) };
+        let keys = s.keys.get(c.key_guid).ok_or(ObjError::KeyNotLoaded)?;
+        if !self.root_verified.load(Ordering::Acquire) {
+            // Once per key load: the root as read from disk must carry its
+            // MAC (every later root is our own, made with the key).
+            let bp = *self.root_bp.lock();
+            crate::crypt::verify_root(&keys, &self.committed.lock(), &bp)
+                .map_err(|e| ObjError::Io(format!("object set {}: {e}", self.id.0)))?;
+            self.root_verified.store(true, Ordering::Release);
         }
+        Ok(Some(keys))
     }
 
     /// Read the on-disk DnodePhys of `id` from the committed meta tree.

@@ -419,6 +419,7 @@ impl ObjPool {
             if kept > 0 {
                 return Err(ObjError::Invalid(format!("object set {} is being written", o.id.0)));
             }
+            o.root_verified.store(false, Ordering::Release);
         }
         self.shared.keys.remove(key_guid);
         Ok(())

@@ -257,10 +257,12 @@ fn sync_objset(s: &Arc<Shared>, stx: &SyncTx, inner: &Arc<ObjsetInner>) -> Resul
     }
     // An encrypted object set with changes to write must have its key:
     // unloading waits for the object set to be clean (ObjPool::unload_keys).
+    // (`keys` checks the root's MAC first: changes are never built on a
+    // root that does not authenticate.)
     let keys = match inner.crypt {
-        Some(c) if !items.is_empty() => Some(s.keys.get(c.key_guid).ok_or_else(|| {
-            ObjError::Io(format!("object set {} has changes to write and its key (guid {:#x}) is not loaded", inner.id.0, c.key_guid))
-        })?),
+        Some(c) if !items.is_empty() => Some(inner.keys(s).map_err(|e| {
+            ObjError::Io(format!("object set {} has changes to write and no usable key (guid {:#x}): {e}", inner.id.0, c.key_guid))
+        })?.expect("an encrypted object set's keys")),
         _ => None,
     };
     let keys = keys.as_deref();
@@ -432,7 +434,17 @@ fn sync_objset(s: &Arc<Shared>, stx: &SyncTx, inner: &Arc<ObjsetInner>) -> Resul
         crate::zil::sync_objset_log(s, stx, inner.id, &mut committed.log);
     }
     let root_data = committed.encode();
-    let root_bp = s.io.write(&root_data, spec, txg).map_err(block_err)?;
+    let mut root_bp = s.io.write(&root_data, spec, txg).map_err(block_err)?;
+    if inner.crypt.is_some() {
+        // The root's MAC: made with the key when there were changes; kept
+        // from the old root otherwise (what it covers did not change).
+        match (keys, inner.crypt.and_then(|c| s.keys.get(c.key_guid))) {
+            (Some(keys), _) => crate::crypt::stamp_root(keys, &committed, &mut root_bp),
+            // A new object set's first root, before any change.
+            (None, Some(keys)) if old_root.is_hole() => crate::crypt::stamp_root(&keys, &committed, &mut root_bp),
+            _ => crate::crypt::carry_root_mac(&mut root_bp, &old_root),
+        }
+    }
     Ok(ObjsetSync { inner: inner.clone(), items, new_phys: committed, root_bp })
 }
 
