@@ -368,8 +368,16 @@ impl ObjectSet {
     /// a log or records).
     pub fn log_commit_all(&self) -> Result<()> {
         let Some(log) = self.shared.logs.get(self.inner.id) else { return Ok(()) };
-        let last = log.st.lock().next_rec_seq - 1;
+        let (last, needs) = {
+            let st = log.st.lock();
+            (st.next_rec_seq - 1, st.needs_txg)
+        };
         if last == 0 {
+            // No record ever appended (an encrypted object set does not
+            // log yet): its changes are durable with their txg.
+            if needs > self.shared.synced_txg.load(Ordering::Acquire) {
+                wait_synced(&self.shared, needs)?;
+            }
             return Ok(());
         }
         writer::commit(&self.shared, self.inner.id, last)
