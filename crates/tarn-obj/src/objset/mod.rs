@@ -739,6 +739,15 @@ impl ObjectSet {
         (base + pending).max(0) as u64
     }
 
+    /// The committed block pointer of dnode block `blkid` (objects
+    /// `32 * blkid ..`), a hole if none: for tools and tests that look at
+    /// blocks on disk.
+    pub fn dnode_block_ptr(&self, blkid: u64) -> Result<BlockPtr> {
+        let meta = self.inner.committed.lock().meta.clone();
+        let _gate = self.shared.reader_gate.read();
+        tree::lookup(self.io(), &meta, blkid)
+    }
+
     /// Ids of objects that exist (for the checker and tests): walks the meta tree.
     pub fn for_each_object(&self, f: &mut dyn FnMut(ObjectId, &DnodePhys)) -> Result<()> {
         let meta = self.inner.committed.lock().meta.clone();

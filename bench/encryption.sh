@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# The NAS builder's encryption table (issue 12): what encryption costs.
+#
+#   bench/encryption.sh [--size 1G] [--runtime 20] [--arc 256] [--jobs 4]
+#                       [--workdir DIR] [--tarn BIN] [--no-raw]
+#
+# One tarn pool (raidz1 of 4 sparse files on the disk under --workdir, as
+# bench/systems.sh makes it), the ARC capped at --arc MiB; for each of
+# recordsize 128K and 1M, compression off and lz4, and encryption off,
+# aes-128-gcm and aes-256-gcm (raw keys in files), a dataset of its own
+# and in it:
+#   - bench/fio/seq-write.fio: one 1 MiB sequential writer of --size,
+#     flushed at the end (MiB/s);
+#   - cold (pool export, page cache dropped, pool import -l):
+#     bench/fio/seq-read.fio, one 1 MiB sequential reader (MiB/s);
+#   - bench/fio/rand-read-direct.fio: --jobs O_DIRECT 4 KiB random readers
+#     for --runtime seconds (IOPS). The file is 4x the ARC, so most reads
+#     miss it and read, verify, decrypt and decompress a whole record; the
+#     vdev files stay in the host's page cache there (RAM standing in for
+#     a fast NVMe pool, the case where OpenZFS's encryption shows).
+# The data is half incompressible, half zeros-and-text (so lz4 has work).
+# Then the same three on a plain directory of the disk (raw ext4) as the
+# reference, unless --no-raw. Prints a markdown table with each encrypted
+# row's cost against the same dataset unencrypted; not a test, never
+# fails on a number.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$(pwd)
+
+size="1G"
+runtime="20"
+arc_mib="256"
+jobs="4"
+workdir="/var/tmp/tarn-bench"
+tarn_override=""
+with_raw=yes
+systems="tarn,raw"
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --size) size="$2"; shift 2 ;;
+        --runtime) runtime="$2"; shift 2 ;;
+        --arc) arc_mib="$2"; shift 2 ;;
+        --jobs) jobs="$2"; shift 2 ;;
+        --workdir) workdir="$2"; shift 2 ;;
+        --tarn) tarn_override="$2"; shift 2 ;;
+        --no-raw) with_raw=no; systems="tarn"; shift ;;
+        -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
+        *) echo "bench/encryption.sh: unknown argument $1" >&2; exit 2 ;;
+    esac
+done
+[ "$(id -u)" = 0 ] || { echo "bench/encryption.sh: needs root (mounts)" >&2; exit 1; }
+mkdir -p "$workdir"
+workdir=$(cd "$workdir" && pwd)
+vdev_size=$(( 8 * 1024 * 1024 * 1024 ))
+# shellcheck source=bench/systems.sh
+. bench/systems.sh
+install_missing fio
+[ -z "$tarn_override" ] || tarn_bin=$(realpath "$tarn_override")
+results="$workdir/encryption.tsv"
+: > "$results"
+
+# fio's buffer_compress_percentage makes half of every buffer compressible.
+fio_run() {
+    local job=$1 dir=$2 json="$workdir/enc-fio.json"
+    BENCH_DIR="$dir" BENCH_SIZE="$size" BENCH_RUNTIME="$runtime" BENCH_JOBS="$jobs" \
+        fio --output-format=json --output="$json" --buffer_compress_percentage=50 --refill_buffers "bench/fio/$job.fio" >/dev/null
+    python3 - "$json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+j = d["jobs"]
+if j[0]["jobname"].startswith("rand"):
+    print("%.0f" % sum(x["read"]["iops"] for x in j))
+else:
+    k = "write" if j[0]["write"]["io_bytes"] else "read"
+    print("%.0f" % (sum(x[k]["bw_bytes"] for x in j) / 2**20))
+PY
+}
+
+keyfile="$workdir/enc-raw.key"
+head -c 32 /dev/urandom > "$keyfile"
+
+measure_tarn() {
+    local rs=$1 comp=$2 enc=$3 name ds dir
+    name="rs${rs}-${comp}-${enc}"
+    ds="tbtarn/$name"
+    if [ "$enc" = off ]; then
+        tarn create -o recordsize="$rs" -o compression="$comp" "$ds"
+    else
+        tarn create -o recordsize="$rs" -o compression="$comp" -o encryption="$enc" \
+            -o keyformat=raw -o keylocation="file://$keyfile" "$ds"
+    fi
+    dir="$mnt/$name"
+    wait_mount "$dir"
+    local w r iops
+    w=$(fio_run seq-write "$dir")
+    tarn pool export tbtarn; drop_caches
+    tarn pool import -l -d "$workdir/tarn" tbtarn; wait_mount "$dir"
+    r=$(fio_run seq-read "$dir")
+    iops=$(fio_run rand-read-direct "$dir")
+    printf 'tarn\t%s\t%s\t%s\t%s\t%s\t%s\n' "$rs" "$comp" "$enc" "$w" "$r" "$iops" | tee -a "$results"
+    tarn destroy "$ds"
+}
+
+system_start tarn
+tarn tunable set arc_max="${arc_mib}M"
+for rs in 128K 1M; do
+    for comp in off lz4; do
+        for enc in off aes-128-gcm aes-256-gcm; do
+            measure_tarn "$rs" "$comp" "$enc"
+        done
+    done
+done
+system_stop tarn
+
+if [ "$with_raw" = yes ]; then
+    system_start raw
+    w=$(fio_run seq-write "$mnt"); drop_caches
+    r=$(fio_run seq-read "$mnt")
+    iops=$(fio_run rand-read-direct "$mnt")
+    printf 'raw ext4\t-\t-\t-\t%s\t%s\t%s\n' "$w" "$r" "$iops" | tee -a "$results"
+    system_stop raw
+fi
+rm -f "$keyfile"
+
+echo
+echo "Command: \`bench/encryption.sh --size $size --runtime $runtime --arc $arc_mib --jobs $jobs${tarn_override:+ --tarn $tarn_override}\`  "
+echo "Machine: $(machine_line)"
+echo
+echo "| system | recordsize | compression | encryption | seq write MiB/s | seq read MiB/s (cold) | 4K random read IOPS ($jobs jobs, O_DIRECT) | cost vs unencrypted (write / read / IOPS) |"
+echo "|---|---|---|---|---|---|---|---|"
+python3 - "$results" <<'PY'
+import sys
+rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
+base = {}
+for s, rs, comp, enc, w, r, iops in rows:
+    if enc == "off":
+        base[(rs, comp)] = (float(w), float(r), float(iops))
+for s, rs, comp, enc, w, r, iops in rows:
+    cost = "-"
+    if enc not in ("off", "-") and (rs, comp) in base:
+        b = base[(rs, comp)]
+        cost = " / ".join("%+.0f%%" % ((float(v) / bv - 1) * 100) if bv else "-" for v, bv in zip((w, r, iops), b))
+    print("| %s | %s | %s | %s | %s | %s | %s | %s |" % (s, rs, comp, enc, w, r, iops, cost))
+PY
