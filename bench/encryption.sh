@@ -2,7 +2,7 @@
 # The NAS builder's encryption table (issue 12): what encryption costs.
 #
 #   bench/encryption.sh [--size 1G] [--runtime 20] [--arc 256] [--jobs 4]
-#                       [--workdir DIR] [--tarn BIN] [--no-raw]
+#                       [--rounds 3] [--workdir DIR] [--tarn BIN] [--no-raw]
 #
 # One tarn pool (raidz1 of 4 sparse files on the disk under --workdir, as
 # bench/systems.sh makes it), the ARC capped at --arc MiB; for each of
@@ -20,9 +20,11 @@
 #     a fast NVMe pool, the case where OpenZFS's encryption shows).
 # The data is half incompressible, half zeros-and-text (so lz4 has work).
 # Then the same three on a plain directory of the disk (raw ext4) as the
-# reference, unless --no-raw. Prints a markdown table with each encrypted
-# row's cost against the same dataset unencrypted; not a test, never
-# fails on a number.
+# reference, unless --no-raw. Everything is measured --rounds times, the
+# twelve datasets in a rotated order each round (a single pass on this
+# machine moves by tens of percent with the host's writeback); the table
+# gives the median of each and each encrypted row's cost against the same
+# dataset unencrypted. Not a test, never fails on a number.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
@@ -31,6 +33,7 @@ size="1G"
 runtime="20"
 arc_mib="256"
 jobs="4"
+rounds="3"
 workdir="/var/tmp/tarn-bench"
 tarn_override=""
 with_raw=yes
@@ -41,10 +44,11 @@ while [ $# -gt 0 ]; do
         --runtime) runtime="$2"; shift 2 ;;
         --arc) arc_mib="$2"; shift 2 ;;
         --jobs) jobs="$2"; shift 2 ;;
+        --rounds) rounds="$2"; shift 2 ;;
         --workdir) workdir="$2"; shift 2 ;;
         --tarn) tarn_override="$2"; shift 2 ;;
         --no-raw) with_raw=no; systems="tarn"; shift ;;
-        -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
         *) echo "bench/encryption.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -54,7 +58,7 @@ workdir=$(cd "$workdir" && pwd)
 vdev_size=$(( 8 * 1024 * 1024 * 1024 ))
 # shellcheck source=bench/systems.sh
 . bench/systems.sh
-install_missing fio
+if command -v fio >/dev/null; then install_missing; else install_missing fio; fi
 [ -z "$tarn_override" ] || tarn_bin=$(realpath "$tarn_override")
 results="$workdir/encryption.tsv"
 : > "$results"
@@ -80,7 +84,7 @@ keyfile="$workdir/enc-raw.key"
 head -c 32 /dev/urandom > "$keyfile"
 
 measure_tarn() {
-    local rs=$1 comp=$2 enc=$3 name ds dir
+    local round=$1 rs=$2 comp=$3 enc=$4 name ds dir
     name="rs${rs}-${comp}-${enc}"
     ds="tbtarn/$name"
     if [ "$enc" = off ]; then
@@ -97,48 +101,59 @@ measure_tarn() {
     tarn pool import -l -d "$workdir/tarn" tbtarn; wait_mount "$dir"
     r=$(fio_run seq-read "$dir")
     iops=$(fio_run rand-read-direct "$dir")
-    printf 'tarn\t%s\t%s\t%s\t%s\t%s\t%s\n' "$rs" "$comp" "$enc" "$w" "$r" "$iops" | tee -a "$results"
+    printf 'tarn\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$rs" "$comp" "$enc" "$w" "$r" "$iops" | tee -a "$results"
     tarn destroy "$ds"
 }
 
-system_start tarn
-tarn tunable set arc_max="${arc_mib}M"
+configs=()
 for rs in 128K 1M; do
     for comp in off lz4; do
         for enc in off aes-128-gcm aes-256-gcm; do
-            measure_tarn "$rs" "$comp" "$enc"
+            configs+=("$rs $comp $enc")
         done
+    done
+done
+system_start tarn
+tarn tunable set arc_max="${arc_mib}M"
+for round in $(seq "$rounds"); do
+    n=${#configs[@]}
+    for i in $(seq 0 $(( n - 1 ))); do
+        # shellcheck disable=SC2086
+        measure_tarn "$round" ${configs[$(( (i + (round - 1) * 5) % n ))]}
     done
 done
 system_stop tarn
 
 if [ "$with_raw" = yes ]; then
-    system_start raw
-    w=$(fio_run seq-write "$mnt"); drop_caches
-    r=$(fio_run seq-read "$mnt")
-    iops=$(fio_run rand-read-direct "$mnt")
-    printf 'raw ext4\t-\t-\t-\t%s\t%s\t%s\n' "$w" "$r" "$iops" | tee -a "$results"
-    system_stop raw
+    for round in $(seq "$rounds"); do
+        system_start raw
+        w=$(fio_run seq-write "$mnt"); drop_caches
+        r=$(fio_run seq-read "$mnt")
+        iops=$(fio_run rand-read-direct "$mnt")
+        printf 'raw ext4\t%s\t-\t-\t-\t%s\t%s\t%s\n' "$round" "$w" "$r" "$iops" | tee -a "$results"
+        system_stop raw
+    done
 fi
 rm -f "$keyfile"
 
 echo
-echo "Command: \`bench/encryption.sh --size $size --runtime $runtime --arc $arc_mib --jobs $jobs${tarn_override:+ --tarn $tarn_override}\`  "
+echo "Command: \`bench/encryption.sh --size $size --runtime $runtime --arc $arc_mib --jobs $jobs --rounds $rounds${tarn_override:+ --tarn $tarn_override}\`  "
 echo "Machine: $(machine_line)"
 echo
-echo "| system | recordsize | compression | encryption | seq write MiB/s | seq read MiB/s (cold) | 4K random read IOPS ($jobs jobs, O_DIRECT) | cost vs unencrypted (write / read / IOPS) |"
+echo "| system | recordsize | compression | encryption | seq write MiB/s | seq read MiB/s (cold) | 4K random read IOPS ($jobs jobs, O_DIRECT; range) | cost vs unencrypted (write / read / IOPS), medians of $rounds |"
 echo "|---|---|---|---|---|---|---|---|"
 python3 - "$results" <<'PY'
-import sys
+import statistics, sys
 rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
-base = {}
-for s, rs, comp, enc, w, r, iops in rows:
-    if enc == "off":
-        base[(rs, comp)] = (float(w), float(r), float(iops))
-for s, rs, comp, enc, w, r, iops in rows:
+runs = {}
+for s, rnd, rs, comp, enc, w, r, iops in rows:
+    runs.setdefault((s, rs, comp, enc), []).append((float(w), float(r), float(iops)))
+med = {k: tuple(statistics.median(x[i] for x in v) for i in range(3)) for k, v in runs.items()}
+for (s, rs, comp, enc), m in med.items():
     cost = "-"
-    if enc not in ("off", "-") and (rs, comp) in base:
-        b = base[(rs, comp)]
-        cost = " / ".join("%+.0f%%" % ((float(v) / bv - 1) * 100) if bv else "-" for v, bv in zip((w, r, iops), b))
-    print("| %s | %s | %s | %s | %s | %s | %s | %s |" % (s, rs, comp, enc, w, r, iops, cost))
+    base = med.get((s, rs, comp, "off"))
+    if enc not in ("off", "-") and base:
+        cost = " / ".join("%+.0f%%" % ((v / b - 1) * 100) for v, b in zip(m, base))
+    spread = "%d–%d" % (min(x[2] for x in runs[(s, rs, comp, enc)]), max(x[2] for x in runs[(s, rs, comp, enc)]))
+    print("| %s | %s | %s | %s | %.0f | %.0f | %.0f (%s) | %s |" % (s, rs, comp, enc, m[0], m[1], m[2], spread, cost))
 PY
