@@ -281,19 +281,13 @@ impl BlockKeys {
         let salt = u32::from_le_bytes(bp.iv[..4].try_into().expect("4 bytes"));
         let nonce: [u8; NONCE_LEN] = bp.iv[4..].try_into().expect("12 bytes");
         let key = self.opening_key(salt);
-        let len = phys.len();
-        phys.extend_from_slice(&bp.mac);
         let aad = aad(bp);
-        let opened = key.open_in_place(Nonce::assume_unique_for_key(nonce), Aad::from(&aad), phys).map(|p| p.len());
-        match opened {
-            Ok(n) => {
-                debug_assert_eq!(n, len);
-                phys.truncate(len);
-                Ok(())
-            }
+        // The tag apart: appending it to a buffer read to its exact size
+        // would reallocate and copy the whole block.
+        match key.open_in_place_separate_tag(Nonce::assume_unique_for_key(nonce), Aad::from(&aad), &bp.mac, phys) {
+            Ok(_) => Ok(()),
             Err(_) => {
-                // aws-lc leaves the buffer as it was on failure: still
-                // ciphertext, but do not hand back even that.
+                // Whatever aws-lc left in the buffer, hand back nothing.
                 phys.clear();
                 Err(CryptError::Authentication)
             }
