@@ -134,6 +134,11 @@ fn encryption_roots_children_and_the_key_lifecycle() {
     }
     assert!(matches!(read(&pool, "tank/secure/docs", docs, 8), Err(ObjError::KeyNotLoaded)));
     assert_eq!(read(&pool, "tank/media", media, 9).unwrap(), b"the media");
+    // Without the key: snapshots are taken and datasets destroyed (as in
+    // zfs), and the pool stays consistent.
+    pool.snapshot(&["tank/secure/docs@nokey".into()]).unwrap();
+    pool.destroy_dataset("tank/secure/docs/deep", false).unwrap();
+    assert!(pool.obj().check().ok(), "{:?}", pool.obj().check());
     assert!(err(pool.create_dataset("tank/secure/new", &[], false, &common::no_init)).contains("is not loaded"));
     assert!(err(pool.unload_key("tank/secure")).contains("already unloaded"));
     // Wrong key: refused, nothing loaded; -n checks only.
@@ -145,6 +150,8 @@ fn encryption_roots_children_and_the_key_lifecycle() {
     assert!(err(pool.load_key("tank/secure", None, None, false)).contains("prompt"));
     pool.load_key("tank/secure", Some(&pass("correct horse battery")), None, false).unwrap();
     assert_eq!(read(&pool, "tank/secure/docs", docs, 8).unwrap(), b"the docs");
+    pool.clone_snapshot("tank/secure/docs@nokey", "tank/secure/nokeyclone", &[]).unwrap();
+    assert_eq!(read(&pool, "tank/secure/nokeyclone", docs, 8).unwrap(), b"the docs", "the snapshot taken without the key");
 
     // change-key: the old passphrase stops working, the data is not rewritten.
     let used_before = pool.obj().check().allocated_bytes;

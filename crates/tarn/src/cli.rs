@@ -235,8 +235,8 @@ pub enum Command {
         /// With -n: machine-parsable estimate lines (`size<TAB>BYTES`).
         #[arg(short = 'P')]
         parsable: bool,
-        /// Raw: as stored. No dataset is encrypted yet, so this is the same
-        /// stream as without -w (as in zfs for unencrypted datasets).
+        /// Raw: as stored. For unencrypted datasets the same stream as
+        /// without -w (as in zfs); refused for encrypted ones (not yet).
         #[arg(short = 'w')]
         raw: bool,
         /// Continue an interrupted receive from its receive_resume_token.

@@ -254,8 +254,8 @@ pub fn run(cli: Cli) -> Result<i32, Failure> {
             send(&socket, &Request::Hold { tag, snapshots, release: true, recursive })?;
             Ok(0)
         }
-        Command::Send { from, from_all, replicate, props, dry_run, verbose, parsable, raw: _, token, snapshot } => {
-            let args = crate::replication::SendArgs { from, from_all, replicate, props, dry_run, verbose, parsable, token, snapshot };
+        Command::Send { from, from_all, replicate, props, dry_run, verbose, parsable, raw, token, snapshot } => {
+            let args = crate::replication::SendArgs { from, from_all, replicate, props, dry_run, verbose, parsable, raw, token, snapshot };
             crate::replication::send(&socket, args)
         }
         Command::Recv { force, resumable, no_mount, verbose, abort, set, exclude, discard_pool, last_component, target } => {

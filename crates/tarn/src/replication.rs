@@ -21,6 +21,7 @@ pub struct SendArgs {
     pub dry_run: bool,
     pub verbose: bool,
     pub parsable: bool,
+    pub raw: bool,
     pub token: Option<String>,
     pub snapshot: Option<String>,
 }
@@ -41,6 +42,7 @@ pub fn send(socket: &Path, a: SendArgs) -> Result<i32, Failure> {
         props: a.props,
         token: a.token,
         dry_run: a.dry_run,
+        raw: a.raw,
     };
     if a.dry_run {
         let response = send_with_fd(socket, &request, None)?;

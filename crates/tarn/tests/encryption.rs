@@ -96,6 +96,18 @@ fn key_lifecycle_through_the_cli_and_no_plaintext_on_disk() {
     assert_clean_failure(&out, "recv under an encrypted parent");
     assert!(String::from_utf8_lossy(&out.stderr).contains("is encrypted"), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(!h.tarn_ok(&["list", "-H", "-o", "name"]).contains("received"));
+    // Sends: plaintext only, with the key (as zfs without -w); -w, and -R
+    // or -p over an encrypted dataset, refused until raw sends exist.
+    h.tarn_ok(&["snapshot", "-r", "tank/secure@s1"]);
+    let plain = h.tarn(&["send", "tank/secure/docs@s1"]);
+    assert!(plain.status.success() && !plain.stdout.is_empty(), "{}", String::from_utf8_lossy(&plain.stderr));
+    for args in [vec!["send", "-w", "tank/secure/docs@s1"], vec!["send", "-R", "tank@plain"], vec!["send", "-p", "tank/secure@s1"]] {
+        let out = h.tarn(&args);
+        assert_clean_failure(&out, &args.join(" "));
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert!(e.contains("is encrypted") && e.contains("not supported yet"), "{args:?}: {e}");
+        assert!(out.stdout.is_empty(), "{args:?} wrote a stream");
+    }
     let e = refused_input(&h, &["create", "-o", "encryption=on", "-o", "keyformat=passphrase", "tank/short"], "short\n");
     assert!(e.contains("passphrase must be at least 8 bytes"), "{e}");
     assert!(!h.tarn_ok(&["list", "-H", "-o", "name"]).contains("tank/short"));
