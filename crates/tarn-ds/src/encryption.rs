@@ -128,6 +128,30 @@ fn aad(key_guid: u64) -> [u8; 8] {
     key_guid.to_le_bytes()
 }
 
+/// A new wrapping key (a new root, or `change-key`): the KDF for `format`
+/// (PBKDF2 with `pbkdf2iters` for a passphrase when given, else the
+/// default), over `material` or what `location` holds.
+fn new_wrapping_key(format: KeyFormat, location: &KeyLocation, pbkdf2iters: Option<u64>, material: Option<&KeyMaterial>) -> Result<WrappingKey> {
+    let kdf = match pbkdf2iters {
+        Some(n) if format == KeyFormat::Passphrase => Kdf::pbkdf2_for_new_key(n)?,
+        Some(_) => return Err(DsError::BadValue("pbkdf2iters applies to keyformat=passphrase only".into())),
+        None => Kdf::default_for(format),
+    };
+    let read;
+    let material = match (material, location) {
+        (Some(m), _) => m,
+        (None, KeyLocation::File(_)) => {
+            read = KeyMaterial::read(format, location)?;
+            &read
+        }
+        (None, KeyLocation::Prompt) => return Err(DsError::BadValue("keylocation=prompt and no key was entered".into())),
+    };
+    if material.format() != format {
+        return Err(DsError::BadValue(format!("the key given is {}, keyformat is {format}", material.format())));
+    }
+    Ok(WrappingKey::new(material, kdf)?)
+}
+
 /// Wrapping keys of loaded encryption roots, by root dataset guid.
 #[derive(Default)]
 pub(crate) struct Wrapping(parking_lot::Mutex<HashMap<u64, Arc<WrappingKey>>>);
@@ -179,24 +203,8 @@ impl Pool {
             (Some(format), _) => {
                 let cipher = req.encryption.flatten().unwrap_or(Cipher::Aes256Gcm);
                 let location = req.keylocation.clone().unwrap_or(KeyLocation::Prompt);
-                let kdf = match req.pbkdf2iters {
-                    Some(n) if format == KeyFormat::Passphrase => Kdf::pbkdf2_for_new_key(n)?,
-                    Some(_) => return Err(cannot("pbkdf2iters applies to keyformat=passphrase only".into())),
-                    None => Kdf::default_for(format),
-                };
-                let read;
-                let material = match (material, &location) {
-                    (Some(m), _) => m,
-                    (None, KeyLocation::File(_)) => {
-                        read = KeyMaterial::read(format, &location)?;
-                        &read
-                    }
-                    (None, KeyLocation::Prompt) => return Err(cannot("keylocation=prompt and no key was entered".into())),
-                };
-                if material.format() != format {
-                    return Err(cannot(format!("the key given is {}, keyformat is {format}", material.format())));
-                }
-                (guid, Arc::new(WrappingKey::new(material, kdf)?), Some(location.to_string()), cipher)
+                let wrapping = new_wrapping_key(format, &location, req.pbkdf2iters, material).map_err(|e| cannot(e.to_string()))?;
+                (guid, Arc::new(wrapping), Some(location.to_string()), cipher)
             }
             (None, Some((pname, pc))) => {
                 let wrapping = self.wrapping.0.lock().get(&pc.root).cloned().ok_or_else(|| {
@@ -317,24 +325,7 @@ impl Pool {
         let old = self.wrapping.0.lock().get(&record.guid).cloned().ok_or_else(|| DsError::BadValue(format!("key for '{name}' is not loaded")))?;
         let format = format.unwrap_or(crypt.blob()?.format());
         let location = location.unwrap_or(crypt.keylocation.as_deref().unwrap_or("prompt").parse()?);
-        let kdf = match pbkdf2iters {
-            Some(n) if format == KeyFormat::Passphrase => Kdf::pbkdf2_for_new_key(n)?,
-            Some(_) => return Err(DsError::BadValue("pbkdf2iters applies to keyformat=passphrase only".into())),
-            None => Kdf::default_for(format),
-        };
-        let read;
-        let material = match (material, &location) {
-            (Some(m), _) => m,
-            (None, KeyLocation::File(_)) => {
-                read = KeyMaterial::read(format, &location)?;
-                &read
-            }
-            (None, KeyLocation::Prompt) => return Err(DsError::BadValue(format!("'{name}': keylocation=prompt: the new key must be entered"))),
-        };
-        if material.format() != format {
-            return Err(DsError::BadValue(format!("the key given is {}, keyformat is {format}", material.format())));
-        }
-        let new = Arc::new(WrappingKey::new(material, kdf)?);
+        let new = Arc::new(new_wrapping_key(format, &location, pbkdf2iters, material).map_err(|e| DsError::BadValue(format!("'{name}': {e}")))?);
         let mut updated = Vec::new();
         for (member, mut c) in self.members(record.guid) {
             let master = unwrap_with(&c.blob()?, &old, &aad(c.key_guid))?;
