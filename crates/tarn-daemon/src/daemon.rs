@@ -273,6 +273,11 @@ impl Daemon {
         }
         let mut root_props = Vec::new();
         for (prop, value) in &fs_props {
+            if tarn_ds::encryption::CREATE_PROPS.contains(&prop.as_str()) {
+                return Err(fail(format!(
+                    "-O {prop}: an encrypted pool root dataset is not supported yet; create the pool, then encrypted datasets in it (tarn create -o encryption=on -o keyformat=…)"
+                )));
+            }
             props::validate(prop, value).map_err(|e| fail(e.to_string()))?;
             root_props.push((prop.clone(), value.clone()));
         }

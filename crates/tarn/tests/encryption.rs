@@ -108,6 +108,10 @@ fn key_lifecycle_through_the_cli_and_no_plaintext_on_disk() {
         assert!(e.contains("is encrypted") && e.contains("not supported yet"), "{args:?}: {e}");
         assert!(out.stdout.is_empty(), "{args:?} wrote a stream");
     }
+    let more = h.vdev_files("more", 1, 128 << 20);
+    let e = refused_input(&h, &["pool", "create", "-O", "encryption=on", "-O", "keyformat=passphrase", "tank2", &path_str(&more[0])], "");
+    assert!(e.contains("encrypted pool root dataset is not supported yet"), "{e}");
+    assert!(!h.tarn_ok(&["pool", "list", "-H", "-o", "name"]).contains("tank2"));
     let e = refused_input(&h, &["create", "-o", "encryption=on", "-o", "keyformat=passphrase", "tank/short"], "short\n");
     assert!(e.contains("passphrase must be at least 8 bytes"), "{e}");
     assert!(!h.tarn_ok(&["list", "-H", "-o", "name"]).contains("tank/short"));
