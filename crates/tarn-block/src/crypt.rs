@@ -168,6 +168,8 @@ pub struct BlockKeys {
     rng: SystemRandom,
     /// HMAC-SHA-256 key of object set roots (HKDF from the master key).
     root_key: aws_lc_rs::hmac::Key,
+    /// The cache key prefix of the plaintext opened with these keys.
+    cache_id: u64,
 }
 
 type LessSafeKeyBox = std::sync::Arc<LessSafeKey>;
@@ -183,6 +185,7 @@ impl BlockKeys {
         let key = std::sync::Arc::new(derive(cipher, &master, salt));
         let root_key = aws_lc_rs::hmac::Key::new(aws_lc_rs::hmac::HMAC_SHA256, master.derive(ROOT_MAC_DOMAIN, 32).expose());
         Ok(BlockKeys {
+            cache_id: crate::io::next_cache_id(),
             root_key,
             cipher,
             master,
@@ -195,6 +198,12 @@ impl BlockKeys {
 
     pub fn cipher(&self) -> Cipher {
         self.cipher
+    }
+
+    /// The cache key prefix of the plaintext opened with these keys
+    /// (process-unique; `BlockIo::drop_keyed`).
+    pub fn cache_id(&self) -> u64 {
+        self.cache_id
     }
 
     /// The keyed MAC of an object set root's authenticated part (HMAC-SHA-256

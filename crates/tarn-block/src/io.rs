@@ -40,6 +40,12 @@ pub struct WriteSpec {
 /// queue, so it never reads a block whose space may be reused).
 pub type FreeHook = Arc<dyn Fn(&BlockPtr, u64) + Send + Sync>;
 
+/// A process-unique cache key prefix (pipelines and block keys).
+pub(crate) fn next_cache_id() -> u64 {
+    static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+    NEXT_ID.fetch_add(1, Ordering::Relaxed)
+}
+
 pub struct BlockIo {
     /// Swapped whole when the pool's layout changes (attach, add, ...).
     tops: parking_lot::RwLock<Arc<Vec<Arc<TopVdev>>>>,
@@ -52,6 +58,10 @@ pub struct BlockIo {
     cache: Arc<dyn ReadCache>,
     /// This pipeline's key prefix in its cache (process-unique).
     arc_id: u64,
+    /// Cache key prefixes of the block keys whose plaintext this pipeline
+    /// cached (each `BlockKeys` has its own: dropped with the keys or the
+    /// pipeline).
+    keyed_ids: parking_lot::Mutex<std::collections::HashSet<u64>>,
     /// Physical sizes are multiples of this (the largest sector of any vdev).
     unit: u64,
     /// Blocks no copy of which could be read back correctly.
@@ -71,14 +81,14 @@ impl BlockIo {
 
     /// A pipeline whose blocks are cached in `cache`.
     pub fn with_cache(tops: Vec<Arc<TopVdev>>, alloc: Allocator, cache: Arc<dyn ReadCache>) -> BlockIo {
-        static NEXT_IO_ID: AtomicU64 = AtomicU64::new(1);
         let unit = tops.iter().map(|t| t.sector()).max().unwrap_or(512);
         BlockIo {
             tops: parking_lot::RwLock::new(Arc::new(tops)),
             free_hook: parking_lot::RwLock::new(None),
             alloc: AllocLock::new(alloc),
             cache,
-            arc_id: NEXT_IO_ID.fetch_add(1, Ordering::Relaxed),
+            arc_id: next_cache_id(),
+            keyed_ids: Default::default(),
             unit,
             data_errors: AtomicU64::new(0),
             gang_blocks: AtomicU64::new(0),
@@ -323,6 +333,38 @@ impl BlockIo {
         CacheKey { io: self.arc_id, vdev: bp.dva[0].vdev, offset: bp.dva[0].offset, birth: bp.birth }
     }
 
+    /// The cache key of `bp`'s plaintext opened with `keys`: under the
+    /// keys' own prefix, so unloading them can drop exactly that
+    /// plaintext (`drop_keyed`).
+    fn key_keyed(&self, bp: &BlockPtr, keys: &BlockKeys) -> CacheKey {
+        CacheKey { io: keys.cache_id(), ..self.key(bp) }
+    }
+
+    /// Puts a block in the cache (remembering a keyed prefix, so dropping
+    /// the pipeline drops its blocks too).
+    fn cache_insert(&self, key: CacheKey, data: Arc<Vec<u8>>, l2: Option<[u8; 32]>) {
+        if key.io != self.arc_id {
+            self.keyed_ids.lock().insert(key.io);
+        }
+        self.cache.insert(key, data, l2);
+    }
+
+    /// Drops from the cache every block opened with `keys` (their key is
+    /// being unloaded: no plaintext of theirs stays in memory).
+    pub fn drop_keyed(&self, keys: &BlockKeys) {
+        self.cache.drop_io(keys.cache_id());
+        self.keyed_ids.lock().remove(&keys.cache_id());
+    }
+
+    /// `cache_written_as` for a block sealed with `keys` (its plaintext
+    /// goes under the keys' prefix, never to the second level).
+    pub fn cache_written_keyed(&self, bp: &BlockPtr, data: Arc<Vec<u8>>, keys: &BlockKeys) {
+        if bp.is_hole() || data.len() != bp.lsize as usize {
+            return;
+        }
+        self.cache_insert(self.key_keyed(bp, keys), data, None);
+    }
+
     /// Read, verify and decompress a block (through the ARC).
     pub fn read(&self, bp: &BlockPtr) -> Result<Arc<Vec<u8>>, BlockError> {
         self.read_cached(bp, false)
@@ -355,14 +397,17 @@ impl BlockIo {
     /// encrypted block is never offered to the second level: the L2ARC
     /// keeps logical bytes, and plaintext must not reach a cache device.
     pub fn read_keyed(&self, bp: &BlockPtr, prefetch: bool, l2: bool, keys: Option<&BlockKeys>) -> Result<Arc<Vec<u8>>, BlockError> {
-        let key = self.key(bp);
+        let key = match keys {
+            Some(k) if bp.is_encrypted() => self.key_keyed(bp, k),
+            _ => self.key(bp),
+        };
         if let Some(v) = self.cache.get(&key, bp, prefetch) {
             return Ok(v);
         }
         let mut data = self.read_uncached_with(bp, keys)?;
         data.shrink_to_fit();
         let data = Arc::new(data);
-        self.cache.insert(key, data.clone(), (l2 && !bp.is_encrypted()).then_some(bp.checksum));
+        self.cache_insert(key, data.clone(), (l2 && !bp.is_encrypted()).then_some(bp.checksum));
         Ok(data)
     }
 
@@ -602,6 +647,9 @@ impl Drop for BlockIo {
     /// An exported pool keeps nothing in the ARC.
     fn drop(&mut self) {
         self.cache.drop_io(self.arc_id);
+        for id in self.keyed_ids.get_mut().drain() {
+            self.cache.drop_io(id);
+        }
     }
 }
 
@@ -705,6 +753,33 @@ mod tests {
         let plain = io.write(&data, self::spec(), 6).unwrap();
         assert!(!plain.is_encrypted());
         assert_eq!(io.read_uncached(&plain).unwrap(), data);
+    }
+
+    /// Plaintext of encrypted blocks is cached under its keys' own prefix:
+    /// dropping the keys' blocks leaves nothing of theirs in the cache and
+    /// everything else; a dropped pipeline takes its keyed blocks too.
+    #[test]
+    fn keyed_plaintext_is_dropped_with_its_keys() {
+        let (io, arc) = io_with_own_arc();
+        let keys = BlockKeys::new(crate::Cipher::Aes256Gcm, &tarn_keys::MasterKey::from_bytes(&[5u8; 32])).unwrap();
+        let data = vec![7u8; 8192];
+        let sealed = io.write_with(&data, spec(), 5, Some(&keys)).unwrap();
+        let written = io.write_with(&data, spec(), 5, Some(&keys)).unwrap();
+        let plain = io.write(&data, spec(), 5).unwrap();
+        assert_eq!(io.read_keyed(&sealed, false, true, Some(&keys)).unwrap().as_slice(), &data[..]);
+        io.cache_written_keyed(&written, Arc::new(data.clone()), &keys);
+        io.read(&plain).unwrap();
+        assert_eq!(arc.stats().blocks, 3);
+        let hits = arc.stats().hits;
+        io.read_keyed(&sealed, false, true, Some(&keys)).unwrap();
+        io.read_keyed(&written, false, true, Some(&keys)).unwrap();
+        assert_eq!(arc.stats().hits, hits + 2, "keyed blocks are served from the cache");
+        io.drop_keyed(&keys);
+        assert_eq!(arc.stats().blocks, 1, "only the plain block stays");
+        io.read_keyed(&sealed, false, true, Some(&keys)).unwrap();
+        assert_eq!(arc.stats().blocks, 2);
+        drop(io);
+        assert_eq!(arc.stats().blocks, 0, "a dropped pipeline takes its keyed blocks along");
     }
 
     /// An indirect block of an encrypted object set carries its children's

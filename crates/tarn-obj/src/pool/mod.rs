@@ -421,6 +421,10 @@ impl ObjPool {
             }
             o.root_verified.store(false, Ordering::Release);
         }
+        // No plaintext opened with these keys stays in the ARC.
+        if let Some(keys) = self.shared.keys.get(key_guid) {
+            self.shared.io.drop_keyed(&keys);
+        }
         self.shared.keys.remove(key_guid);
         Ok(())
     }

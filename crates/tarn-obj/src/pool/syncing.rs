@@ -302,7 +302,10 @@ fn sync_objset(s: &Arc<Shared>, stx: &SyncTx, inner: &Arc<ObjsetInner>) -> Resul
         let bp = r.map_err(block_err)?;
         assert_eq!((job.0, job.1), (i, b), "par_map returns results in job order");
         if props.primarycache.keeps(job.4) {
-            s.io.cache_written_as(&bp, job.2.clone(), props.secondarycache.keeps(job.4));
+            match keys {
+                Some(k) if bp.is_encrypted() => s.io.cache_written_keyed(&bp, job.2.clone(), k),
+                _ => s.io.cache_written_as(&bp, job.2.clone(), props.secondarycache.keeps(job.4)),
+            }
         }
         if !bp.is_hole() {
             used_delta += bp.asize() as i64;
