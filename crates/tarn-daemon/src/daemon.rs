@@ -257,7 +257,7 @@ impl Daemon {
     }
 
     fn pool_create(&self, request: Request) -> HandlerResult {
-        let Request::PoolCreate { pool, vdevs, force, dry_run, mountpoint, altroot, ashift, pool_props, fs_props, cache } =
+        let Request::PoolCreate { pool, vdevs, force, dry_run, mountpoint, altroot, ashift, pool_props, fs_props, cache, key } =
             request
         else {
             unreachable!()
@@ -273,12 +273,10 @@ impl Daemon {
         }
         let mut root_props = Vec::new();
         for (prop, value) in &fs_props {
-            if tarn_ds::encryption::CREATE_PROPS.contains(&prop.as_str()) {
-                return Err(fail(format!(
-                    "-O {prop}: an encrypted pool root dataset is not supported yet; create the pool, then encrypted datasets in it (tarn create -o encryption=on -o keyformat=…)"
-                )));
+            // The encryption properties are checked where the key is made.
+            if !tarn_ds::encryption::CREATE_PROPS.contains(&prop.as_str()) {
+                props::validate(prop, value).map_err(|e| fail(e.to_string()))?;
             }
-            props::validate(prop, value).map_err(|e| fail(e.to_string()))?;
             root_props.push((prop.clone(), value.clone()));
         }
         if let Some(mountpoint) = &mountpoint {
@@ -409,7 +407,22 @@ impl Daemon {
         )
         .map_err(|e| fail(e.to_string()))?;
         obj.set_tunables(self.tuning.get());
-        let ds = match tarn_ds::Pool::create(obj.clone(), &root_props, &mount::format) {
+        let material = match &key {
+            Some(bytes) => {
+                let format = root_props.iter().rev().find(|(p, _)| p == "keyformat").map_or("", |(_, v)| v.as_str());
+                match crate::keys::material(format, bytes) {
+                    Ok(m) => Some(m),
+                    Err(e) => {
+                        let _ = obj.export();
+                        drop(obj);
+                        clear_labels(&all_paths);
+                        return Err(fail(e));
+                    }
+                }
+            }
+            None => None,
+        };
+        let ds = match tarn_ds::Pool::create_keyed(obj.clone(), &root_props, &mount::format, material.as_ref()) {
             Ok(ds) => ds,
             Err(e) => {
                 let _ = obj.export();

@@ -57,6 +57,10 @@ pub enum Request {
         /// Cache devices (L2ARC).
         #[serde(default)]
         cache: Vec<String>,
+        /// With `-O keyformat=… ` and keylocation prompt: the root
+        /// dataset's key, as the CLI read it (never logged).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        key: Option<Vec<u8>>,
     },
     PoolImport {
         dirs: Vec<String>,

@@ -152,9 +152,45 @@ fn new_wrapping_key(format: KeyFormat, location: &KeyLocation, pbkdf2iters: Opti
     Ok(WrappingKey::new(material, kdf)?)
 }
 
+/// A new dataset's master key and key guid, wrapped by its root's wrapping
+/// key: its record and its block keys.
+fn new_master_key(name: &str, cipher: Cipher, root: u64, wrapping: &WrappingKey, keylocation: Option<String>) -> Result<(CryptRecord, Arc<BlockKeys>)> {
+    let master = MasterKey::generate()?;
+    let key_guid = new_guid();
+    let blob = wrap(&master, wrapping, &aad(key_guid))?;
+    let record = CryptRecord { cipher: cipher.name().to_string(), key_guid, root, wrapped: hex(&blob.encode()), keylocation };
+    let keys = BlockKeys::new(cipher, &master).map_err(|e| DsError::BadValue(format!("cannot create '{name}': {e}")))?;
+    Ok((record, Arc::new(keys)))
+}
+
+/// A pool's root dataset as an encryption root (`pool create -O
+/// encryption=… -O keyformat=…`): its record and block keys, and the
+/// wrapping key to keep; None when `req` asks for no encryption.
+pub(crate) fn pool_root_crypt(
+    name: &str,
+    guid: u64,
+    req: &CryptRequest,
+    material: Option<&KeyMaterial>,
+) -> Result<Option<(CryptRecord, Arc<BlockKeys>, Arc<WrappingKey>)>> {
+    let cannot = |why: String| DsError::BadValue(format!("cannot create '{name}': {why}"));
+    let Some(format) = req.keyformat else {
+        if req.encryption.flatten().is_some() || req.keylocation.is_some() || req.pbkdf2iters.is_some() {
+            return Err(cannot("encryption needs keyformat (a new encryption root)".into()));
+        }
+        return Ok(None);
+    };
+    let Some(cipher) = req.encryption.unwrap_or(Some(Cipher::Aes256Gcm)) else {
+        return Err(cannot("keyformat, keylocation and pbkdf2iters need encryption".into()));
+    };
+    let location = req.keylocation.clone().unwrap_or(KeyLocation::Prompt);
+    let wrapping = Arc::new(new_wrapping_key(format, &location, req.pbkdf2iters, material).map_err(|e| cannot(e.to_string()))?);
+    let (record, keys) = new_master_key(name, cipher, guid, &wrapping, Some(location.to_string()))?;
+    Ok(Some((record, keys, wrapping)))
+}
+
 /// Wrapping keys of loaded encryption roots, by root dataset guid.
 #[derive(Default)]
-pub(crate) struct Wrapping(parking_lot::Mutex<HashMap<u64, Arc<WrappingKey>>>);
+pub(crate) struct Wrapping(pub(crate) parking_lot::Mutex<HashMap<u64, Arc<WrappingKey>>>);
 
 impl Pool {
     /// The encryption root of `name` (a dataset, or a snapshot's dataset),
@@ -217,12 +253,8 @@ impl Pool {
             }
             (None, None) => return Ok(None),
         };
-        let master = MasterKey::generate()?;
-        let key_guid = new_guid();
-        let blob = wrap(&master, &wrapping, &aad(key_guid))?;
-        let record = CryptRecord { cipher: cipher.name().to_string(), key_guid, root, wrapped: hex(&blob.encode()), keylocation };
-        let keys = BlockKeys::new(cipher, &master).map_err(|e| DsError::BadValue(format!("cannot create '{name}': {e}")))?;
-        self.obj().load_keys(key_guid, Arc::new(keys));
+        let (record, keys) = new_master_key(name, cipher, root, &wrapping, keylocation)?;
+        self.obj().load_keys(record.key_guid, keys);
         if root == guid {
             self.wrapping.0.lock().insert(guid, wrapping);
         }

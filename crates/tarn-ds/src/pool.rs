@@ -168,9 +168,19 @@ impl Pool {
     /// Lay out the dataset tree of a freshly created pool: the directory,
     /// the maps and the root dataset named after the pool.
     pub fn create(obj: Arc<ObjPool>, root_props: &[(String, String)], init: InitObjset) -> Result<Arc<Pool>> {
+        Pool::create_keyed(obj, root_props, init, None)
+    }
+
+    /// [`Pool::create`]; with `-O encryption=… -O keyformat=…` among the
+    /// root's properties the root dataset is an encryption root, keyed by
+    /// `material` (or its key file).
+    pub fn create_keyed(obj: Arc<ObjPool>, root_props: &[(String, String)], init: InitObjset, material: Option<&tarn_keys::KeyMaterial>) -> Result<Arc<Pool>> {
         let name = obj.name();
+        let (root_props, crypt_req) = crate::encryption::split_request(root_props)?;
+        let guid = new_guid();
+        let crypt = crate::encryption::pool_root_crypt(&name, guid, &crypt_req, material)?;
         let mut local = BTreeMap::new();
-        for (prop, value) in root_props {
+        for (prop, value) in &root_props {
             let (prop, stored) = props::validate(prop, value)?;
             local.insert(prop.to_string(), stored);
         }
@@ -184,11 +194,21 @@ impl Pool {
         bonus[16..24].copy_from_slice(&datasets_zap.0.to_le_bytes());
         bonus[24..32].copy_from_slice(&props_zap.0.to_le_bytes());
         mos.create_with_id(&tx, DIRECTORY_OBJECT, DS_DIRECTORY, 512, &bonus)?;
-        let objset = obj.create_objset(&tx)?;
+        if let Some((record, keys, _)) = &crypt {
+            obj.load_keys(record.key_guid, keys.clone());
+        }
+        let objset = obj.create_objset_with(&tx, crypt.as_ref().map(|(r, k, _)| tarn_obj::crypt::Crypt { cipher: k.cipher(), key_guid: r.key_guid }))?;
         let os = obj.open_objset(objset)?;
         init(&os, &tx).map_err(DsError::Init)?;
-        let record =
-            DatasetRecord { objset: objset.0, guid: new_guid(), creation: now_unix(), createtxg: tx.txg(), props: local, ..Default::default() };
+        let record = DatasetRecord {
+            objset: objset.0,
+            guid,
+            creation: now_unix(),
+            createtxg: tx.txg(),
+            props: local,
+            crypt: crypt.as_ref().map(|(r, _, _)| r.clone()),
+            ..Default::default()
+        };
         let encoded = serde_json::to_vec(&record).map_err(|e| DsError::Corrupt(e.to_string()))?;
         Zap::insert(&mos, &tx, datasets_zap, name.as_bytes(), &encoded)?;
         drop(tx);
@@ -209,6 +229,9 @@ impl Pool {
                 pool_props: BTreeMap::new(),
             }),
         };
+        if let Some((_, _, wrapping)) = crypt {
+            pool.wrapping.0.lock().insert(guid, wrapping);
+        }
         pool.apply_write_props(&name)?;
         pool.apply_failmode();
         pool.apply_autotrim();

@@ -410,9 +410,12 @@ fn pool(socket: &Path, command: PoolCommand) -> Result<i32, Failure> {
                     other.push((prop, value));
                 }
             }
+            // `-O keyformat=…` with the key at a prompt: asked here (not on dry runs).
+            let key = if dry_run { None } else { crate::keys::create_key(&pool, &fs_props)? };
             send(
                 socket,
                 &Request::PoolCreate {
+                    key,
                     pool: pool.clone(),
                     vdevs: spec.vdevs,
                     force,

@@ -115,6 +115,7 @@ pub fn up(flag: Option<&Path>) -> Result<i32, Failure> {
                     pool_props: vec![],
                     fs_props: vec![],
                     cache: vec![],
+                    key: None,
                 },
             )?;
             println!("created pool '{POOL}' (raidz1 of 4 files in {})", vdevs.display());

@@ -108,10 +108,29 @@ fn key_lifecycle_through_the_cli_and_no_plaintext_on_disk() {
         assert!(e.contains("is encrypted") && e.contains("not supported yet"), "{args:?}: {e}");
         assert!(out.stdout.is_empty(), "{args:?} wrote a stream");
     }
+    // An encrypted pool root dataset (zpool create -O encryption=on ...):
+    // a short passphrase refused with no pool made, then one made, its
+    // root an encryption root, its children in it.
     let more = h.vdev_files("more", 1, 128 << 20);
-    let e = refused_input(&h, &["pool", "create", "-O", "encryption=on", "-O", "keyformat=passphrase", "tank2", &path_str(&more[0])], "");
-    assert!(e.contains("encrypted pool root dataset is not supported yet"), "{e}");
+    let mnt2 = h.dir.join("mnt-tank2");
+    let create2 = ["pool", "create", "-m", &path_str(&mnt2), "-O", "encryption=aes-128-gcm", "-O", "keyformat=passphrase", "tank2", &path_str(&more[0])];
+    let e = refused_input(&h, &create2, "short\n");
+    assert!(e.contains("at least 8 bytes"), "{e}");
     assert!(!h.tarn_ok(&["pool", "list", "-H", "-o", "name"]).contains("tank2"));
+    ok_input(&h, &create2, &format!("{PASS}\n"));
+    wait_mounted(&mnt2);
+    h.tarn_ok(&["create", "tank2/child"]);
+    assert_eq!(get(&h, "encryption,keyformat,encryptionroot,keystatus", "tank2/child"), ["aes-128-gcm", "passphrase", "tank2", "available"]);
+    fs::write(mnt2.join("child").join(NAME), MARK).unwrap();
+    h.tarn_ok(&["unload-key", "-r", "tank2"]);
+    wait_unmounted(&mnt2);
+    ok_input(&h, &["load-key", "tank2"], &format!("{PASS}\n"));
+    h.tarn_ok(&["mount", "-a"]);
+    wait_mounted(&mnt2.join("child"));
+    assert_eq!(fs::read(mnt2.join("child").join(NAME)).unwrap(), MARK);
+    h.tarn_ok(&["pool", "export", "tank2"]);
+    wait_unmounted(&mnt2);
+    assert!(!contains(&more[0], MARK) && !contains(&more[0], NAME.as_bytes()), "plaintext on tank2's device");
     let e = refused_input(&h, &["create", "-o", "encryption=on", "-o", "keyformat=passphrase", "tank/short"], "short\n");
     assert!(e.contains("passphrase must be at least 8 bytes"), "{e}");
     assert!(!h.tarn_ok(&["list", "-H", "-o", "name"]).contains("tank/short"));
