@@ -163,6 +163,9 @@ fn new_master_key(name: &str, cipher: Cipher, root: u64, wrapping: &WrappingKey,
     Ok((record, Arc::new(keys)))
 }
 
+/// A new encryption root's record, block keys and wrapping key.
+pub(crate) type RootCrypt = (CryptRecord, Arc<BlockKeys>, Arc<WrappingKey>);
+
 /// A pool's root dataset as an encryption root (`pool create -O
 /// encryption=… -O keyformat=…`): its record and block keys, and the
 /// wrapping key to keep; None when `req` asks for no encryption.
@@ -171,7 +174,7 @@ pub(crate) fn pool_root_crypt(
     guid: u64,
     req: &CryptRequest,
     material: Option<&KeyMaterial>,
-) -> Result<Option<(CryptRecord, Arc<BlockKeys>, Arc<WrappingKey>)>> {
+) -> Result<Option<RootCrypt>> {
     let cannot = |why: String| DsError::BadValue(format!("cannot create '{name}': {why}"));
     let Some(format) = req.keyformat else {
         if req.encryption.flatten().is_some() || req.keylocation.is_some() || req.pbkdf2iters.is_some() {
