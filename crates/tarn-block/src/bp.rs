@@ -153,18 +153,24 @@ impl BlockPtr {
     }
 
     /// The fields of this pointer that stay the same when its block is
-    /// copied as is into another pool (a raw receive): sizes, compression,
+    /// copied into another pool (a raw receive): sizes, compression,
     /// level, type, the sealing flags, fill, IV and MAC; not the addresses,
     /// the birth txg or the checksum. A parent's authentication covers
-    /// these (docs/on-disk-format.md "Encryption").
+    /// these (docs/on-disk-format.md "Encryption"). Of a block whose
+    /// *logical* contents are authenticated (an indirect block's children
+    /// digest, a partly sealed dnode block) the physical size and
+    /// compression are left out too: a receiver rebuilds those blocks and
+    /// may store them differently (another sector size).
     pub fn portable(&self) -> [u8; PORTABLE_LEN] {
         let mut b = [0u8; PORTABLE_LEN];
         if self.is_hole() {
             return b;
         }
         b[0..4].copy_from_slice(&self.lsize.to_le_bytes());
-        b[4..8].copy_from_slice(&self.psize.to_le_bytes());
-        b[8] = self.compression;
+        if self.flags & (crate::crypt::FLAG_CHILDREN_DIGEST | crate::crypt::FLAG_PARTLY_SEALED) == 0 {
+            b[4..8].copy_from_slice(&self.psize.to_le_bytes());
+            b[8] = self.compression;
+        }
         b[9] = self.level;
         b[10] = self.otype;
         b[11] = self.flags & crate::crypt::SEALING_FLAGS;

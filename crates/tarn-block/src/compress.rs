@@ -59,6 +59,11 @@ pub fn compress(c: Compression, data: &[u8]) -> Option<Vec<u8>> {
 }
 
 /// Decompress a physical block into exactly `lsize` bytes.
+/// Whether `code` is a compression this build reads.
+pub fn known_code(code: u8) -> bool {
+    code <= crate::bp::COMP_ZSTD
+}
+
 pub fn decompress(code: u8, phys: &[u8], lsize: usize) -> Result<Vec<u8>, String> {
     if code == crate::bp::COMP_OFF {
         return phys.get(..lsize).map(|s| s.to_vec()).ok_or_else(|| "short block".to_string());

@@ -91,6 +91,26 @@ pub fn children_digest(data: &[u8]) -> Option<[u8; MAC_LEN]> {
     Some(out)
 }
 
+/// A sealed level-0 block as a raw send carries it: the pointer fields
+/// its seal binds (or that describe the ciphertext), without the
+/// addresses, birth or checksum, which are the receiving pool's.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct RawBlock {
+    pub lsize: u32,
+    pub psize: u32,
+    pub compression: u8,
+    pub iv: [u8; 16],
+    pub mac: [u8; 16],
+}
+
+impl RawBlock {
+    /// The raw form of `bp`, if it is a sealed level-0 block.
+    pub fn of(bp: &BlockPtr) -> Option<RawBlock> {
+        (is_encrypted(bp) && bp.level == 0 && !bp.is_hole())
+            .then_some(RawBlock { lsize: bp.lsize, psize: bp.psize, compression: bp.compression, iv: bp.iv, mac: bp.mac })
+    }
+}
+
 pub fn is_encrypted(bp: &BlockPtr) -> bool {
     bp.flags & FLAG_ENCRYPTED != 0
 }

@@ -10,7 +10,7 @@ use crate::alloc_lock::AllocLock;
 use crate::read_cache::{CacheKey, ReadCache};
 use crate::gang::{is_gang, CopyPlace, Placement, GANG_MAX_PIECES};
 use crate::bp::{checksum_code, compression_code, BlockPtr, Dva, COMP_OFF, MAX_COPIES};
-use crate::crypt::BlockKeys;
+use crate::crypt::{BlockKeys, RawBlock};
 use crate::{checksum, compress, ChecksumKind, Compression};
 
 #[derive(Debug, thiserror::Error)]
@@ -279,6 +279,39 @@ impl BlockIo {
         let placement = self.place(u64::from(bp.psize), copies_for(spec.copies, keys.is_some()), spec.metadata)?;
         placement.apply(&mut bp);
         self.write_placed(&bp, &placement, &phys)?;
+        Ok(bp)
+    }
+
+    /// Writes a block sealed on another pool as it is (a raw receive):
+    /// `phys` is its ciphertext, `raw` the pointer fields its seal binds;
+    /// only the addresses, birth and checksum are this pool's. Nothing is
+    /// compressed, sealed or opened: no key is needed.
+    pub fn write_raw(&self, phys: &[u8], raw: &RawBlock, spec: WriteSpec, birth: u64) -> Result<BlockPtr, BlockError> {
+        if phys.len() != raw.psize as usize || phys.is_empty() || raw.lsize == 0 {
+            return Err(BlockError::Write(format!("raw block of {} bytes with psize {} and lsize {}", phys.len(), raw.psize, raw.lsize)));
+        }
+        if !u64::from(raw.psize).is_multiple_of(self.unit) {
+            return Err(BlockError::Write(format!(
+                "a raw block of {} bytes does not fit this pool's {}-byte allocation unit (receive into a pool of the same or a smaller sector size)",
+                raw.psize, self.unit
+            )));
+        }
+        let mut bp = BlockPtr::HOLE;
+        bp.lsize = raw.lsize;
+        bp.psize = raw.psize;
+        bp.birth = birth;
+        bp.fill = 1;
+        bp.compression = raw.compression;
+        bp.checksum_kind = checksum_code(spec.checksum);
+        bp.level = 0;
+        bp.otype = spec.otype;
+        bp.flags = crate::crypt::FLAG_ENCRYPTED;
+        bp.iv = raw.iv;
+        bp.mac = raw.mac;
+        bp.checksum = checksum::compute(spec.checksum, phys);
+        let placement = self.place(u64::from(bp.psize), copies_for(spec.copies, true), spec.metadata)?;
+        placement.apply(&mut bp);
+        self.write_placed(&bp, &placement, phys)?;
         Ok(bp)
     }
 

@@ -23,7 +23,7 @@ pub use alloc::{Allocator, Extent, DEFER_TXGS};
 pub use alloc_lock::{AllocGuard, AllocLock, SpaceTotals};
 pub use arc::{arc, ArcStats};
 pub use bp::{BlockPtr, Dva, BP_SIZE};
-pub use crypt::{BlockKeys, Cipher, CryptError};
+pub use crypt::{BlockKeys, Cipher, CryptError, RawBlock};
 pub use gang::{CopyPlace, Placement};
 pub use io::{BlockError, BlockIo, WriteSpec};
 pub use props::{ChecksumKind, Compression};

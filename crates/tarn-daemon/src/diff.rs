@@ -292,7 +292,7 @@ fn diff_objsets(ds: &tarn_ds::Pool, from: ObjectSet, to: ObjectSet, from_txg: u6
             }
         }
     };
-    let walked = to.changed_objects(Some(&from), from_txg, ObjectId(0), &mut |change| match change {
+    let walked = to.changed_objects(Some(&from), from_txg, ObjectId(0), false, &mut |change| match change {
         ObjectChange::Changed { target, base } => judge(base.as_ref(), Some(&target), &mut rows),
         ObjectChange::Freed { first, count } => {
             for id in first.0..first.0.saturating_add(count) {

@@ -116,6 +116,16 @@ impl BlockRef {
     pub fn logical_size(&self) -> u32 {
         self.bp.lsize
     }
+
+    pub(crate) fn block_ptr(&self) -> BlockPtr {
+        self.bp
+    }
+
+    /// A sealed block's raw pointer fields (what a raw send carries
+    /// besides its ciphertext), without reading it.
+    pub fn raw_block(&self) -> Option<tarn_block::RawBlock> {
+        tarn_block::RawBlock::of(&self.bp)
+    }
 }
 
 /// A difference in one object's data, in increasing block id order.
@@ -173,6 +183,9 @@ struct Differ<'o> {
     /// No base tree: every empty node of the target reached by the walk is
     /// reported as `Gone` (it may have held data at `from`).
     unknown_base: bool,
+    /// Dnodes as stored: an encrypted object set's bonuses stay sealed
+    /// (a raw send; no key needed).
+    raw: bool,
 }
 
 impl<'o> Differ<'o> {
@@ -184,6 +197,9 @@ impl<'o> Differ<'o> {
     /// Dnode block `blkid`, its bonuses opened when the object set is
     /// encrypted (sealed bonuses differ every time a block is rewritten).
     fn read_dnodes(&self, bp: &BlockPtr, blkid: u64) -> Result<std::sync::Arc<Vec<u8>>> {
+        if self.raw {
+            return self.read(bp);
+        }
         let keys = self.os.inner.keys(&self.os.shared)?;
         let data = self.read(bp)?;
         match keys {
@@ -406,18 +422,20 @@ impl ObjectSet {
     /// increasing id order from `start`, pruned by birth: only dnode blocks
     /// written after `from_txg` are read (with `base: None`, every object).
     /// `base` must be an earlier snapshot of the same head taken in
-    /// `from_txg` (checked on the way where possible).
+    /// `from_txg` (checked on the way where possible). With `raw`, dnodes
+    /// are reported as stored (bonuses sealed; no key needed).
     pub fn changed_objects(
         &self,
         base: Option<&ObjectSet>,
         from_txg: Txg,
         start: ObjectId,
+        raw: bool,
         f: &mut dyn FnMut(ObjectChange) -> Result<()>,
     ) -> Result<()> {
         let tmeta = self.committed_meta();
         let bmeta = base.map(|b| b.committed_meta());
         let from = if base.is_some() { from_txg } else { 0 };
-        let d = Differ { os: self, from, verify_related: base.is_some() && from > 0, unknown_base: false };
+        let d = Differ { os: self, from, verify_related: base.is_some() && from > 0, unknown_base: false, raw };
         self.objects_walk(&d, &tmeta, bmeta.as_ref(), start, f)
     }
 
@@ -431,9 +449,9 @@ impl ObjectSet {
     /// reported in a `Freed` run, which may include ids that were already
     /// free in the base. The caller must know that the base is an earlier
     /// snapshot of this object set's head: nothing can be checked here.
-    pub fn changed_objects_since(&self, from_txg: Txg, start: ObjectId, f: &mut dyn FnMut(ObjectChange) -> Result<()>) -> Result<()> {
+    pub fn changed_objects_since(&self, from_txg: Txg, start: ObjectId, raw: bool, f: &mut dyn FnMut(ObjectChange) -> Result<()>) -> Result<()> {
         let tmeta = self.committed_meta();
-        let d = Differ { os: self, from: from_txg, verify_related: false, unknown_base: true };
+        let d = Differ { os: self, from: from_txg, verify_related: false, unknown_base: true, raw };
         self.objects_walk(&d, &tmeta, None, start, f)
     }
 
@@ -497,7 +515,7 @@ impl ObjectSet {
 
     /// Every object of the committed state, in increasing id order.
     pub fn list_objects(&self, f: &mut dyn FnMut(ObjectAttrs) -> Result<()>) -> Result<()> {
-        self.changed_objects(None, 0, ObjectId(0), &mut |c| match c {
+        self.changed_objects(None, 0, ObjectId(0), false, &mut |c| match c {
             ObjectChange::Changed { target, .. } => f(target),
             ObjectChange::Freed { .. } => Ok(()),
         })
@@ -548,7 +566,7 @@ impl ObjectSet {
             }
         }
         let from = if base.is_some() { from_txg } else { 0 };
-        let d = Differ { os: self, from, verify_related: base.is_some() && from > 0, unknown_base: false };
+        let d = Differ { os: self, from, verify_related: base.is_some() && from > 0, unknown_base: false, raw: false };
         Self::blocks_walk(&d, target, base, start, f)
     }
 
@@ -559,7 +577,7 @@ impl ObjectSet {
     /// `Hole` run, whether or not it held data in the base. Blocks past the
     /// tree are not reported: a receiver frees past the object's end.
     pub fn changed_blocks_since(&self, target: &ObjectAttrs, from_txg: Txg, start: u64, f: &mut dyn FnMut(BlockChange) -> Result<()>) -> Result<()> {
-        let d = Differ { os: self, from: from_txg, verify_related: false, unknown_base: true };
+        let d = Differ { os: self, from: from_txg, verify_related: false, unknown_base: true, raw: false };
         Self::blocks_walk(&d, target, None, start, f)
     }
 

@@ -156,6 +156,7 @@ mod log_vdevs;
 mod objset;
 mod par;
 mod pool;
+pub mod raw;
 pub mod redo;
 pub mod scan;
 mod seek;

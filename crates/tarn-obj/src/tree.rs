@@ -165,18 +165,7 @@ impl<'a> TreeCtx<'a> {
         let max_write = ch.writes.keys().next_back().copied();
         if let Some(m) = max_write {
             while phys.capacity() <= m {
-                if phys.nlevels >= MAX_LEVELS {
-                    return Err(ObjError::Invalid("object too large".into()));
-                }
-                if phys.bps.iter().all(|b| b.is_hole()) {
-                    phys.nlevels += 1;
-                    continue;
-                }
-                let mut children = vec![BlockPtr::HOLE; EPB as usize];
-                children[..NBPS].copy_from_slice(&phys.bps);
-                let bp = self.write_indirect(&children, phys.nlevels)?;
-                phys.bps = [bp, BlockPtr::HOLE, BlockPtr::HOLE];
-                phys.nlevels += 1;
+                self.grow(phys)?;
             }
         }
         let top = phys.nlevels - 1;
@@ -197,6 +186,31 @@ impl<'a> TreeCtx<'a> {
             phys.nblocks = phys.nblocks.max(m + 1);
         }
         phys.nblocks = phys.nblocks.min(capacity(phys.nlevels));
+        Ok(())
+    }
+
+    /// One more level: the top pointers move under a new indirect block.
+    fn grow(&mut self, phys: &mut DnodePhys) -> Result<()> {
+        if phys.nlevels >= MAX_LEVELS {
+            return Err(ObjError::Invalid("object too large".into()));
+        }
+        if phys.bps.iter().all(|b| b.is_hole()) {
+            phys.nlevels += 1;
+            return Ok(());
+        }
+        let mut children = vec![BlockPtr::HOLE; EPB as usize];
+        children[..NBPS].copy_from_slice(&phys.bps);
+        let bp = self.write_indirect(&children, phys.nlevels)?;
+        phys.bps = [bp, BlockPtr::HOLE, BlockPtr::HOLE];
+        phys.nlevels += 1;
+        Ok(())
+    }
+
+    /// Grows the tree of `phys` to at least `levels` levels.
+    pub fn grow_to(&mut self, phys: &mut DnodePhys, levels: u8) -> Result<()> {
+        while phys.nlevels < levels {
+            self.grow(phys)?;
+        }
         Ok(())
     }
 

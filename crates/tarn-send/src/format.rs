@@ -40,7 +40,7 @@ pub const OBJ_ANY_BASE: u8 = 1 << 2;
 /// it so (it is left out of `compressratio`). Combines with the others.
 pub const OBJ_METADATA: u8 = 1 << 3;
 
-/// WRITE flags (raw sends, reserved).
+/// WRITE flags: the data is a sealed block's ciphertext (raw streams).
 pub const WRITE_RAW: u32 = 1 << 0;
 
 pub const REC_HEADER: usize = 32;
@@ -50,6 +50,8 @@ pub const FREEOBJECTS_LEN: usize = 16;
 pub const WRITE_HEADER: usize = 64;
 pub const FREE_LEN: usize = 24;
 pub const END_LEN: usize = 48;
+pub const CRYPT_LEN: usize = 48;
+pub const SEAL_LEN: usize = 48;
 pub const MAX_PAYLOAD: usize = WRITE_HEADER + MAX_BLOCK_SIZE as usize;
 
 /// Object ids are below 2^48 (as in ZFS).
@@ -66,6 +68,11 @@ pub enum RecordType {
     Write = 4,
     Free = 5,
     End = 6,
+    /// Raw streams: the object set's cipher, key guid, root MAC and
+    /// meta-dnode shape, right after BEGIN.
+    Crypt = 7,
+    /// Raw streams: the IV and MAC of a dnode block, after CRYPT.
+    Seal = 8,
 }
 
 impl RecordType {
@@ -77,6 +84,8 @@ impl RecordType {
             4 => RecordType::Write,
             5 => RecordType::Free,
             6 => RecordType::End,
+            7 => RecordType::Crypt,
+            8 => RecordType::Seal,
             _ => return None,
         })
     }
@@ -90,6 +99,8 @@ impl RecordType {
             RecordType::Write => (WRITE_HEADER..=MAX_PAYLOAD).contains(&len),
             RecordType::Free => len == FREE_LEN,
             RecordType::End => len == END_LEN,
+            RecordType::Crypt => len == CRYPT_LEN,
+            RecordType::Seal => len == SEAL_LEN,
         }
     }
 }
@@ -232,6 +243,9 @@ pub struct ObjectRec {
     pub block_size: u32,
     pub nblocks: u64,
     pub bonus: [u8; BONUS_LEN],
+    /// Raw streams: the levels of the object's block tree (0 in plain
+    /// streams).
+    pub levels: u8,
 }
 
 impl ObjectRec {
@@ -240,6 +254,7 @@ impl ObjectRec {
         b[0..8].copy_from_slice(&self.object.to_le_bytes());
         b[8] = self.otype;
         b[9] = self.flags;
+        b[10] = self.levels;
         b[12..16].copy_from_slice(&self.block_size.to_le_bytes());
         b[16..24].copy_from_slice(&self.nblocks.to_le_bytes());
         b[24..24 + BONUS_LEN].copy_from_slice(&self.bonus);
@@ -252,8 +267,8 @@ impl ObjectRec {
         }
         let mut bonus = [0u8; BONUS_LEN];
         bonus.copy_from_slice(&b[24..24 + BONUS_LEN]);
-        let r = ObjectRec { object: u64at(b, 0), otype: b[8], flags: b[9], block_size: u32at(b, 12), nblocks: u64at(b, 16), bonus };
-        if b[10] != 0 || b[11] != 0 || b[120..].iter().any(|&x| x != 0) {
+        let r = ObjectRec { object: u64at(b, 0), otype: b[8], flags: b[9], block_size: u32at(b, 12), nblocks: u64at(b, 16), bonus, levels: b[10] };
+        if b[11] != 0 || b[120..].iter().any(|&x| x != 0) {
             return corrupt("OBJECT reserved bytes are not zero");
         }
         let kind = r.flags & (OBJ_NEW | OBJ_RESUMED | OBJ_ANY_BASE);
@@ -265,6 +280,9 @@ impl ObjectRec {
         }
         if r.block_size < 512 || r.block_size > MAX_BLOCK_SIZE || !r.block_size.is_multiple_of(512) {
             return corrupt(format!("OBJECT {} block size {}", r.object, r.block_size));
+        }
+        if r.levels > tarn_obj::format::MAX_LEVELS {
+            return corrupt(format!("OBJECT {} with {} levels", r.object, r.levels));
         }
         let max_blocks = tarn_obj::format::capacity(tarn_obj::format::MAX_LEVELS);
         if r.nblocks > max_blocks || r.nblocks.checked_mul(r.block_size as u64).is_none() {
@@ -302,8 +320,8 @@ pub struct WriteHdr {
     pub data_len: u32,
     /// Raw sends only: the compression of the ciphertext's plaintext.
     pub compression: u8,
-    /// Raw sends only.
-    pub iv: [u8; 12],
+    /// Raw sends only: the block pointer's IV (salt and nonce) and MAC.
+    pub iv: [u8; 16],
     pub mac: [u8; 16],
 }
 
@@ -316,9 +334,23 @@ impl WriteHdr {
         b[20..24].copy_from_slice(&self.flags.to_le_bytes());
         b[24..28].copy_from_slice(&self.data_len.to_le_bytes());
         b[28] = self.compression;
-        b[32..44].copy_from_slice(&self.iv);
+        b[32..48].copy_from_slice(&self.iv);
         b[48..64].copy_from_slice(&self.mac);
         b
+    }
+
+    /// The sealed block's pointer fields, of a raw WRITE.
+    pub fn raw_block(&self) -> tarn_block::RawBlock {
+        tarn_block::RawBlock { lsize: self.logical_len, psize: self.data_len, compression: self.compression, iv: self.iv, mac: self.mac }
+    }
+
+    /// Parse a WRITE header alone (the data not checked).
+    pub fn decode_header(b: &[u8; WRITE_HEADER]) -> WriteHdr {
+        let mut iv = [0u8; 16];
+        iv.copy_from_slice(&b[32..48]);
+        let mut mac = [0u8; 16];
+        mac.copy_from_slice(&b[48..64]);
+        WriteHdr { object: u64at(b, 0), offset: u64at(b, 8), logical_len: u32at(b, 16), flags: u32at(b, 20), data_len: u32at(b, 24), compression: b[28], iv, mac }
     }
 
     /// Parse the header of a WRITE payload; returns it and the data.
@@ -326,35 +358,93 @@ impl WriteHdr {
         if b.len() < WRITE_HEADER {
             return corrupt("WRITE payload shorter than its header");
         }
-        let mut iv = [0u8; 12];
-        iv.copy_from_slice(&b[32..44]);
-        let mut mac = [0u8; 16];
-        mac.copy_from_slice(&b[48..64]);
-        let h = WriteHdr {
-            object: u64at(b, 0),
-            offset: u64at(b, 8),
-            logical_len: u32at(b, 16),
-            flags: u32at(b, 20),
-            data_len: u32at(b, 24),
-            compression: b[28],
-            iv,
-            mac,
-        };
-        if b[29..32].iter().chain(&b[44..48]).any(|&x| x != 0) {
+        let h = WriteHdr::decode_header(b[..WRITE_HEADER].try_into().expect("checked length"));
+        if b[29..32].iter().any(|&x| x != 0) {
             return corrupt("WRITE reserved bytes are not zero");
         }
-        if h.flags & WRITE_RAW != 0 {
-            return Err(SendError::Unsupported("raw (encrypted) WRITE records are not yet supported".into()));
-        }
-        if h.flags != 0 || h.compression != 0 || h.iv != [0; 12] || h.mac != [0; 16] {
-            return corrupt(format!("WRITE of object {} with raw fields in a plain stream", h.object));
+        if h.flags & !WRITE_RAW != 0 {
+            return corrupt(format!("WRITE of object {} with flags {:#x}", h.object, h.flags));
         }
         let data = &b[WRITE_HEADER..];
+        if h.flags & WRITE_RAW != 0 {
+            if h.data_len as usize != data.len() || h.data_len == 0 || !tarn_block::compress::known_code(h.compression) {
+                return corrupt(format!("raw WRITE of object {}: {} bytes of ciphertext for {}, compression {}", h.object, data.len(), h.logical_len, h.compression));
+            }
+            return Ok((h, data));
+        }
+        if h.compression != 0 || h.iv != [0; 16] || h.mac != [0; 16] {
+            return corrupt(format!("WRITE of object {} with raw fields in a plain stream", h.object));
+        }
         if h.data_len as usize != data.len() || h.data_len != h.logical_len {
             return corrupt(format!("WRITE of object {}: lengths {} / {} / {}", h.object, h.logical_len, h.data_len, data.len()));
         }
         Ok((h, data))
     }
+}
+
+/// CRYPT (raw streams): how the object set is encrypted and what its root
+/// authenticates (tarn-obj raw.rs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CryptRec {
+    pub cipher: tarn_block::Cipher,
+    pub key_guid: u64,
+    pub root: tarn_obj::raw::RawRoot,
+}
+
+impl CryptRec {
+    pub fn encode(&self) -> [u8; CRYPT_LEN] {
+        let mut b = [0u8; CRYPT_LEN];
+        b[0] = self.cipher.code();
+        b[1] = self.root.meta_levels;
+        b[8..16].copy_from_slice(&self.key_guid.to_le_bytes());
+        b[16..24].copy_from_slice(&self.root.meta_nblocks.to_le_bytes());
+        b[24..40].copy_from_slice(&self.root.mac);
+        b
+    }
+
+    pub fn decode(b: &[u8]) -> Result<CryptRec> {
+        if b.len() != CRYPT_LEN {
+            return corrupt("CRYPT payload length");
+        }
+        let cipher = tarn_block::Cipher::from_code(b[0]).ok_or_else(|| SendError::Unsupported(format!("cipher code {}", b[0])))?;
+        if b[2..8].iter().chain(&b[40..48]).any(|&x| x != 0) {
+            return corrupt("CRYPT reserved bytes are not zero");
+        }
+        let mut mac = [0u8; 16];
+        mac.copy_from_slice(&b[24..40]);
+        let root = tarn_obj::raw::RawRoot { mac, meta_levels: b[1], meta_nblocks: u64at(b, 16) };
+        let key_guid = u64at(b, 8);
+        if key_guid == 0 || root.meta_levels == 0 || root.meta_levels > tarn_obj::format::MAX_LEVELS || root.meta_nblocks > tarn_obj::format::capacity(root.meta_levels) {
+            return corrupt(format!("CRYPT: key guid {key_guid:#x}, meta-dnode of {} levels and {} blocks", root.meta_levels, root.meta_nblocks));
+        }
+        Ok(CryptRec { cipher, key_guid, root })
+    }
+}
+
+/// SEAL (raw streams): dnode block `blkid`'s IV and MAC.
+pub fn encode_seal(blkid: u64, seal: &tarn_obj::raw::DnodeSeal) -> [u8; SEAL_LEN] {
+    let mut b = [0u8; SEAL_LEN];
+    b[0..8].copy_from_slice(&blkid.to_le_bytes());
+    b[8..24].copy_from_slice(&seal.iv);
+    b[24..40].copy_from_slice(&seal.mac);
+    b
+}
+
+pub fn decode_seal(b: &[u8]) -> Result<(u64, tarn_obj::raw::DnodeSeal)> {
+    if b.len() != SEAL_LEN {
+        return corrupt("SEAL payload length");
+    }
+    if b[40..].iter().any(|&x| x != 0) {
+        return corrupt("SEAL reserved bytes are not zero");
+    }
+    let blkid = u64at(b, 0);
+    if blkid >= MAX_OBJECT / tarn_obj::format::DNODES_PER_BLOCK {
+        return corrupt(format!("SEAL of dnode block {blkid}"));
+    }
+    let mut seal = tarn_obj::raw::DnodeSeal { iv: [0; 16], mac: [0; 16] };
+    seal.iv.copy_from_slice(&b[8..24]);
+    seal.mac.copy_from_slice(&b[24..40]);
+    Ok((blkid, seal))
 }
 
 pub fn encode_free(object: u64, offset: u64, length: u64) -> [u8; FREE_LEN] {

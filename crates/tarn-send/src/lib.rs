@@ -37,7 +37,7 @@ mod verify;
 pub use format::{Begin, Position, ResumeToken};
 pub use recv::{abort_partial, peek_begin, receive};
 pub use verify::verify_copy;
-pub use send::{estimate, estimate_resume, estimate_series, send, send_resume, send_series, send_series_resume};
+pub use send::{estimate, estimate_raw, estimate_resume, estimate_series, send, send_raw, send_resume, send_series, send_series_resume};
 
 pub type Result<T> = std::result::Result<T, SendError>;
 

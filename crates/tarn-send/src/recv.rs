@@ -83,6 +83,12 @@ struct Receiver<'p> {
     /// The END record did not verify: everything of this sub-stream is
     /// suspect, so a token restarts it from where it started.
     end_failed: bool,
+    /// A raw stream: how its object set is encrypted.
+    raw: Option<CryptRec>,
+    /// Raw: dnode blocks this sub-stream changed (their seals must have
+    /// come), and whether an OBJECT or FREEOBJECTS came yet (SEALs first).
+    touched: std::collections::BTreeSet<u64>,
+    objects_started: bool,
 }
 
 /// Applies a send stream (see the crate documentation and
@@ -93,10 +99,8 @@ struct Receiver<'p> {
 pub fn receive(pool: &ObjPool, input: &mut dyn Read, target: RecvTarget, opts: &RecvOptions) -> Result<RecvOutcome> {
     let mut rd = RecordReader::new(input);
     let begin = rd.read_begin()?;
-    if begin.flags & FLAG_RAW != 0 {
-        return Err(SendError::Unsupported("raw (encrypted) send streams are not yet supported".into()));
-    }
-    let (kind, head, os, resumable) = setup(pool, &begin, target, opts)?;
+    let raw = if begin.flags & FLAG_RAW != 0 { Some(read_crypt(&mut rd)?) } else { None };
+    let (kind, head, os, resumable) = setup(pool, &begin, raw.as_ref(), target, opts)?;
     let mut r = Receiver {
         pool,
         kind,
@@ -111,9 +115,13 @@ pub fn receive(pool: &ObjPool, input: &mut dyn Read, target: RecvTarget, opts: &
         cur: None,
         pending_resume: None,
         end_failed: false,
+        raw,
+        touched: Default::default(),
+        objects_started: false,
     };
     r.reset_cursor();
-    match r.run(&mut rd) {
+    let ran = r.run(&mut rd).and_then(|()| Ok(r.os.end_raw()?));
+    match ran {
         Ok(()) => Ok(RecvOutcome { head, snapshots: r.created, bytes: rd.total_bytes, records: rd.total_records }),
         Err(e) => {
             let (sub, total) = (rd.substream_bytes(), rd.total_bytes);
@@ -122,7 +130,37 @@ pub fn receive(pool: &ObjPool, input: &mut dyn Read, target: RecvTarget, opts: &
     }
 }
 
-fn setup(pool: &ObjPool, begin: &Begin, target: RecvTarget, opts: &RecvOptions) -> Result<(Kind, ObjsetId, ObjectSet, bool)> {
+/// The CRYPT record that follows BEGIN in a raw sub-stream.
+fn read_crypt(rd: &mut RecordReader) -> Result<CryptRec> {
+    match rd.read_record()? {
+        (RecordType::Crypt, p) => CryptRec::decode(&p),
+        (ty, _) => corrupt(format!("a raw sub-stream starts with {ty:?}, not CRYPT")),
+    }
+}
+
+/// Whether a raw stream fits the object set it is received into: the
+/// same key, not loaded here.
+fn check_raw_target(os: &ObjectSet, raw: Option<&CryptRec>) -> Result<()> {
+    let Some(c) = raw else { return Ok(()) };
+    match os.crypt() {
+        Some(t) if t.key_guid == c.key_guid && t.cipher == c.cipher => {
+            if os.key_loaded() {
+                return Err(SendError::Invalid("a raw stream is received with the target's key unloaded (unload-key first)".into()));
+            }
+            Ok(())
+        }
+        Some(t) => Err(SendError::WrongBase(format!(
+            "the raw stream is encrypted with key {:#x} ({}), the target with key {:#x} ({})",
+            c.key_guid,
+            c.cipher.name(),
+            t.key_guid,
+            t.cipher.name()
+        ))),
+        None => Err(SendError::Invalid("a raw (encrypted) stream is received only into an encrypted dataset of the same key".into())),
+    }
+}
+
+fn setup(pool: &ObjPool, begin: &Begin, raw: Option<&CryptRec>, target: RecvTarget, opts: &RecvOptions) -> Result<(Kind, ObjsetId, ObjectSet, bool)> {
     let resumed = begin.flags & FLAG_RESUME != 0;
     let (kind, head, os, resumable) = match target {
         RecvTarget::New => {
@@ -134,7 +172,10 @@ fn setup(pool: &ObjPool, begin: &Begin, target: RecvTarget, opts: &RecvOptions) 
             }
             let id = {
                 let tx = pool.begin();
-                pool.create_objset(&tx)?
+                match raw {
+                    Some(c) => pool.create_objset_raw(&tx, tarn_obj::crypt::Crypt { cipher: c.cipher, key_guid: c.key_guid })?,
+                    None => pool.create_objset(&tx)?,
+                }
             };
             (Kind::New, id, pool.open_objset(id)?, opts.resumable)
         }
@@ -160,6 +201,8 @@ fn setup(pool: &ObjPool, begin: &Begin, target: RecvTarget, opts: &RecvOptions) 
                 )));
             }
             let mut os = pool.open_objset(head)?;
+            // Checked before anything changes (a forced rollback).
+            check_raw_target(&os, raw)?;
             // Changes an unmounted dataset's intent log still holds (found at
             // import, not replayed) are changes since the base: apply them
             // first, so they count as such and are never replayed later over
@@ -198,11 +241,22 @@ fn setup(pool: &ObjPool, begin: &Begin, target: RecvTarget, opts: &RecvOptions) 
     if let Some(p) = opts.props {
         os.set_write_props(p);
     }
+    if let Some(c) = raw {
+        if let Err(e) = check_raw_target(&os, raw).and_then(|()| Ok(os.begin_raw(c.root)?)) {
+            if matches!(kind, Kind::New) {
+                let tx = pool.begin();
+                let _ = pool.destroy_objset(&tx, head);
+            }
+            return Err(e);
+        }
+    }
     Ok((kind, head, os, resumable))
 }
 
 impl Receiver<'_> {
     fn reset_cursor(&mut self) {
+        self.touched.clear();
+        self.objects_started = false;
         self.cur = None;
         self.end_failed = false;
         self.between = false;
@@ -238,7 +292,7 @@ impl Receiver<'_> {
             self.between = true;
             let next = rd.read_begin()?;
             let b = &self.begin;
-            if next.flags != 0
+            if next.flags != b.flags & FLAG_RAW
                 || next.stream_guid != b.stream_guid
                 || next.series_index != b.series_index + 1
                 || next.series_count != b.series_count
@@ -247,6 +301,14 @@ impl Receiver<'_> {
                 || next.from_txg != b.to_txg
             {
                 return corrupt(format!("sub-stream {} does not follow sub-stream {} of this stream", next.series_index, b.series_index));
+            }
+            if let Some(prev) = self.raw {
+                let c = read_crypt(rd)?;
+                if c.key_guid != prev.key_guid || c.cipher != prev.cipher {
+                    return corrupt("a sub-stream of another key");
+                }
+                self.os.begin_raw(c.root)?;
+                self.raw = Some(c);
             }
             self.begin = next;
             self.reset_cursor();
@@ -257,10 +319,17 @@ impl Receiver<'_> {
         loop {
             let (ty, p) = rd.read_record()?;
             match ty {
-                RecordType::Object => self.object(ObjectRec::decode(&p)?)?,
-                RecordType::FreeObjects => self.free_objects(&p)?,
+                RecordType::Object => {
+                    self.objects_started = true;
+                    self.object(ObjectRec::decode(&p)?)?
+                }
+                RecordType::FreeObjects => {
+                    self.objects_started = true;
+                    self.free_objects(&p)?
+                }
                 RecordType::Write => self.write(&p)?,
                 RecordType::Free => self.free(&p)?,
+                RecordType::Seal => self.seal(&p)?,
                 RecordType::End => {
                     if let Err(e) = rd.finish_end(&p) {
                         self.end_failed = true;
@@ -269,11 +338,36 @@ impl Receiver<'_> {
                     if let Some(p) = self.pending_resume {
                         return corrupt(format!("resumed sub-stream ends before object {}", p.object));
                     }
-                    return self.finish_object();
+                    self.finish_object()?;
+                    return self.check_seals();
                 }
                 RecordType::Begin => return corrupt("BEGIN inside a sub-stream"),
+                RecordType::Crypt => return corrupt("CRYPT inside a sub-stream"),
             }
         }
+    }
+
+    fn seal(&mut self, p: &[u8]) -> Result<()> {
+        if self.raw.is_none() || self.objects_started {
+            return corrupt("SEAL outside the start of a raw sub-stream");
+        }
+        let (blkid, seal) = decode_seal(p)?;
+        Ok(self.os.raw_seal(blkid, seal)?)
+    }
+
+    /// Raw: every dnode block this sub-stream changed and that still holds
+    /// objects got its seal (else it would not authenticate).
+    fn check_seals(&mut self) -> Result<()> {
+        if self.raw.is_none() {
+            return Ok(());
+        }
+        let per = tarn_obj::format::DNODES_PER_BLOCK;
+        for &b in &self.touched {
+            if !self.os.has_raw_seal(b) && !self.os.objects_in_range(ObjectId(b * per), ObjectId((b + 1) * per))?.is_empty() {
+                return corrupt(format!("the raw stream changes dnode block {b} without its seal"));
+            }
+        }
+        Ok(())
     }
 
     fn snapshot(&mut self) -> Result<()> {
@@ -296,7 +390,8 @@ impl Receiver<'_> {
         if info.length > want {
             let tx = self.pool.begin();
             self.os.free_range(&tx, id, want, None)?;
-        } else if info.length < want {
+        } else if info.length < want && self.raw.is_none() {
+            // (Raw: the OBJECT record's shape sets the length.)
             let tx = self.pool.begin();
             self.os.write_data(&tx, id, want - c.bs, &vec![0u8; c.bs as usize])?;
         }
@@ -321,6 +416,9 @@ impl Receiver<'_> {
                 return corrupt(format!("a full stream changes object {} as if it existed", r.object));
             }
         }
+        if self.raw.is_some() == (r.levels == 0) {
+            return corrupt(format!("OBJECT {} with {} levels in a {} stream", r.object, r.levels, if self.raw.is_some() { "raw" } else { "plain" }));
+        }
         self.finish_object()?;
         {
             let tx = self.pool.begin();
@@ -341,6 +439,16 @@ impl Receiver<'_> {
                     }
                     Err(e) => return Err(e.into()),
                 };
+                // Raw: a tree taller than the sender's was the base's
+                // object; the sender's was recreated since (and all of its
+                // blocks follow): start from an empty one.
+                let info = match info {
+                    Some(_) if self.raw.is_some() && self.os.raw_levels(id)? > r.levels => {
+                        self.os.free(&tx, id)?;
+                        None
+                    }
+                    i => i,
+                };
                 match info {
                     None => self.os.create_with_id(&tx, id, ObjType(r.otype), r.block_size, &r.bonus)?,
                     // From a bookmark: another object had this id in the base.
@@ -353,6 +461,10 @@ impl Receiver<'_> {
             }
             if r.flags & OBJ_METADATA != 0 {
                 self.os.mark_metadata(&tx, id)?;
+            }
+            if self.raw.is_some() {
+                self.os.set_raw_shape(&tx, id, r.levels, r.nblocks)?;
+                self.touched.insert(r.object / tarn_obj::format::DNODES_PER_BLOCK);
             }
         }
         self.object_started(&r)
@@ -387,6 +499,7 @@ impl Receiver<'_> {
         self.finish_object()?;
         let end = first + count;
         for id in self.os.objects_in_range(ObjectId(first), ObjectId(end))? {
+            self.touched.insert(id.0 / tarn_obj::format::DNODES_PER_BLOCK);
             let tx = self.pool.begin();
             match self.os.free(&tx, id) {
                 Ok(()) | Err(ObjError::NotFound(_)) => {}
@@ -413,9 +526,16 @@ impl Receiver<'_> {
                 h.object, h.offset, h.logical_len, c.bs, c.nblocks, c.end
             ));
         }
+        if (h.flags & WRITE_RAW != 0) != self.raw.is_some() {
+            return corrupt(format!("WRITE of object {}: raw and plain records mixed", h.object));
+        }
         {
             let tx = self.pool.begin();
-            self.os.write_data(&tx, ObjectId(h.object), h.offset, data)?;
+            if h.flags & WRITE_RAW != 0 {
+                self.os.write_raw_block(&tx, ObjectId(h.object), h.offset / c.bs, h.raw_block(), data.to_vec())?;
+            } else {
+                self.os.write_data(&tx, ObjectId(h.object), h.offset, data)?;
+            }
         }
         self.current(h.object, "WRITE")?.end = h.offset + c.bs;
         Ok(())
@@ -467,6 +587,13 @@ impl Receiver<'_> {
     }
 
     fn fail(self, cause: SendError, sub_bytes: u64, total_bytes: u64) -> SendError {
+        if self.raw.is_some() {
+            // What arrived is written with the seals it came with, before
+            // the object set leaves raw mode (and is kept or rolled back).
+            if let Err(e) = self.pool.sync().map_err(SendError::from).and_then(|_| Ok(self.os.end_raw()?)) {
+                return SendError::CleanupFailed { cause: Box::new(cause), cleanup: format!("the raw changes could not be written: {e}") };
+            }
+        }
         if self.resumable {
             // What was applied must be on disk before a token names it.
             if let Err(e) = self.pool.sync() {

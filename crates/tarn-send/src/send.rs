@@ -44,9 +44,8 @@ impl Sink for StreamSink<'_, '_> {
         self.w.record(ty, parts)
     }
 
-    fn write_block(&mut self, os: &ObjectSet, mut hdr: WriteHdr, block: &BlockRef) -> Result<()> {
-        let data = read_for_write(os, block, hdr.logical_len as usize)?;
-        hdr.data_len = hdr.logical_len;
+    fn write_block(&mut self, os: &ObjectSet, hdr: WriteHdr, block: &BlockRef) -> Result<()> {
+        let data = read_for_write(os, block, &hdr)?;
         self.w.record(RecordType::Write, &[&hdr.encode(), &data])
     }
 
@@ -75,7 +74,7 @@ impl Sink for CountSink {
     }
 
     fn write_block(&mut self, _os: &ObjectSet, hdr: WriteHdr, _block: &BlockRef) -> Result<()> {
-        self.bytes += record_size(WRITE_HEADER + hdr.logical_len as usize);
+        self.bytes += record_size(WRITE_HEADER + hdr.data_len as usize);
         self.records += 1;
         Ok(())
     }
@@ -157,6 +156,7 @@ fn open_pair(pool: &ObjPool, to: &SnapRef, from: Option<&SendBase>) -> Result<(O
 /// One sub-stream: BEGIN, the records, END.
 fn substream(pool: &ObjPool, to: &SnapRef, from: Option<&SendBase>, begin: &Begin, sink: &mut dyn Sink) -> Result<()> {
     let (tos, bos) = open_pair(pool, to, from)?;
+    let raw = begin.flags & FLAG_RAW != 0;
     let from_txg = from.map_or(0, |f| f.txg());
     // From a bookmark there is no base tree: holes and free slots under
     // what changed are all freed, and objects may or may not exist there.
@@ -164,6 +164,9 @@ fn substream(pool: &ObjPool, to: &SnapRef, from: Option<&SendBase>, begin: &Begi
     let resume = (begin.flags & FLAG_RESUME != 0).then_some(begin.resume);
     let started = resume.filter(|p| p.started);
     sink.begin(begin)?;
+    if raw {
+        raw_prelude(&tos, from_txg, sink)?;
+    }
     let mut resumed_seen = false;
     let mut slot: Option<SendError> = None;
     let start = resume.map_or(0, |p| p.object);
@@ -205,6 +208,7 @@ fn substream(pool: &ObjPool, to: &SnapRef, from: Option<&SendBase>, begin: &Begi
                         block_size: target.block_size,
                         nblocks: target.nblocks,
                         bonus: target.bonus,
+                        levels: if raw { target.levels() } else { 0 },
                     };
                     sink.record(RecordType::Object, &[&rec.encode()])?;
                     let skip_to = if resuming { started.map_or(0, |p| p.offset) } else { 0 };
@@ -225,7 +229,7 @@ fn substream(pool: &ObjPool, to: &SnapRef, from: Option<&SendBase>, begin: &Begi
                                     if offset < skip_to {
                                         return Ok(());
                                     }
-                                    let hdr = WriteHdr { object: id, offset, logical_len: target.block_size, ..Default::default() };
+                                    let hdr = write_header(id, offset, target.block_size, &block, raw)?;
                                     sink.write_block(&tos, hdr, &block)
                                 }
                                 BlockChange::Hole { first, count } => {
@@ -258,9 +262,9 @@ fn substream(pool: &ObjPool, to: &SnapRef, from: Option<&SendBase>, begin: &Begi
         bridge(&mut slot, r)
     };
     let r = if bookmark {
-        tos.changed_objects_since(from_txg, ObjectId(start), &mut on_object)
+        tos.changed_objects_since(from_txg, ObjectId(start), raw, &mut on_object)
     } else {
-        tos.changed_objects(bos.as_ref(), from_txg, ObjectId(start), &mut on_object)
+        tos.changed_objects(bos.as_ref(), from_txg, ObjectId(start), raw, &mut on_object)
     };
     settle(slot, r)?;
     if let Some(p) = started {
@@ -269,6 +273,33 @@ fn substream(pool: &ObjPool, to: &SnapRef, from: Option<&SendBase>, begin: &Begi
         }
     }
     sink.end()
+}
+
+/// A raw sub-stream's records after BEGIN: how the object set is
+/// encrypted and what its root authenticates (CRYPT), then the seals of
+/// the dnode blocks written since the base (SEAL), so the receiver has
+/// them before any dnode block of its own is written.
+fn raw_prelude(tos: &ObjectSet, from_txg: u64, sink: &mut dyn Sink) -> Result<()> {
+    let c = tos.crypt().ok_or_else(|| SendError::Invalid("a raw stream of an object set that is not encrypted".into()))?;
+    let rec = CryptRec { cipher: c.cipher, key_guid: c.key_guid, root: tos.raw_root()? };
+    sink.record(RecordType::Crypt, &[&rec.encode()])?;
+    let mut slot = None;
+    let r = tos.raw_dnode_seals(from_txg, &mut |blkid, seal| bridge(&mut slot, sink.record(RecordType::Seal, &[&encode_seal(blkid, &seal)])));
+    settle(slot, r)
+}
+
+/// The WRITE header of block `offset` of object `id`: plain (the data is
+/// the block's contents), or raw (its ciphertext and sealed pointer fields).
+fn write_header(id: u64, offset: u64, block_size: u32, block: &BlockRef, raw: bool) -> Result<WriteHdr> {
+    let hdr = WriteHdr { object: id, offset, logical_len: block_size, data_len: block_size, ..Default::default() };
+    if !raw {
+        return Ok(hdr);
+    }
+    let rb = block.raw_block().ok_or_else(|| SendError::Obj(ObjError::Corrupt(format!("object {id}: block at {offset} of an encrypted object set is not sealed"))))?;
+    if rb.lsize != block_size {
+        return Err(SendError::Obj(ObjError::Corrupt(format!("object {id}: sealed block at {offset} of {} bytes, block size {block_size}", rb.lsize))));
+    }
+    Ok(WriteHdr { flags: WRITE_RAW, data_len: rb.psize, compression: rb.compression, iv: rb.iv, mac: rb.mac, ..hdr })
 }
 
 /// Checks the series and the token; returns the first sub-stream to send
@@ -306,7 +337,7 @@ fn plan(snaps: &[SnapRef], from: Option<&SendBase>, token: Option<&str>) -> Resu
     Ok((i, Some(t.position)))
 }
 
-fn run(pool: &ObjPool, snaps: &[SnapRef], from: Option<&SendBase>, token: Option<&str>, sink: &mut dyn Sink) -> Result<u64> {
+fn run(pool: &ObjPool, snaps: &[SnapRef], from: Option<&SendBase>, token: Option<&str>, raw: bool, sink: &mut dyn Sink) -> Result<u64> {
     let (first, position) = plan(snaps, from, token)?;
     let stream_guid = random_guid();
     let last = snaps[snaps.len() - 1].guid;
@@ -314,7 +345,7 @@ fn run(pool: &ObjPool, snaps: &[SnapRef], from: Option<&SendBase>, token: Option
         let to = &snaps[i];
         let base = if i == 0 { from.copied() } else { Some(SendBase::Snapshot(snaps[i - 1])) };
         let mut begin = Begin {
-            flags: 0,
+            flags: if raw { FLAG_RAW } else { 0 },
             stream_guid,
             series_index: i as u32,
             series_count: snaps.len() as u32,
@@ -374,7 +405,9 @@ impl ReadJob {
 }
 
 fn read_framed(os: &ObjectSet, block: &BlockRef, hdr: &[u8; WRITE_HEADER], len: usize, head: PendingHeader) -> Framed {
-    let data = read_for_write(os, block, len)?;
+    let h = WriteHdr::decode_header(hdr);
+    let data = read_for_write(os, block, &h)?;
+    debug_assert_eq!(data.len(), len);
     Ok((head.finish(&[hdr, &data]), data))
 }
 
@@ -385,12 +418,20 @@ const PIPELINE_DEPTH: usize = 64;
 /// and spread block verification over the cores.
 const READERS: usize = 3;
 
-/// Reads a block as a WRITE carries it: blocks are stored at the object's
-/// block size; be lenient with a short one (zero-filled, as a read would
-/// return it).
-fn read_for_write(os: &ObjectSet, block: &BlockRef, len: usize) -> Result<Vec<u8>> {
+/// Reads a block as a WRITE with header `hdr` carries it. Plain: blocks
+/// are stored at the object's block size; be lenient with a short one
+/// (zero-filled, as a read would return it). Raw: the ciphertext as
+/// stored, checksum verified.
+fn read_for_write(os: &ObjectSet, block: &BlockRef, hdr: &WriteHdr) -> Result<Vec<u8>> {
+    if hdr.flags & WRITE_RAW != 0 {
+        let (_, data) = os.read_block_raw(block)?;
+        if data.len() != hdr.data_len as usize {
+            return Err(SendError::Obj(ObjError::Corrupt(format!("object {}: sealed block at {} read as {} bytes", hdr.object, hdr.offset, data.len()))));
+        }
+        return Ok(data);
+    }
     let mut data = os.read_block_ref(block)?;
-    data.resize(len, 0);
+    data.resize(hdr.logical_len as usize, 0);
     Ok(data)
 }
 
@@ -427,9 +468,8 @@ impl Sink for ChannelSink {
         self.send(Msg::Record(ty, parts.concat()))
     }
 
-    fn write_block(&mut self, os: &ObjectSet, mut hdr: WriteHdr, block: &BlockRef) -> Result<()> {
-        hdr.data_len = hdr.logical_len;
-        let len = hdr.logical_len as usize;
+    fn write_block(&mut self, os: &ObjectSet, hdr: WriteHdr, block: &BlockRef) -> Result<()> {
+        let len = hdr.data_len as usize;
         let hdr = hdr.encode();
         let head = self.seq.frame(RecordType::Write, WRITE_HEADER + len);
         let data = match &self.jobs {
@@ -489,7 +529,7 @@ fn join<T>(h: std::thread::ScopedJoinHandle<'_, T>) -> T {
 /// `out`) writes. Errors come out as if sequential: the records before the
 /// first failure (a read or a write) are written, and that failure is
 /// returned.
-fn run_to(pool: &ObjPool, snaps: &[SnapRef], from: Option<&SendBase>, token: Option<&str>, out: &mut dyn Write) -> Result<SendSummary> {
+fn run_to(pool: &ObjPool, snaps: &[SnapRef], from: Option<&SendBase>, token: Option<&str>, raw: bool, out: &mut dyn Write) -> Result<SendSummary> {
     let mut buf = BufWriter::with_capacity(1 << 20, out);
     let mut w = RecordWriter::new(&mut buf);
     let (tx, rx) = sync_channel::<Msg>(PIPELINE_DEPTH);
@@ -503,12 +543,12 @@ fn run_to(pool: &ObjPool, snaps: &[SnapRef], from: Option<&SendBase>, token: Opt
         let jobs = (!readers.is_empty()).then_some(jobs_tx);
         let walker = std::thread::Builder::new().name("tarn-send-walk".into()).spawn_scoped(s, move || {
             let mut sink = ChannelSink { tx, jobs, seq: Sequencer::default() };
-            run(pool, snaps, from, token, &mut sink)
+            run(pool, snaps, from, token, raw, &mut sink)
         });
         // (A failed spawn dropped the sink's channels: the readers end.)
         let Ok(walker) = walker else {
             // No thread: send on this one.
-            return run(pool, snaps, from, token, &mut StreamSink { w: &mut w });
+            return run(pool, snaps, from, token, raw, &mut StreamSink { w: &mut w });
         };
         let written = {
             // Dropped before the joins: a walker blocked on a full channel
@@ -539,31 +579,47 @@ fn run_to(pool: &ObjPool, snaps: &[SnapRef], from: Option<&SendBase>, token: Opt
 /// vouches that a bookmark is of this head's history). The snapshots must
 /// not be destroyed while this runs.
 pub fn send(pool: &ObjPool, snap: &SnapRef, from: Option<&SendBase>, out: &mut dyn Write) -> Result<SendSummary> {
-    run_to(pool, std::slice::from_ref(snap), from, None, out)
+    run_to(pool, std::slice::from_ref(snap), from, None, false, out)
 }
 
 /// Writes `snaps` (consecutive snapshots of one head, oldest first) as one
 /// stream of sub-streams: the first full or from `from`, each next one from
 /// the previous snapshot (`send -I from snaps.last()`).
 pub fn send_series(pool: &ObjPool, snaps: &[SnapRef], from: Option<&SendBase>, out: &mut dyn Write) -> Result<SendSummary> {
-    run_to(pool, snaps, from, None, out)
+    run_to(pool, snaps, from, None, false, out)
 }
 
 /// The rest of the stream `send(snap, base)` after the interruption that
 /// returned `token`.
 pub fn send_resume(pool: &ObjPool, snap: &SnapRef, base: Option<&SendBase>, token: &str, out: &mut dyn Write) -> Result<SendSummary> {
-    run_to(pool, std::slice::from_ref(snap), base, Some(token), out)
+    run_to(pool, std::slice::from_ref(snap), base, Some(token), false, out)
 }
 
 /// The rest of the stream `send_series(snaps, from)` after the interruption
 /// that returned `token`: from the sub-stream and position it names.
 pub fn send_series_resume(pool: &ObjPool, snaps: &[SnapRef], from: Option<&SendBase>, token: &str, out: &mut dyn Write) -> Result<SendSummary> {
-    run_to(pool, snaps, from, Some(token), out)
+    run_to(pool, snaps, from, Some(token), false, out)
+}
+
+/// A raw stream of an encrypted object set's `snaps` (as
+/// [`send_series`], or from `token` as [`send_series_resume`]): blocks as
+/// ciphertext, dnodes with their bonuses sealed, the seals of the dnode
+/// blocks and the root's MAC. Needs no key (`docs/send-stream.md`, "Raw
+/// streams").
+pub fn send_raw(pool: &ObjPool, snaps: &[SnapRef], from: Option<&SendBase>, token: Option<&str>, out: &mut dyn Write) -> Result<SendSummary> {
+    run_to(pool, snaps, from, token, true, out)
+}
+
+/// Bytes `send_raw` would write (exact).
+pub fn estimate_raw(pool: &ObjPool, snaps: &[SnapRef], from: Option<&SendBase>, token: Option<&str>) -> Result<u64> {
+    let mut sink = CountSink::default();
+    run(pool, snaps, from, token, true, &mut sink)?;
+    Ok(sink.bytes)
 }
 
 fn count(pool: &ObjPool, snaps: &[SnapRef], from: Option<&SendBase>, token: Option<&str>) -> Result<u64> {
     let mut sink = CountSink::default();
-    run(pool, snaps, from, token, &mut sink)?;
+    run(pool, snaps, from, token, false, &mut sink)?;
     Ok(sink.bytes)
 }
 

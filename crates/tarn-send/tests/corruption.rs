@@ -166,7 +166,8 @@ fn wrong_base_and_raw_streams_are_refused() {
     assert!(matches!(d.recv(&fx.full0, d.existing(), false).unwrap_err(), SendError::Invalid(_)));
     assert!(matches!(d.recv(&fx.inc01, RecvTarget::New, false).unwrap_err(), SendError::Invalid(_)));
     d.assert_unchanged(&fx, "full/incremental mismatch");
-    // RAW streams: refused until encryption lands.
+    // RAW streams: one without its CRYPT record is corrupt; a raw stream
+    // is received only into an encrypted object set of its key.
     let mut raw = Vec::new();
     {
         let mut w = RecordWriter::new(&mut raw);
@@ -174,8 +175,19 @@ fn wrong_base_and_raw_streams_are_refused() {
         w.end().unwrap();
     }
     let e = d.recv(&raw, d.existing(), true).unwrap_err();
-    assert!(matches!(e, SendError::Unsupported(_)), "{e}");
-    d.assert_unchanged(&fx, "raw");
+    assert!(matches!(e.cause(), SendError::Corrupt(_)), "{e}");
+    d.assert_unchanged(&fx, "raw without CRYPT");
+    let mut raw = Vec::new();
+    {
+        let mut w = RecordWriter::new(&mut raw);
+        w.begin(&Begin { flags: FLAG_RAW, ..begin_of(&fx.inc01) }).unwrap();
+        let root = tarn_obj::raw::RawRoot { mac: [7; 16], meta_levels: 1, meta_nblocks: 1 };
+        w.record(RecordType::Crypt, &[&CryptRec { cipher: tarn_block::Cipher::Aes256Gcm, key_guid: 9, root }.encode()]).unwrap();
+        w.end().unwrap();
+    }
+    let e = d.recv(&raw, d.existing(), true).unwrap_err();
+    assert!(matches!(e.cause(), SendError::Invalid(_)), "{e}");
+    d.assert_unchanged(&fx, "raw into a plain object set");
     // A token for another stream.
     let bad_token = ResumeToken { stream_guid: 1, series_index: 0, series_count: 1, to_guid: 5, from_guid: 6, series_last_guid: 5, ..Default::default() }.encode();
     assert!(send_resume(&fx.src, &fx.snaps[1], Some(&SendBase::from(fx.snaps[0])), &bad_token, &mut Vec::new()).is_err());
@@ -197,7 +209,7 @@ fn forged_records_are_rejected_without_changing_anything() {
     let d = dst(&fx);
     let inc = begin_of(&fx.inc01);
     let full = begin_of(&fx.full0);
-    let obj = |object: u64, flags: u8, block_size: u32, nblocks: u64| ObjectRec { object, otype: 20, flags, block_size, nblocks, bonus: [3; BONUS_LEN] };
+    let obj = |object: u64, flags: u8, block_size: u32, nblocks: u64| ObjectRec { object, otype: 20, flags, block_size, nblocks, bonus: [3; BONUS_LEN], levels: 0 };
     let w = |object: u64, offset: u64, data: &[u8]| {
         let h = WriteHdr { object, offset, logical_len: data.len() as u32, data_len: data.len() as u32, ..Default::default() };
         let mut v = h.encode().to_vec();

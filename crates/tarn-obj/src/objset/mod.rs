@@ -55,6 +55,11 @@ pub(crate) struct TxgDirty {
     pub freed: bool,
     /// What this record's dirty blocks are charged (space.rs).
     pub charge: Charge,
+    /// Blocks of `blocks` that are ciphertext from a raw receive, with
+    /// their pointer fields (raw.rs): written as they are.
+    pub raw: BTreeMap<u64, tarn_block::RawBlock>,
+    /// Raw receive: the levels and block count the dnode must have.
+    pub shape: Option<(u8, u64)>,
 }
 
 pub(crate) struct DnodeState {
@@ -137,6 +142,8 @@ pub(crate) struct ObjsetInner {
     /// The root's MAC was checked against the loaded key (crypt.rs);
     /// cleared when the key is unloaded.
     pub root_verified: std::sync::atomic::AtomicBool,
+    /// A raw receive in progress (raw.rs).
+    pub raw: Mutex<Option<crate::raw::RawState>>,
 }
 
 fn policy_bits(p: &WriteProps) -> u8 {
@@ -166,6 +173,7 @@ impl ObjsetInner {
     pub fn new(id: ObjsetId, phys: ObjsetPhys, props: WriteProps, root_bp: BlockPtr) -> Arc<ObjsetInner> {
         Arc::new(ObjsetInner {
             root_verified: std::sync::atomic::AtomicBool::new(false),
+            raw: Mutex::new(None),
             crypt: phys.crypt,
             id,
             props: Mutex::new(props),
@@ -207,7 +215,8 @@ impl ObjsetInner {
 
     /// Read the on-disk DnodePhys of `id` from the committed meta tree.
     pub fn load_phys(&self, s: &Shared, id: ObjectId) -> Result<DnodePhys> {
-        let keys = self.keys(s)?;
+        // A raw receive reads the dnodes as stored (bonuses sealed).
+        let keys = if self.raw.lock().is_some() { None } else { self.keys(s)? };
         let io = &s.io;
         let _gate = s.reader_gate.read();
         let meta = self.committed.lock().meta.clone();
@@ -325,17 +334,17 @@ impl ObjectSet {
         }
     }
 
-    fn charge_of(&self, len: u64) -> Charge {
+    pub(crate) fn charge_of(&self, len: u64) -> Charge {
         self.shared.block_charge(len, self.copies())
     }
 
-    fn add_charge(&self, d: &mut TxgDirty, c: Charge) {
+    pub(crate) fn add_charge(&self, d: &mut TxgDirty, c: Charge) {
         d.charge.add(c);
         self.inner.dirty_bytes.fetch_add(c.bytes, Ordering::Relaxed);
         self.shared.add_dirty(c);
     }
 
-    fn drop_charge(&self, d: &mut TxgDirty, c: Charge) {
+    pub(crate) fn drop_charge(&self, d: &mut TxgDirty, c: Charge) {
         d.charge.sub(c);
         self.inner.discharge(&self.shared, c);
     }
@@ -382,7 +391,7 @@ impl ObjectSet {
     }
 
     /// The dirty record of `txg`, created from the newest view if needed.
-    fn dirty_for<'a>(&self, dn: &Arc<Dnode>, st: &'a mut DnodeState, txg: Txg) -> &'a mut TxgDirty {
+    pub(crate) fn dirty_for<'a>(&self, dn: &Arc<Dnode>, st: &'a mut DnodeState, txg: Txg) -> &'a mut TxgDirty {
         if !st.dirty.contains_key(&txg) {
             self.shared.assert_txg_writable(txg);
             let attrs = match st.dirty.range(..txg).next_back() {
@@ -390,7 +399,7 @@ impl ObjectSet {
                 None if st.dirty.is_empty() => st.attrs(),
                 None => Attrs::of(&st.committed),
             };
-            st.dirty.insert(txg, TxgDirty { blocks: BTreeMap::new(), frees: Vec::new(), attrs, freed: false, charge: Charge::default() });
+            st.dirty.insert(txg, TxgDirty { blocks: BTreeMap::new(), frees: Vec::new(), attrs, freed: false, charge: Charge::default(), raw: BTreeMap::new(), shape: None });
             self.inner.dirty.lock().entry(txg).or_default().insert(dn.id, dn.clone());
             self.shared.note_dirty_objset(txg, self.inner.id);
             let meta_copies = self.shared.meta_spec(self.copies()).copies;
@@ -425,6 +434,7 @@ impl ObjectSet {
         if had_tree {
             d.freed = true;
             d.blocks.clear();
+            d.raw.clear();
             d.frees.clear();
         }
         d.attrs = Attrs { exists: true, otype: t.0, block_size, bonus: *bonus, metadata: false };
@@ -448,6 +458,7 @@ impl ObjectSet {
         let all = d.charge;
         self.drop_charge(d, all);
         d.blocks.clear();
+        d.raw.clear();
         d.frees.clear();
         d.freed = true;
         d.attrs.exists = false;
@@ -544,6 +555,9 @@ impl ObjectSet {
     /// Changes block `blkid` in `txg` (and in newer txgs that have it
     /// dirty); returns `txg`'s version of it.
     fn modify_block(&self, dn: &Arc<Dnode>, txg: Txg, blkid: u64, expect_bs: u64, whole: Option<&[u8]>, f: &mut dyn FnMut(&mut [u8])) -> Result<Arc<Vec<u8>>> {
+        if self.inner.raw.lock().is_some() {
+            return Err(ObjError::Invalid("the object set is receiving a raw stream: only raw writes".into()));
+        }
         let mut st = dn.st.lock();
         let bs = st.attrs().block_size as usize;
         if bs as u64 != expect_bs {
@@ -687,6 +701,7 @@ impl ObjectSet {
             let doomed: Vec<u64> = d.blocks.range(first_full..last_full).map(|(&k, _)| k).collect();
             for k in doomed {
                 if let Some(b) = d.blocks.remove(&k) {
+                    d.raw.remove(&k);
                     self.drop_charge(d, self.charge_of(b.len() as u64));
                 }
             }

@@ -20,6 +20,11 @@ impl ObjectSet {
     pub(super) fn block_view_upto(&self, st: &DnodeState, blkid: u64, txg: Txg) -> Result<Found> {
         for (_, d) in st.dirty.range(..=txg).rev() {
             if let Some(b) = d.blocks.get(&blkid) {
+                if d.raw.contains_key(&blkid) {
+                    // Ciphertext of a raw receive: nothing to read until
+                    // the key is loaded, after the receive.
+                    return Err(ObjError::KeyNotLoaded);
+                }
                 return Ok(Found::Data(b.clone()));
             }
             if d.freed || d.frees.iter().any(|&(s, e)| s <= blkid && blkid < e) {

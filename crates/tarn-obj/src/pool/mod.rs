@@ -336,13 +336,23 @@ impl ObjPool {
     /// it is sealed with the keys loaded under `crypt.key_guid`, which must
     /// be loaded (crypt.rs).
     pub fn create_objset_with(&self, tx: &Tx, crypt: Option<crate::crypt::Crypt>) -> Result<ObjsetId> {
-        if self.shared.readonly {
-            return Err(ObjError::ReadOnly);
-        }
         if let Some(c) = crypt {
             if self.shared.keys.get(c.key_guid).is_none() {
                 return Err(ObjError::KeyNotLoaded);
             }
+        }
+        self.create_objset_inner(tx, crypt)
+    }
+
+    /// A new encrypted object set for a raw receive: its key need not be
+    /// loaded (raw.rs; its first root carries the stream's MAC).
+    pub fn create_objset_raw(&self, tx: &Tx, crypt: crate::crypt::Crypt) -> Result<ObjsetId> {
+        self.create_objset_inner(tx, Some(crypt))
+    }
+
+    fn create_objset_inner(&self, tx: &Tx, crypt: Option<crate::crypt::Crypt>) -> Result<ObjsetId> {
+        if self.shared.readonly {
+            return Err(ObjError::ReadOnly);
         }
         let id = ObjsetId(self.shared.next_objset.fetch_add(1, Ordering::Relaxed));
         let mut phys = ObjsetPhys::new(1);

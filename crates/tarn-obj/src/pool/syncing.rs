@@ -17,8 +17,9 @@ use crate::objset::{ObjectSet, ObjsetInner, SyncItem};
 use crate::tree::{self, block_err, Changes, TreeCtx};
 use crate::*;
 
-/// A level-0 block to write: item index, block id, data, object type, metadata?
-type DataJob = (usize, u64, Arc<Vec<u8>>, u8, bool);
+/// A level-0 block to write: item index, block id, data, object type,
+/// metadata?, and for ciphertext of a raw receive its pointer fields.
+type DataJob = (usize, u64, Arc<Vec<u8>>, u8, bool, Option<tarn_block::RawBlock>);
 
 pub(crate) struct ObjsetSync {
     pub inner: Arc<ObjsetInner>,
@@ -232,6 +233,7 @@ fn sync_objset(s: &Arc<Shared>, stx: &SyncTx, inner: &Arc<ObjsetInner>) -> Resul
                 Some(mut m) => {
                     if d.freed {
                         m.blocks.clear();
+                        m.raw.clear();
                         m.frees.clear();
                         m.freed = true;
                     }
@@ -239,10 +241,18 @@ fn sync_objset(s: &Arc<Shared>, stx: &SyncTx, inner: &Arc<ObjsetInner>) -> Resul
                         let doomed: Vec<u64> = m.blocks.range(a..b).map(|(&k, _)| k).collect();
                         for k in doomed {
                             m.blocks.remove(&k);
+                            m.raw.remove(&k);
                         }
                         m.frees.push((a, b));
                     }
-                    m.blocks.extend(d.blocks.iter().map(|(k, v)| (*k, v.clone())));
+                    for (k, v) in &d.blocks {
+                        m.blocks.insert(*k, v.clone());
+                        match d.raw.get(k) {
+                            Some(r) => m.raw.insert(*k, *r),
+                            None => m.raw.remove(k),
+                        };
+                    }
+                    m.shape = d.shape.or(m.shape);
                     m.attrs = d.attrs.clone();
                     m.charge.add(d.charge);
                     m
@@ -259,8 +269,10 @@ fn sync_objset(s: &Arc<Shared>, stx: &SyncTx, inner: &Arc<ObjsetInner>) -> Resul
     // unloading waits for the object set to be clean (ObjPool::unload_keys).
     // (`keys` checks the root's MAC first: changes are never built on a
     // root that does not authenticate.)
+    // A raw receive writes ciphertext and seals made elsewhere: no key.
+    let raw = inner.raw.lock().as_ref().map(|r| (r.root, r.seals.clone()));
     let keys = match inner.crypt {
-        Some(c) if !items.is_empty() => Some(inner.keys(s).map_err(|e| {
+        Some(c) if !items.is_empty() && raw.is_none() => Some(inner.keys(s).map_err(|e| {
             ObjError::Io(format!("object set {} has changes to write and no usable key (guid {:#x}): {e}", inner.id.0, c.key_guid))
         })?.expect("an encrypted object set's keys")),
         _ => None,
@@ -271,7 +283,7 @@ fn sync_objset(s: &Arc<Shared>, stx: &SyncTx, inner: &Arc<ObjsetInner>) -> Resul
     let jobs: Vec<DataJob> = items
         .iter()
         .enumerate()
-        .flat_map(|(i, it)| it.dirty.blocks.iter().map(move |(&b, d)| (i, b, d.clone(), it.dirty.attrs.otype, it.dirty.attrs.metadata)))
+        .flat_map(|(i, it)| it.dirty.blocks.iter().map(move |(&b, d)| (i, b, d.clone(), it.dirty.attrs.otype, it.dirty.attrs.metadata, it.dirty.raw.get(&b).copied())))
         .collect();
     let is_mos = inner.id == MOS_OBJSET_ID;
     let spec_for = |otype: u8, metadata: bool| {
@@ -287,12 +299,17 @@ fn sync_objset(s: &Arc<Shared>, stx: &SyncTx, inner: &Arc<ObjsetInner>) -> Resul
     // written again (zil/indirect.rs).
     let adopted = crate::zil::adopt(s, stx, inner.id, &jobs.iter().map(|j| &j.2).collect::<Vec<_>>());
     let work: Vec<(&DataJob, Option<BlockPtr>)> = jobs.iter().zip(adopted).collect();
-    let results: Vec<(usize, u64, std::result::Result<BlockPtr, tarn_block::BlockError>, u64)> = crate::par::par_map(&work, |((i, b, d, ot, meta), adopted)| {
-        let r = match adopted {
-            Some(bp) => Ok(BlockPtr { otype: *ot, ..*bp }),
-            None => s.io.write_with(d, spec_for(*ot, *meta), txg, keys),
+    let results: Vec<(usize, u64, std::result::Result<BlockPtr, tarn_block::BlockError>, u64)> = crate::par::par_map(&work, |((i, b, d, ot, meta, rawblk), adopted)| {
+        let r = match (adopted, rawblk) {
+            (Some(bp), _) => Ok(BlockPtr { otype: *ot, ..*bp }),
+            (None, Some(rb)) => s.io.write_raw(d, rb, spec_for(*ot, *meta), txg),
+            (None, None) if raw.is_some() && inner.crypt.is_some() => {
+                Err(tarn_block::BlockError::Write("a plain block in an object set receiving raw".into()))
+            }
+            (None, None) => s.io.write_with(d, spec_for(*ot, *meta), txg, keys),
         };
-        (*i, *b, r, d.len() as u64)
+        let lsize = rawblk.map_or(d.len() as u64, |r| u64::from(r.lsize));
+        (*i, *b, r, lsize)
     });
     let mut used_delta: i64 = 0;
     let mut logical_delta: i64 = 0;
@@ -301,7 +318,7 @@ fn sync_objset(s: &Arc<Shared>, stx: &SyncTx, inner: &Arc<ObjsetInner>) -> Resul
     for (job, (i, b, r, lsize)) in jobs.iter().zip(results) {
         let bp = r.map_err(block_err)?;
         assert_eq!((job.0, job.1), (i, b), "par_map returns results in job order");
-        if props.primarycache.keeps(job.4) {
+        if props.primarycache.keeps(job.4) && job.5.is_none() {
             match keys {
                 Some(k) if bp.is_encrypted() => s.io.cache_written_keyed(&bp, job.2.clone(), k),
                 _ => s.io.cache_written_as(&bp, job.2.clone(), props.secondarycache.keeps(job.4)),
@@ -352,6 +369,9 @@ fn sync_objset(s: &Arc<Shared>, stx: &SyncTx, inner: &Arc<ObjsetInner>) -> Resul
             let written_used: i64 = it.written.values().map(|b| b.asize() as i64).sum();
             let ch = Changes { frees: std::mem::take(&mut it.dirty.frees), writes: std::mem::take(&mut it.written) };
             ctx.apply(&mut phys, &ch)?;
+            if let Some((levels, nblocks)) = it.dirty.shape {
+                crate::raw::apply_shape(&mut ctx, &mut phys, levels, nblocks)?;
+            }
             phys.used_bytes = (used + written_used + ctx.used_delta).max(0) as u64;
         } else {
             // Created and freed before reaching disk: its fresh blocks are garbage.
@@ -386,10 +406,20 @@ fn sync_objset(s: &Arc<Shared>, stx: &SyncTx, inner: &Arc<ObjsetInner>) -> Resul
     // Dnode blocks of an encrypted object set: bonuses sealed, the IV in
     // the pointer (so at most two copies).
     let mut seals = BTreeMap::new();
-    if let Some(keys) = keys {
+    if inner.crypt.is_some() {
         meta_spec.copies = meta_spec.copies.min(2);
+    }
+    if let Some(keys) = keys {
         for (&b, d) in meta_blocks.iter_mut() {
             seals.insert(b, crate::crypt::seal_dnode_block(keys, b, d)?);
+        }
+    } else if let Some((_, raw_seals)) = &raw {
+        // Raw receive: the sender's seals (a block whose seal did not
+        // arrive stays unstamped, and will not authenticate).
+        for &b in meta_blocks.keys() {
+            if let Some(seal) = raw_seals.get(&b) {
+                seals.insert(b, (seal.iv, seal.mac));
+            }
         }
     }
     let meta_written: Vec<(u64, std::result::Result<BlockPtr, tarn_block::BlockError>)> =
@@ -407,6 +437,9 @@ fn sync_objset(s: &Arc<Shared>, stx: &SyncTx, inner: &Arc<ObjsetInner>) -> Resul
         ch.writes.insert(b, bp);
     }
     ctx.apply(&mut committed.meta, &ch)?;
+    if let Some((root, _)) = &raw {
+        crate::raw::apply_shape(&mut ctx, &mut committed.meta, root.meta_levels, root.meta_nblocks)?;
+    }
     committed.next_object = committed.next_object.max(inner.next_object.load(Ordering::Relaxed));
     if is_mos {
         committed.next_objset = committed.next_objset.max(s.next_objset.load(Ordering::Relaxed));
@@ -438,7 +471,9 @@ fn sync_objset(s: &Arc<Shared>, stx: &SyncTx, inner: &Arc<ObjsetInner>) -> Resul
     }
     let root_data = committed.encode();
     let mut root_bp = s.io.write(&root_data, spec, txg).map_err(block_err)?;
-    if inner.crypt.is_some() {
+    if let (Some((root, _)), Some(_)) = (&raw, inner.crypt) {
+        crate::raw::stamp_root(root, &mut root_bp);
+    } else if inner.crypt.is_some() {
         // The root's MAC: made with the key when there were changes; kept
         // from the old root otherwise (what it covers did not change).
         match (keys, inner.crypt.and_then(|c| s.keys.get(c.key_guid))) {
