@@ -97,8 +97,8 @@ impl Daemon {
         let fd = fds.into_iter().next().map(|f| Watched { file: File::from(f), client });
         let result = match request {
             Request::Send { snapshot, from, series, recursive, props, token, dry_run, raw } => {
-                let spec = SendSpec { snapshot, from, series, recursive, props };
-                self.check_encrypted_send(&spec, raw, token.is_some()).and_then(|()| self.send(spec, token, dry_run, fd))
+                let spec = SendSpec { snapshot, from, series, recursive, props, raw };
+                self.check_encrypted_send(&spec, token.is_some()).and_then(|()| self.send(spec, token, dry_run, fd))
             }
             Request::Receive { target, force, resumable, set, exclude, no_mount, discard_pool, last_component } => {
                 let spec = RecvSpec { target, force, resumable, set, exclude, spool_dir: Some(self.state_dir.clone()) };
@@ -117,24 +117,18 @@ impl Daemon {
         result.unwrap_or_else(Response::error)
     }
 
-    /// An encrypted dataset is sent only as plaintext with its key loaded
-    /// (as zfs without -w): `-w` is refused until raw sends exist, and so
-    /// are `-R` and `-p` (zfs sends encrypted datasets with properties only
-    /// raw). Nothing is sent.
-    fn check_encrypted_send(&self, spec: &SendSpec, raw: bool, resuming: bool) -> Result<(), String> {
-        if resuming || !(raw || spec.recursive || spec.props) {
+    /// An encrypted dataset is sent raw with `-w` (and with `-R`, which
+    /// implies it for encrypted datasets), else as plaintext with its key
+    /// loaded (as zfs); with `-p` only raw (zfs sends encrypted datasets
+    /// with properties only raw). Nothing is sent when refused.
+    fn check_encrypted_send(&self, spec: &SendSpec, resuming: bool) -> Result<(), String> {
+        if resuming || spec.raw || spec.recursive || !spec.props {
             return Ok(());
         }
         let Some(ds) = self.pool_ds(pool_of(&spec.snapshot)) else { return Ok(()) };
         let dataset = spec.snapshot.split('@').next().unwrap_or_default();
-        let names = if spec.recursive { ds.subtree(dataset) } else { vec![dataset.to_string()] };
-        if let Some(enc) = names.iter().find(|n| ds.encryption_root(n).is_some()) {
-            let why = if raw {
-                "raw sends (-w) of encrypted datasets are not supported yet".to_string()
-            } else {
-                "an encrypted dataset is sent with -R or -p only raw (-w), which is not supported yet; send it without them (its key loaded: a plaintext stream)".to_string()
-            };
-            return Err(format!("cannot send '{}': '{enc}' is encrypted: {why}", spec.snapshot));
+        if ds.encryption_root(dataset).is_some() {
+            return Err(format!("cannot send '{}': '{dataset}' is encrypted: with -p it is sent only raw (add -w)", spec.snapshot));
         }
         Ok(())
     }
@@ -280,7 +274,9 @@ impl Daemon {
                 }
                 to_mount.sort();
                 to_mount.dedup();
-                to_mount.retain(|n| imported.ds.exists(n) && !imported.mounts.contains_key(n));
+                // Received raw with its key not loaded here: not mounted
+                // (load-key, then mount), as zfs.
+                to_mount.retain(|n| imported.ds.exists(n) && !imported.mounts.contains_key(n) && imported.ds.key_available(n));
                 for name in &to_mount {
                     if let Err(e) = mount_dataset(imported, name) {
                         warnings.push_str(&format!("tarn: received, but cannot mount '{name}': {e}\n"));

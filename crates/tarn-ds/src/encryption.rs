@@ -123,6 +123,23 @@ impl CryptRecord {
     }
 }
 
+/// Checks the key record of a dataset in a raw package (bad input is a
+/// one-line error, never stored).
+pub(crate) fn check_package_crypt(cipher: &str, key_guid: u64, wrapped: &str) -> Result<()> {
+    package_crypt_of(cipher, key_guid)?;
+    WrappedKey::decode(&unhex(wrapped)?).map_err(|e| DsError::Corrupt(format!("wrapped key: {e}")))?;
+    Ok(())
+}
+
+/// The object-level encryption of a raw package's dataset.
+pub(crate) fn package_crypt_of(cipher: &str, key_guid: u64) -> Result<Crypt> {
+    let cipher = Cipher::parse(cipher).filter(|_| cipher != "on").ok_or_else(|| DsError::Corrupt(format!("unknown cipher '{cipher}'")))?;
+    if key_guid == 0 {
+        return Err(DsError::Corrupt("key guid 0".into()));
+    }
+    Ok(Crypt { cipher, key_guid })
+}
+
 /// The associated data a master key is wrapped with: its key guid.
 fn aad(key_guid: u64) -> [u8; 8] {
     key_guid.to_le_bytes()

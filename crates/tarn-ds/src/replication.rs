@@ -67,6 +67,23 @@ pub struct PackageDataset {
     /// Local properties (`-p`, `-R`), stored form.
     #[serde(default)]
     pub props: BTreeMap<String, String>,
+    /// Sent raw (an encrypted dataset with `-w` or `-R`): how it is
+    /// encrypted and its master key as stored, wrapped (never a key in
+    /// the clear). Its stream is a raw one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crypt: Option<PackageCrypt>,
+}
+
+/// An encrypted dataset of a raw package.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PackageCrypt {
+    /// `aes-128-gcm` or `aes-256-gcm`.
+    pub cipher: String,
+    pub key_guid: u64,
+    /// The wrapped master key (hex; its KDF and parameters inside), as
+    /// the sender's record holds it: the sender's passphrase or key opens
+    /// it on the receiver.
+    pub wrapped: String,
 }
 
 /// Where a resumed package starts.
@@ -109,6 +126,9 @@ pub struct SendSpec {
     pub recursive: bool,
     /// `-p`: properties.
     pub props: bool,
+    /// `-w`: encrypted datasets as stored (raw); `-R` implies it for them.
+    #[serde(default)]
+    pub raw: bool,
 }
 
 /// `receive_resume_token`'s contents.
@@ -323,6 +343,9 @@ fn check_header(h: &PackageHeader) -> Result<()> {
         for k in d.props.keys() {
             props::check_name(k).map_err(|e| bad(e.to_string()))?;
         }
+        if let Some(c) = &d.crypt {
+            crate::encryption::check_package_crypt(&c.cipher, c.key_guid, &c.wrapped).map_err(|e| bad(format!("dataset '{}': {e}", d.name)))?;
+        }
     }
     if let Some(r) = &h.resume {
         if r.index >= h.datasets.len() {
@@ -427,6 +450,7 @@ impl Pool {
                 base: base.as_deref().map(|b| self.package_snap(b)).transpose()?,
                 snapshots: names.iter().map(|n| self.package_snap(n)).collect::<Result<Vec<_>>>()?,
                 props,
+                crypt: self.package_crypt(&ds, spec.raw || spec.recursive)?,
             });
             names.extend(base);
             streams.push(PlannedStream { index: header.datasets.len() - 1, names, snaps, from, resume: None });
@@ -466,10 +490,20 @@ impl Pool {
                 base: Some(PackageSnap { name: short, guid: bm.guid, creation: bm.creation }),
                 snapshots: names.iter().map(|n| self.package_snap(n)).collect::<Result<Vec<_>>>()?,
                 props: if spec.props { self.record(top)?.props } else { BTreeMap::new() },
+                crypt: self.package_crypt(top, spec.raw)?,
             }],
             resume: None,
         };
         Ok(SendPlan { header, streams: vec![PlannedStream { index: 0, names, snaps, from: Some(base), resume: None }] })
+    }
+
+    /// How dataset `ds` travels in a raw package (`raw` asked for and
+    /// `ds` encrypted), else None.
+    fn package_crypt(&self, ds: &str, raw: bool) -> Result<Option<PackageCrypt>> {
+        if !raw {
+            return Ok(None);
+        }
+        Ok(self.record(ds)?.crypt.map(|c| PackageCrypt { cipher: c.cipher, key_guid: c.key_guid, wrapped: c.wrapped }))
     }
 
     /// The plan of the send that a `receive_resume_token` continues.
@@ -531,9 +565,10 @@ impl Pool {
         let mut counted = CountingWriter { inner: out, bytes: 0 };
         write_header(&plan.header, &mut counted)?;
         for s in &plan.streams {
-            let r = match &s.resume {
-                Some(t) => tarn_send::send_series_resume(&self.obj, &s.snaps, s.from.as_ref(), t, &mut counted),
-                None => tarn_send::send_series(&self.obj, &s.snaps, s.from.as_ref(), &mut counted),
+            let r = match (&s.resume, plan.header.datasets[s.index].crypt.is_some()) {
+                (t, true) => tarn_send::send_raw(&self.obj, &s.snaps, s.from.as_ref(), t.as_deref(), &mut counted),
+                (Some(t), false) => tarn_send::send_series_resume(&self.obj, &s.snaps, s.from.as_ref(), t, &mut counted),
+                (None, false) => tarn_send::send_series(&self.obj, &s.snaps, s.from.as_ref(), &mut counted),
             };
             r.map_err(send_err)?;
         }
@@ -550,9 +585,10 @@ impl Pool {
         let mut out = Vec::new();
         for s in &plan.streams {
             let d = &plan.header.datasets[s.index];
-            let bytes = match &s.resume {
-                Some(t) => tarn_send::estimate_resume(&self.obj, &s.snaps, s.from.as_ref(), t),
-                None => tarn_send::estimate_series(&self.obj, &s.snaps, s.from.as_ref()),
+            let bytes = match (&s.resume, d.crypt.is_some()) {
+                (t, true) => tarn_send::estimate_raw(&self.obj, &s.snaps, s.from.as_ref(), t.as_deref()),
+                (Some(t), false) => tarn_send::estimate_resume(&self.obj, &s.snaps, s.from.as_ref(), t),
+                (None, false) => tarn_send::estimate_series(&self.obj, &s.snaps, s.from.as_ref()),
             }
             .map_err(send_err)?
                 + std::mem::take(&mut extra);
@@ -890,10 +926,12 @@ impl Pool {
                 if !self.exists(parent) {
                     return Err(fail(format!("parent '{parent}' does not exist")));
                 }
-                // A received dataset would be unencrypted: not under an
-                // encrypted parent (raw receive is to come).
-                if self.record(parent).is_ok_and(|r| r.crypt.is_some()) {
-                    return Err(fail(format!("parent '{parent}' is encrypted and raw receive is not supported yet")));
+                // A plain stream makes an unencrypted dataset: not under an
+                // encrypted parent (a raw one makes its own encryption root).
+                if entry.crypt.is_none() && self.record(parent).is_ok_and(|r| r.crypt.is_some()) {
+                    return Err(fail(format!(
+                        "parent '{parent}' is encrypted and the stream is not: send it raw (-w), or receive it elsewhere"
+                    )));
                 }
                 Plan::New
             }
@@ -919,9 +957,25 @@ impl Pool {
             (None, Some(_), None) => return Err(fail("dataset does not exist (an incremental stream needs its base)".into())),
             (None, Some(_), Some(rec)) => Plan::Incremental(rec),
         };
+        // A raw stream goes onto a dataset of the same key (whose key is
+        // not loaded here: tarn-send checks), a plain one onto a dataset
+        // whose key is loaded if it is encrypted.
+        if let Plan::Incremental(rec) | Plan::Resume(rec, _) = &plan {
+            match (&entry.crypt, &rec.crypt) {
+                (Some(p), Some(c)) if p.key_guid == c.key_guid => {}
+                (Some(_), _) => return Err(fail("the raw stream's dataset is encrypted with another key (or the destination is not encrypted)".into())),
+                (None, Some(_)) if self.obj.keys_loaded(rec.crypt.as_ref().map_or(0, |c| c.key_guid)) => {}
+                (None, Some(_)) => return Err(fail("the destination is encrypted and its key is not loaded (load-key, or send raw with -w)".into())),
+                (None, None) => {}
+            }
+        }
         // The data is written with the properties the dataset will have.
         let received = self.received_props(spec, header, entry, warnings, dst);
-        let mut opts = RecvOptions { resumable: spec.resumable, props: Some(self.write_props_with(dst, &received)) };
+        let mut opts = RecvOptions {
+            resumable: spec.resumable,
+            props: Some(self.write_props_with(dst, &received)),
+            raw: entry.crypt.as_ref().map(|c| crate::encryption::package_crypt_of(&c.cipher, c.key_guid)).transpose()?,
+        };
         let mut base_name: Option<String> = None;
         // -F's destruction (newer snapshots, the head's own changes) waits
         // until the stream is known to be whole: it is spooled and verified.
@@ -1020,13 +1074,15 @@ impl Pool {
                 let props = received;
                 let undo = match plan {
                     Plan::New => {
+                        let guid = new_guid();
                         let record = DatasetRecord {
                             objset: outcome.head.0,
-                            guid: new_guid(),
+                            guid,
                             creation: now_unix(),
                             createtxg: outcome.snapshots.first().map_or(0, |s| s.txg),
                             props,
                             holds: vec![],
+                            crypt: received_crypt(entry, guid),
                             ..Default::default()
                         };
                         self.put_dataset(dst, record)?;
@@ -1037,6 +1093,7 @@ impl Pool {
                         let old = rec.clone();
                         self.forget_bookmarks_after(dst, 0)?;
                         rec.objset = outcome.head.0;
+                        rec.crypt = received_crypt(entry, rec.guid);
                         rec.props = props;
                         self.put_dataset(dst, rec)?;
                         Undo::Replaced(dst.to_string(), old)
@@ -1077,15 +1134,19 @@ impl Pool {
                 };
                 let partial_state = RecvPartial { token: token.clone(), inner: partial.token.clone(), fresh };
                 let mut rec = match plan {
-                    Plan::New => DatasetRecord {
-                        objset: partial.head.0,
-                        guid: new_guid(),
-                        creation: now_unix(),
-                        createtxg: 0,
-                        props: received,
-                        holds: vec![],
-                        ..Default::default()
-                    },
+                    Plan::New => {
+                        let guid = new_guid();
+                        DatasetRecord {
+                            objset: partial.head.0,
+                            guid,
+                            creation: now_unix(),
+                            createtxg: 0,
+                            props: received,
+                            holds: vec![],
+                            crypt: received_crypt(entry, guid),
+                            ..Default::default()
+                        }
+                    }
                     Plan::Incremental(rec) | Plan::Resume(rec, _) | Plan::Replace(rec) => rec,
                 };
                 rec.recv = Some(partial_state);
@@ -1147,6 +1208,19 @@ impl Pool {
 }
 
 /// How to take back one dataset's part of a failed package.
+/// A dataset received raw is an encryption root of its own (as ZFS makes
+/// one received raw without its parent): the sender's wrapped master key,
+/// opened by the sender's passphrase or key, prompted for by default.
+fn received_crypt(entry: &PackageDataset, guid: u64) -> Option<crate::encryption::CryptRecord> {
+    entry.crypt.as_ref().map(|c| crate::encryption::CryptRecord {
+        cipher: c.cipher.clone(),
+        key_guid: c.key_guid,
+        root: guid,
+        wrapped: c.wrapped.clone(),
+        keylocation: Some("prompt".into()),
+    })
+}
+
 enum Undo {
     Nothing,
     /// The dataset was created by the receive.
@@ -1213,7 +1287,7 @@ mod tests {
     #[test]
     fn token_round_trip_and_tamper() {
         let t = SendToken {
-            spec: SendSpec { snapshot: "tank/a@b".into(), from: Some("@a".into()), series: true, recursive: false, props: true },
+            spec: SendSpec { snapshot: "tank/a@b".into(), from: Some("@a".into()), series: true, recursive: false, props: true, raw: false },
             index: 2,
             name: "child".into(),
             inner: "abc".into(),
@@ -1241,6 +1315,7 @@ mod tests {
                 base: None,
                 snapshots: vec![PackageSnap { name: "s".into(), guid: 5, creation: 1 }],
                 props: BTreeMap::new(),
+                crypt: None,
             }],
             resume: None,
         };

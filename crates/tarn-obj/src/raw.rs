@@ -18,9 +18,9 @@
 //!
 //! While an object set receives raw (between [`ObjectSet::begin_raw`] and
 //! [`ObjectSet::end_raw`]) its syncs take the seals from here instead of
-//! sealing, plain writes are refused, and its dnodes are read as stored.
-//! Its key must not be loaded meanwhile (in memory its dnodes hold sealed
-//! bonuses).
+//! sealing, plain writes are refused, and its dnodes are read as stored
+//! (bonuses sealed, whether its key is loaded or not); the dnodes held in
+//! memory are dropped when it starts and ends.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -104,15 +104,20 @@ impl ObjectSet {
 
     /// Starts (or, at the next sub-stream, continues) a raw receive into
     /// this object set, whose final root is `root`.
+    /// The dnodes held in memory (opened with the key, if it is loaded)
+    /// are dropped first: from here on they are read as stored.
     pub fn begin_raw(&self, root: RawRoot) -> Result<()> {
-        let c = self.encrypted()?;
-        if self.shared.keys.get(c.key_guid).is_some() {
-            return Err(ObjError::Invalid("a raw receive needs the target's key unloaded (unload-key first)".into()));
-        }
+        self.encrypted()?;
         let mut raw = self.inner.raw.lock();
         match raw.as_mut() {
             Some(r) => r.root = root,
-            None => *raw = Some(RawState { root, seals: HashMap::new() }),
+            None => {
+                let (_, kept) = self.inner.handles.drop_clean();
+                if kept > 0 {
+                    return Err(ObjError::Invalid(format!("object set {} is being written", self.inner.id.0)));
+                }
+                *raw = Some(RawState { root, seals: HashMap::new() });
+            }
         }
         Ok(())
     }

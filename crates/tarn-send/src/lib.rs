@@ -120,6 +120,10 @@ pub struct RecvOptions {
     /// Write properties of the receiving object set (compression,
     /// checksum, copies); `None`: the object set's current ones.
     pub props: Option<WriteProps>,
+    /// A raw stream is expected, of this cipher and key guid (checked
+    /// against its CRYPT record before anything is created); `None`: a
+    /// plain stream is (a raw one is refused).
+    pub raw: Option<tarn_obj::crypt::Crypt>,
 }
 
 /// A snapshot a receive created.

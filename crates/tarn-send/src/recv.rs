@@ -100,6 +100,21 @@ pub fn receive(pool: &ObjPool, input: &mut dyn Read, target: RecvTarget, opts: &
     let mut rd = RecordReader::new(input);
     let begin = rd.read_begin()?;
     let raw = if begin.flags & FLAG_RAW != 0 { Some(read_crypt(&mut rd)?) } else { None };
+    match (&raw, &opts.raw) {
+        (Some(c), Some(want)) if c.key_guid == want.key_guid && c.cipher == want.cipher => {}
+        (None, None) => {}
+        (Some(_), None) => return Err(SendError::Invalid("a raw (encrypted) stream where a plain one was expected".into())),
+        (None, Some(_)) => return Err(SendError::Invalid("a plain stream where a raw (encrypted) one was expected".into())),
+        (Some(c), Some(want)) => {
+            return Err(SendError::Invalid(format!(
+                "the raw stream is of key {:#x} ({}), {:#x} ({}) was expected",
+                c.key_guid,
+                c.cipher.name(),
+                want.key_guid,
+                want.cipher.name()
+            )))
+        }
+    }
     let (kind, head, os, resumable) = setup(pool, &begin, raw.as_ref(), target, opts)?;
     let mut r = Receiver {
         pool,
@@ -139,16 +154,11 @@ fn read_crypt(rd: &mut RecordReader) -> Result<CryptRec> {
 }
 
 /// Whether a raw stream fits the object set it is received into: the
-/// same key, not loaded here.
+/// same key (loaded here or not).
 fn check_raw_target(os: &ObjectSet, raw: Option<&CryptRec>) -> Result<()> {
     let Some(c) = raw else { return Ok(()) };
     match os.crypt() {
-        Some(t) if t.key_guid == c.key_guid && t.cipher == c.cipher => {
-            if os.key_loaded() {
-                return Err(SendError::Invalid("a raw stream is received with the target's key unloaded (unload-key first)".into()));
-            }
-            Ok(())
-        }
+        Some(t) if t.key_guid == c.key_guid && t.cipher == c.cipher => Ok(()),
         Some(t) => Err(SendError::WrongBase(format!(
             "the raw stream is encrypted with key {:#x} ({}), the target with key {:#x} ({})",
             c.key_guid,

@@ -42,6 +42,7 @@ fn recv(pool: &ObjPool, s: &[u8], target: RecvTarget, resumable: bool) -> Result
         &RecvOptions {
             resumable,
             props: None,
+            raw: None,
         },
     )
 }

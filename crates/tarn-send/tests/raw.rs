@@ -43,9 +43,10 @@ fn raw_stream(pool: &ObjPool, snaps: &[SnapRef], from: Option<&SnapRef>) -> Vec<
     out
 }
 
-fn recv(pool: &ObjPool, stream: &[u8], target: RecvTarget) -> RecvOutcome {
+fn recv(pool: &ObjPool, stream: &[u8], target: RecvTarget, cipher: Cipher) -> RecvOutcome {
     let mut input = stream;
-    let o = receive(pool, &mut input, target, &RecvOptions::default()).unwrap_or_else(|e| panic!("raw receive: {e}"));
+    let opts = RecvOptions { raw: Some(Crypt { cipher, key_guid: GUID }), ..Default::default() };
+    let o = receive(pool, &mut input, target, &opts).unwrap_or_else(|e| panic!("raw receive: {e}"));
     assert!(input.is_empty());
     o
 }
@@ -83,7 +84,7 @@ fn scenario(seed: u64, src_layout: Layout, dst_layout: Layout, cipher: Cipher) {
     // The sender needs no key either.
     src.unload_keys(GUID).unwrap();
 
-    let o = recv(&dst, &raw_stream(&src, &snaps[..1], None), RecvTarget::New);
+    let o = recv(&dst, &raw_stream(&src, &snaps[..1], None), RecvTarget::New, cipher);
     let dhead = o.head;
     let mut pairs = vec![(snaps[0], o.snapshots[0])];
     assert_check(&dst, &format!("{what}: after the full raw receive"));
@@ -91,12 +92,12 @@ fn scenario(seed: u64, src_layout: Layout, dst_layout: Layout, cipher: Cipher) {
     compare_with_key(&src, &dst, &pairs, dhead, cipher, &format!("{what}: full"));
 
     let base = pairs[0].1.snap_ref();
-    let o = recv(&dst, &raw_stream(&src, &snaps[1..2], Some(&snaps[0])), RecvTarget::Existing { head: dhead, base, force: false });
+    let o = recv(&dst, &raw_stream(&src, &snaps[1..2], Some(&snaps[0])), RecvTarget::Existing { head: dhead, base, force: false }, cipher);
     pairs.push((snaps[1], o.snapshots[0]));
     compare_with_key(&src, &dst, &pairs, dhead, cipher, &format!("{what}: incremental"));
 
     let base = pairs[1].1.snap_ref();
-    let o = recv(&dst, &raw_stream(&src, &snaps[2..], Some(&snaps[1])), RecvTarget::Existing { head: dhead, base, force: false });
+    let o = recv(&dst, &raw_stream(&src, &snaps[2..], Some(&snaps[1])), RecvTarget::Existing { head: dhead, base, force: false }, cipher);
     assert_eq!(o.snapshots.len(), 3);
     for (s, r) in snaps[2..].iter().zip(&o.snapshots) {
         pairs.push((*s, *r));
