@@ -118,7 +118,7 @@ impl CryptRecord {
         Cipher::parse(&self.cipher).ok_or_else(|| DsError::Corrupt(format!("unknown cipher '{}'", self.cipher)))
     }
 
-    fn crypt(&self) -> Result<Crypt> {
+    pub(crate) fn crypt(&self) -> Result<Crypt> {
         Ok(Crypt { cipher: self.cipher()?, key_guid: self.key_guid })
     }
 }
@@ -183,10 +183,10 @@ fn new_master_key(name: &str, cipher: Cipher, root: u64, wrapping: &WrappingKey,
 /// A new encryption root's record, block keys and wrapping key.
 pub(crate) type RootCrypt = (CryptRecord, Arc<BlockKeys>, Arc<WrappingKey>);
 
-/// A pool's root dataset as an encryption root (`pool create -O
-/// encryption=… -O keyformat=…`): its record and block keys, and the
-/// wrapping key to keep; None when `req` asks for no encryption.
-pub(crate) fn pool_root_crypt(
+/// A new encryption root (`create -o keyformat=…`, or a pool's root
+/// dataset with `pool create -O keyformat=…`): its record and block keys,
+/// and the wrapping key to keep; None when `req` asks for no encryption.
+pub(crate) fn new_root_crypt(
     name: &str,
     guid: u64,
     req: &CryptRequest,
@@ -255,30 +255,29 @@ impl Pool {
         if req.keyformat.is_none() && (req.keylocation.is_some() || req.pbkdf2iters.is_some()) {
             return Err(cannot("keylocation and pbkdf2iters need keyformat (a new encryption root)".into()));
         }
-        let (root, wrapping, keylocation, cipher) = match (req.keyformat, &parent_crypt) {
-            (Some(format), _) => {
-                let cipher = req.encryption.flatten().unwrap_or(Cipher::Aes256Gcm);
-                let location = req.keylocation.clone().unwrap_or(KeyLocation::Prompt);
-                let wrapping = new_wrapping_key(format, &location, req.pbkdf2iters, material).map_err(|e| cannot(e.to_string()))?;
-                (guid, Arc::new(wrapping), Some(location.to_string()), cipher)
-            }
-            (None, Some((pname, pc))) => {
-                let wrapping = self.wrapping.0.lock().get(&pc.root).cloned().ok_or_else(|| {
-                    cannot(format!("the key of encryption root '{}' is not loaded", self.encryption_root(pname).unwrap_or_default()))
-                })?;
-                (pc.root, wrapping, None, req.encryption.flatten().map_or_else(|| pc.cipher(), Ok)?)
-            }
-            (None, None) if req.encryption.is_some() => {
+        // `keyformat` makes a new encryption root.
+        let root = if req.keyformat.is_some() { new_root_crypt(name, guid, req, material)? } else { None };
+        if let Some((record, keys, wrapping)) = root {
+            self.obj().load_keys(record.key_guid, keys);
+            self.wrapping.0.lock().insert(guid, wrapping);
+            let crypt = record.crypt()?;
+            return Ok(Some((record, crypt)));
+        }
+        // Else the parent's root, if it has one.
+        let Some((pname, pc)) = &parent_crypt else {
+            if req.encryption.is_some() {
                 return Err(cannot("encryption needs keyformat (a new encryption root)".into()));
             }
-            (None, None) => return Ok(None),
+            return Ok(None);
         };
-        let (record, keys) = new_master_key(name, cipher, root, &wrapping, keylocation)?;
+        let wrapping = self.wrapping.0.lock().get(&pc.root).cloned().ok_or_else(|| {
+            cannot(format!("the key of encryption root '{}' is not loaded", self.encryption_root(pname).unwrap_or_default()))
+        })?;
+        let cipher = req.encryption.flatten().map_or_else(|| pc.cipher(), Ok)?;
+        let (record, keys) = new_master_key(name, cipher, pc.root, &wrapping, None)?;
         self.obj().load_keys(record.key_guid, keys);
-        if root == guid {
-            self.wrapping.0.lock().insert(guid, wrapping);
-        }
-        Ok(Some((record.clone(), record.crypt()?)))
+        let crypt = record.crypt()?;
+        Ok(Some((record, crypt)))
     }
 
     /// `name`'s record and crypt record, if it is an encryption root.

@@ -178,7 +178,7 @@ impl Pool {
         let name = obj.name();
         let (root_props, crypt_req) = crate::encryption::split_request(root_props)?;
         let guid = new_guid();
-        let crypt = crate::encryption::pool_root_crypt(&name, guid, &crypt_req, material)?;
+        let crypt = crate::encryption::new_root_crypt(&name, guid, &crypt_req, material)?;
         let mut local = BTreeMap::new();
         for (prop, value) in &root_props {
             let (prop, stored) = props::validate(prop, value)?;
@@ -197,7 +197,7 @@ impl Pool {
         if let Some((record, keys, _)) = &crypt {
             obj.load_keys(record.key_guid, keys.clone());
         }
-        let objset = obj.create_objset_with(&tx, crypt.as_ref().map(|(r, k, _)| tarn_obj::crypt::Crypt { cipher: k.cipher(), key_guid: r.key_guid }))?;
+        let objset = obj.create_objset_with(&tx, crypt.as_ref().map(|(r, _, _)| r.crypt()).transpose()?)?;
         let os = obj.open_objset(objset)?;
         init(&os, &tx).map_err(DsError::Init)?;
         let record = DatasetRecord {
