@@ -145,6 +145,15 @@ pub(crate) fn open_dnode_block(keys: &BlockKeys, bp: &BlockPtr, blkid: u64, data
     Ok(())
 }
 
+/// Dnode block `blkid` read through `bp`: with `keys` (an encrypted object
+/// set), a copy with its bonuses opened; else as read.
+pub(crate) fn opened_dnode_block(keys: Option<&BlockKeys>, bp: &BlockPtr, blkid: u64, data: Arc<Vec<u8>>) -> Result<Arc<Vec<u8>>> {
+    let Some(keys) = keys else { return Ok(data) };
+    let mut block = data.as_ref().clone();
+    open_dnode_block(keys, bp, blkid, &mut block)?;
+    Ok(Arc::new(block))
+}
+
 /// What an object set root's MAC covers: its kind and its meta-dnode as a
 /// parent sees a child (the header and the portable forms of its three
 /// pointers, digests and MACs included), so the whole tree hangs from it.
@@ -165,17 +174,23 @@ fn root_mac_input(phys: &ObjsetPhys) -> Vec<u8> {
 
 /// Marks the pointer of a root just written with its keyed MAC.
 pub(crate) fn stamp_root(keys: &BlockKeys, phys: &ObjsetPhys, bp: &mut BlockPtr) {
-    bp.flags |= tarn_block::crypt::FLAG_OBJSET_MAC;
-    bp.mac = keys.objset_mac(&root_mac_input(phys));
+    set_root_mac(bp, keys.objset_mac(&root_mac_input(phys)));
+}
+
+/// Marks a root's pointer with `mac` (a hole stays one).
+pub(crate) fn set_root_mac(bp: &mut BlockPtr, mac: [u8; 16]) {
+    if !bp.is_hole() {
+        bp.flags |= tarn_block::crypt::FLAG_OBJSET_MAC;
+        bp.mac = mac;
+    }
 }
 
 /// A root rewritten without a change to what its MAC covers (snapshot
 /// bookkeeping, the log header, a clone or rollback taking a snapshot's
 /// tree): it keeps the MAC of the root it was made from.
 pub(crate) fn carry_root_mac(bp: &mut BlockPtr, from: &BlockPtr) {
-    if from.flags & tarn_block::crypt::FLAG_OBJSET_MAC != 0 && !bp.is_hole() {
-        bp.flags |= tarn_block::crypt::FLAG_OBJSET_MAC;
-        bp.mac = from.mac;
+    if from.flags & tarn_block::crypt::FLAG_OBJSET_MAC != 0 {
+        set_root_mac(bp, from.mac);
     }
 }
 

@@ -201,15 +201,7 @@ impl<'o> Differ<'o> {
             return self.read(bp);
         }
         let keys = self.os.inner.keys(&self.os.shared)?;
-        let data = self.read(bp)?;
-        match keys {
-            None => Ok(data),
-            Some(keys) => {
-                let mut block = data.as_ref().clone();
-                crate::crypt::open_dnode_block(&keys, bp, blkid, &mut block)?;
-                Ok(std::sync::Arc::new(block))
-            }
-        }
+        crate::crypt::opened_dnode_block(keys.as_deref(), bp, blkid, self.read(bp)?)
     }
 
     fn children<'a>(&self, n: &Node<'a>, level: u8) -> Result<Vec<Node<'a>>> {
@@ -635,7 +627,7 @@ impl ObjectSet {
 
 /// The non-hole level-0 blocks of `meta` in `[lo, hi)` without taking the
 /// gate per block (the caller holds it).
-fn leaves_unlocked(io: &tarn_block::BlockIo, meta: &DnodePhys, lo: u64, hi: u64, f: &mut dyn FnMut(u64, BlockPtr) -> Result<()>) -> Result<()> {
+pub(crate) fn leaves_unlocked(io: &tarn_block::BlockIo, meta: &DnodePhys, lo: u64, hi: u64, f: &mut dyn FnMut(u64, BlockPtr) -> Result<()>) -> Result<()> {
     fn rec(io: &tarn_block::BlockIo, level: u8, first: u64, bp: BlockPtr, lo: u64, hi: u64, f: &mut dyn FnMut(u64, BlockPtr) -> Result<()>) -> Result<()> {
         let end = first.saturating_add(span(level));
         if bp.is_hole() || end <= lo || first >= hi {

@@ -23,9 +23,8 @@
 //! memory are dropped when it starts and ends.
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
 
-use tarn_block::{BlockPtr, RawBlock};
+use tarn_block::RawBlock;
 
 use crate::format::DnodePhys;
 use crate::objset::ObjectSet;
@@ -77,14 +76,19 @@ impl ObjectSet {
     pub fn raw_dnode_seals(&self, from_txg: Txg, f: &mut dyn FnMut(u64, DnodeSeal) -> Result<()>) -> Result<()> {
         self.encrypted()?;
         let meta = self.inner.committed.lock().meta.clone();
-        for blkid in 0..meta.nblocks {
-            let bp = {
-                let _gate = self.shared.reader_gate.read();
-                tree::lookup(&self.shared.io, &meta, blkid)?
-            };
-            if bp.is_hole() || bp.birth <= from_txg {
-                continue;
-            }
+        // Collected under the reader gate, handed out without it (`f` may
+        // wait on the stream's reader).
+        let mut seals = Vec::new();
+        {
+            let _gate = self.shared.reader_gate.read();
+            crate::diff::leaves_unlocked(&self.shared.io, &meta, 0, meta.nblocks, &mut |blkid, bp| {
+                if bp.birth > from_txg {
+                    seals.push((blkid, bp));
+                }
+                Ok(())
+            })?;
+        }
+        for (blkid, bp) in seals {
             if bp.flags & tarn_block::crypt::FLAG_PARTLY_SEALED == 0 {
                 return Err(ObjError::Io(format!("dnode block {blkid} of an encrypted object set is not sealed")));
             }
@@ -136,11 +140,9 @@ impl ObjectSet {
     /// the dnodes held in memory, with sealed bonuses, are dropped.
     pub fn end_raw(&self) -> Result<()> {
         let Some(_) = self.inner.raw.lock().take() else { return Ok(()) };
-        let (_, kept) = self.inner.handles.drop_clean();
-        if kept > 0 {
+        if !self.inner.forget_opened() {
             return Err(ObjError::Invalid(format!("object set {} has raw changes not written", self.inner.id.0)));
         }
-        self.inner.root_verified.store(false, Ordering::Release);
         Ok(())
     }
 
@@ -213,12 +215,4 @@ pub(crate) fn apply_shape(ctx: &mut tree::TreeCtx, phys: &mut DnodePhys, levels:
     ctx.grow_to(phys, levels)?;
     phys.nblocks = nblocks.min(phys.capacity());
     Ok(())
-}
-
-/// The root pointer of a raw-received object set: the sender's MAC.
-pub(crate) fn stamp_root(root: &RawRoot, bp: &mut BlockPtr) {
-    if !bp.is_hole() {
-        bp.flags |= tarn_block::crypt::FLAG_OBJSET_MAC;
-        bp.mac = root.mac;
-    }
 }

@@ -213,6 +213,18 @@ impl ObjsetInner {
         Ok(Some(keys))
     }
 
+    /// Drops the dnodes held in memory (their attributes as opened with
+    /// the key, or as stored) and has the root's MAC checked again at the
+    /// next use of the key; false (nothing reset) if some are dirty.
+    pub(crate) fn forget_opened(&self) -> bool {
+        let (_, kept) = self.handles.drop_clean();
+        if kept > 0 {
+            return false;
+        }
+        self.root_verified.store(false, Ordering::Release);
+        true
+    }
+
     /// Read the on-disk DnodePhys of `id` from the committed meta tree.
     pub fn load_phys(&self, s: &Shared, id: ObjectId) -> Result<DnodePhys> {
         // A raw receive reads the dnodes as stored (bonuses sealed).
@@ -225,13 +237,8 @@ impl ObjsetInner {
         if bp.is_hole() {
             return Ok(DnodePhys::empty());
         }
-        let data = io.read(&bp).map_err(block_err)?;
+        let data = crate::crypt::opened_dnode_block(keys.as_deref(), &bp, blkid, io.read(&bp).map_err(block_err)?)?;
         let slot = (id.0 % DNODES_PER_BLOCK) as usize * DNODE_SIZE;
-        if let Some(keys) = keys {
-            let mut block = data.as_ref().clone();
-            crate::crypt::open_dnode_block(&keys, &bp, blkid, &mut block)?;
-            return DnodePhys::decode(block.get(slot..slot + DNODE_SIZE).ok_or_else(|| ObjError::Corrupt("short dnode block".into()))?);
-        }
         DnodePhys::decode(data.get(slot..slot + DNODE_SIZE).ok_or_else(|| ObjError::Corrupt("short dnode block".into()))?)
     }
 
@@ -772,12 +779,8 @@ impl ObjectSet {
             if bp.is_hole() {
                 continue;
             }
-            let mut data = io.read(&bp).map_err(block_err)?;
-            if let Some(keys) = self.inner.keys(&self.shared)? {
-                let mut block = data.as_ref().clone();
-                crate::crypt::open_dnode_block(&keys, &bp, blkid, &mut block)?;
-                data = Arc::new(block);
-            }
+            let keys = self.inner.keys(&self.shared)?;
+            let data = crate::crypt::opened_dnode_block(keys.as_deref(), &bp, blkid, io.read(&bp).map_err(block_err)?)?;
             for (i, chunk) in data.chunks_exact(DNODE_SIZE).enumerate() {
                 let phys = DnodePhys::decode(chunk)?;
                 if phys.flags & DN_IN_USE != 0 {

@@ -413,9 +413,9 @@ impl ObjPool {
     /// then on fail with `KeyNotLoaded`. Refused while one of them still
     /// has changes after the sync (something writes to it).
     pub fn unload_keys(&self, key_guid: u64) -> Result<()> {
-        if self.shared.keys.get(key_guid).is_none() {
+        let Some(keys) = self.shared.keys.get(key_guid) else {
             return Err(ObjError::KeyNotLoaded);
-        }
+        };
         self.sync()?;
         let sets: Vec<Arc<ObjsetInner>> =
             self.shared.objsets.lock().values().filter(|o| o.crypt.is_some_and(|c| c.key_guid == key_guid)).cloned().collect();
@@ -425,16 +425,12 @@ impl ObjPool {
             }
         }
         for o in &sets {
-            let (_, kept) = o.handles.drop_clean();
-            if kept > 0 {
+            if !o.forget_opened() {
                 return Err(ObjError::Invalid(format!("object set {} is being written", o.id.0)));
             }
-            o.root_verified.store(false, Ordering::Release);
         }
         // No plaintext opened with these keys stays in the ARC.
-        if let Some(keys) = self.shared.keys.get(key_guid) {
-            self.shared.io.drop_keyed(&keys);
-        }
+        self.shared.io.drop_keyed(&keys);
         self.shared.keys.remove(key_guid);
         Ok(())
     }

@@ -270,7 +270,7 @@ fn sync_objset(s: &Arc<Shared>, stx: &SyncTx, inner: &Arc<ObjsetInner>) -> Resul
     // (`keys` checks the root's MAC first: changes are never built on a
     // root that does not authenticate.)
     // A raw receive writes ciphertext and seals made elsewhere: no key.
-    let raw = inner.raw.lock().as_ref().map(|r| (r.root, r.seals.clone()));
+    let raw = inner.raw.lock().as_ref().map(|r| r.root);
     let keys = match inner.crypt {
         Some(c) if !items.is_empty() && raw.is_none() => Some(inner.keys(s).map_err(|e| {
             ObjError::Io(format!("object set {} has changes to write and no usable key (guid {:#x}): {e}", inner.id.0, c.key_guid))
@@ -413,11 +413,11 @@ fn sync_objset(s: &Arc<Shared>, stx: &SyncTx, inner: &Arc<ObjsetInner>) -> Resul
         for (&b, d) in meta_blocks.iter_mut() {
             seals.insert(b, crate::crypt::seal_dnode_block(keys, b, d)?);
         }
-    } else if let Some((_, raw_seals)) = &raw {
+    } else if let Some(r) = inner.raw.lock().as_ref() {
         // Raw receive: the sender's seals (a block whose seal did not
         // arrive stays unstamped, and will not authenticate).
         for &b in meta_blocks.keys() {
-            if let Some(seal) = raw_seals.get(&b) {
+            if let Some(seal) = r.seals.get(&b) {
                 seals.insert(b, (seal.iv, seal.mac));
             }
         }
@@ -437,7 +437,7 @@ fn sync_objset(s: &Arc<Shared>, stx: &SyncTx, inner: &Arc<ObjsetInner>) -> Resul
         ch.writes.insert(b, bp);
     }
     ctx.apply(&mut committed.meta, &ch)?;
-    if let Some((root, _)) = &raw {
+    if let Some(root) = &raw {
         crate::raw::apply_shape(&mut ctx, &mut committed.meta, root.meta_levels, root.meta_nblocks)?;
     }
     committed.next_object = committed.next_object.max(inner.next_object.load(Ordering::Relaxed));
@@ -471,8 +471,8 @@ fn sync_objset(s: &Arc<Shared>, stx: &SyncTx, inner: &Arc<ObjsetInner>) -> Resul
     }
     let root_data = committed.encode();
     let mut root_bp = s.io.write(&root_data, spec, txg).map_err(block_err)?;
-    if let (Some((root, _)), Some(_)) = (&raw, inner.crypt) {
-        crate::raw::stamp_root(root, &mut root_bp);
+    if let (Some(root), Some(_)) = (&raw, inner.crypt) {
+        crate::crypt::set_root_mac(&mut root_bp, root.mac);
     } else if inner.crypt.is_some() {
         // The root's MAC: made with the key when there were changes; kept
         // from the old root otherwise (what it covers did not change).
