@@ -373,6 +373,15 @@ impl BlockIo {
         CacheKey { io: keys.cache_id(), ..self.key(bp) }
     }
 
+    /// The cache key of `bp` as read with `keys`: an encrypted block's
+    /// plaintext under the keys' prefix.
+    fn cache_key(&self, bp: &BlockPtr, keys: Option<&BlockKeys>) -> CacheKey {
+        match keys {
+            Some(k) if bp.is_encrypted() => self.key_keyed(bp, k),
+            _ => self.key(bp),
+        }
+    }
+
     /// Puts a block in the cache (remembering a keyed prefix, so dropping
     /// the pipeline drops its blocks too).
     fn cache_insert(&self, key: CacheKey, data: Arc<Vec<u8>>, l2: Option<[u8; 32]>) {
@@ -413,10 +422,16 @@ impl BlockIo {
     /// (a dataset whose `primarycache` leaves it out); one already cached
     /// is served from there.
     pub fn read_passing(&self, bp: &BlockPtr) -> Result<Arc<Vec<u8>>, BlockError> {
-        if let Some(v) = self.cache.get(&self.key(bp), bp, false) {
+        self.read_passing_with(bp, None)
+    }
+
+    /// As `read_passing`, opening an encrypted block with `keys` (its
+    /// plaintext looked up under the keys' prefix, as `read_keyed`).
+    pub fn read_passing_with(&self, bp: &BlockPtr, keys: Option<&BlockKeys>) -> Result<Arc<Vec<u8>>, BlockError> {
+        if let Some(v) = self.cache.get(&self.cache_key(bp, keys), bp, false) {
             return Ok(v);
         }
-        Ok(Arc::new(self.read_uncached(bp)?))
+        Ok(Arc::new(self.read_uncached_with(bp, keys)?))
     }
 
     /// As `read` (or `read_prefetch`), for a block the cache keeps but
@@ -430,10 +445,7 @@ impl BlockIo {
     /// encrypted block is never offered to the second level: the L2ARC
     /// keeps logical bytes, and plaintext must not reach a cache device.
     pub fn read_keyed(&self, bp: &BlockPtr, prefetch: bool, l2: bool, keys: Option<&BlockKeys>) -> Result<Arc<Vec<u8>>, BlockError> {
-        let key = match keys {
-            Some(k) if bp.is_encrypted() => self.key_keyed(bp, k),
-            _ => self.key(bp),
-        };
+        let key = self.cache_key(bp, keys);
         if let Some(v) = self.cache.get(&key, bp, prefetch) {
             return Ok(v);
         }

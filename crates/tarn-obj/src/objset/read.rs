@@ -49,18 +49,11 @@ impl ObjectSet {
             return Ok(None);
         }
         let metadata = phys.flags & crate::format::DN_METADATA != 0;
-        if let Some(keys) = keys {
-            let data = if !self.cache_policy().keeps(metadata) {
-                self.io().read_uncached_with(&bp, Some(&keys)).map(Arc::new)
-            } else {
-                self.io().read_keyed(&bp, prefetch, false, Some(&keys))
-            };
-            return Ok(Some(data.map_err(block_err)?));
-        }
+        // (An encrypted block never goes to the second level: read_keyed.)
         let data = if !self.cache_policy().keeps(metadata) {
-            self.io().read_passing(&bp)
+            self.io().read_passing_with(&bp, keys.as_deref())
         } else {
-            self.io().read_cached_as(&bp, prefetch, self.l2_policy().keeps(metadata))
+            self.io().read_keyed(&bp, prefetch, self.l2_policy().keeps(metadata), keys.as_deref())
         };
         Ok(Some(data.map_err(block_err)?))
     }
