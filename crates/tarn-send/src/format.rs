@@ -344,8 +344,8 @@ impl WriteHdr {
         tarn_block::RawBlock { lsize: self.logical_len, psize: self.data_len, compression: self.compression, iv: self.iv, mac: self.mac }
     }
 
-    /// Parse a WRITE header alone (the data not checked).
-    pub fn decode_header(b: &[u8; WRITE_HEADER]) -> WriteHdr {
+    /// The fields of a WRITE header, unchecked (`decode` checks them).
+    fn fields(b: &[u8; WRITE_HEADER]) -> WriteHdr {
         let mut iv = [0u8; 16];
         iv.copy_from_slice(&b[32..48]);
         let mut mac = [0u8; 16];
@@ -358,7 +358,7 @@ impl WriteHdr {
         if b.len() < WRITE_HEADER {
             return corrupt("WRITE payload shorter than its header");
         }
-        let h = WriteHdr::decode_header(b[..WRITE_HEADER].try_into().expect("checked length"));
+        let h = WriteHdr::fields(b[..WRITE_HEADER].try_into().expect("checked length"));
         if b[29..32].iter().any(|&x| x != 0) {
             return corrupt("WRITE reserved bytes are not zero");
         }

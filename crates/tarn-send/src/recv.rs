@@ -245,19 +245,23 @@ fn setup(pool: &ObjPool, begin: &Begin, raw: Option<&CryptRec>, target: RecvTarg
             if !matches {
                 return Err(SendError::Invalid("the stream does not continue this partial receive (make it with send_resume and this token)".into()));
             }
-            (Kind::Resume, head, pool.open_objset(head)?, true)
+            let os = pool.open_objset(head)?;
+            check_raw_target(&os, raw)?;
+            (Kind::Resume, head, os, true)
         }
     };
     if let Some(p) = opts.props {
         os.set_write_props(p);
     }
+    // (A new object set was made with the stream's key; an existing one
+    // was checked above.)
     if let Some(c) = raw {
-        if let Err(e) = check_raw_target(&os, raw).and_then(|()| Ok(os.begin_raw(c.root)?)) {
+        if let Err(e) = os.begin_raw(c.root) {
             if matches!(kind, Kind::New) {
                 let tx = pool.begin();
                 let _ = pool.destroy_objset(&tx, head);
             }
-            return Err(e);
+            return Err(e.into());
         }
     }
     Ok((kind, head, os, resumable))
@@ -597,18 +601,17 @@ impl Receiver<'_> {
     }
 
     fn fail(self, cause: SendError, sub_bytes: u64, total_bytes: u64) -> SendError {
-        if self.raw.is_some() {
-            // What arrived is written with the seals it came with, before
-            // the object set leaves raw mode (and is kept or rolled back).
-            if let Err(e) = self.pool.sync().map_err(SendError::from).and_then(|_| Ok(self.os.end_raw()?)) {
-                return SendError::CleanupFailed { cause: Box::new(cause), cleanup: format!("the raw changes could not be written: {e}") };
+        // What was applied must be on disk before a token names it; a raw
+        // receive's changes are written with the seals they came with
+        // before the object set leaves raw mode (and is kept or rolled back).
+        if self.resumable || self.raw.is_some() {
+            let written = self.pool.sync().map_err(SendError::from).and_then(|_| if self.raw.is_some() { Ok(self.os.end_raw()?) } else { Ok(()) });
+            if let Err(e) = written {
+                let what = if self.resumable { "the partial state" } else { "the raw changes" };
+                return SendError::CleanupFailed { cause: Box::new(cause), cleanup: format!("{what} could not be written: {e}") };
             }
         }
         if self.resumable {
-            // What was applied must be on disk before a token names it.
-            if let Err(e) = self.pool.sync() {
-                return SendError::CleanupFailed { cause: Box::new(cause), cleanup: format!("the partial state could not be written: {e}") };
-            }
             let token = self.token(sub_bytes, total_bytes).encode();
             return SendError::Interrupted {
                 cause: Box::new(cause),

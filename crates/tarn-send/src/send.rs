@@ -390,8 +390,7 @@ enum Block {
 struct ReadJob {
     os: ObjectSet,
     block: BlockRef,
-    hdr: [u8; WRITE_HEADER],
-    len: usize,
+    hdr: WriteHdr,
     head: PendingHeader,
     reply: SyncSender<Framed>,
 }
@@ -400,15 +399,13 @@ impl ReadJob {
     fn run(self) {
         // The writer may be gone (it stopped on an error): then nobody
         // wants the block.
-        let _ = self.reply.send(read_framed(&self.os, &self.block, &self.hdr, self.len, self.head));
+        let _ = self.reply.send(read_framed(&self.os, &self.block, &self.hdr, self.head));
     }
 }
 
-fn read_framed(os: &ObjectSet, block: &BlockRef, hdr: &[u8; WRITE_HEADER], len: usize, head: PendingHeader) -> Framed {
-    let h = WriteHdr::decode_header(hdr);
-    let data = read_for_write(os, block, &h)?;
-    debug_assert_eq!(data.len(), len);
-    Ok((head.finish(&[hdr, &data]), data))
+fn read_framed(os: &ObjectSet, block: &BlockRef, hdr: &WriteHdr, head: PendingHeader) -> Framed {
+    let data = read_for_write(os, block, hdr)?;
+    Ok((head.finish(&[&hdr.encode(), &data]), data))
 }
 
 /// Records in flight between the walker and the writer, which bounds the
@@ -469,19 +466,18 @@ impl Sink for ChannelSink {
     }
 
     fn write_block(&mut self, os: &ObjectSet, hdr: WriteHdr, block: &BlockRef) -> Result<()> {
-        let len = hdr.data_len as usize;
-        let hdr = hdr.encode();
-        let head = self.seq.frame(RecordType::Write, WRITE_HEADER + len);
+        let head = self.seq.frame(RecordType::Write, WRITE_HEADER + hdr.data_len as usize);
+        let encoded = hdr.encode();
         let data = match &self.jobs {
             // A read error ends the walk here, as a sequential send.
-            None => Block::Read(Ok(read_framed(os, block, &hdr, len, head)?)),
+            None => Block::Read(Ok(read_framed(os, block, &hdr, head)?)),
             Some(jobs) => {
                 let (reply, rx) = sync_channel(1);
-                jobs.send(ReadJob { os: os.clone(), block: *block, hdr, len, head, reply }).map_err(|_| writer_gone())?;
+                jobs.send(ReadJob { os: os.clone(), block: *block, hdr, head, reply }).map_err(|_| writer_gone())?;
                 Block::Pending(rx)
             }
         };
-        self.send(Msg::Write(hdr, data))
+        self.send(Msg::Write(encoded, data))
     }
 
     fn end(&mut self) -> Result<()> {
