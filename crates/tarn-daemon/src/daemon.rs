@@ -407,20 +407,14 @@ impl Daemon {
         )
         .map_err(|e| fail(e.to_string()))?;
         obj.set_tunables(self.tuning.get());
-        let material = match &key {
-            Some(bytes) => {
-                let format = root_props.iter().rev().find(|(p, _)| p == "keyformat").map_or("", |(_, v)| v.as_str());
-                match crate::keys::material(format, bytes) {
-                    Ok(m) => Some(m),
-                    Err(e) => {
-                        let _ = obj.export();
-                        drop(obj);
-                        clear_labels(&all_paths);
-                        return Err(fail(e));
-                    }
-                }
+        let material = match crate::keys::creation_material(&root_props, key.as_deref()) {
+            Ok(m) => m,
+            Err(e) => {
+                let _ = obj.export();
+                drop(obj);
+                clear_labels(&all_paths);
+                return Err(fail(e));
             }
-            None => None,
         };
         let ds = match tarn_ds::Pool::create_keyed(obj.clone(), &root_props, &mount::format, material.as_ref()) {
             Ok(ds) => ds,
@@ -678,13 +672,7 @@ impl Daemon {
         if imported.busy.contains(dataset) {
             return Err(fail("dataset is busy (a receive is in progress)".into()));
         }
-        let material = match key {
-            Some(bytes) => {
-                let format = properties.iter().rev().find(|(p, _)| p == "keyformat").map_or("", |(_, v)| v.as_str());
-                Some(crate::keys::material(format, bytes).map_err(fail)?)
-            }
-            None => None,
-        };
+        let material = crate::keys::creation_material(properties, key).map_err(fail)?;
         let created = imported.ds.create_dataset_keyed(dataset, properties, parents, &mount::format, material.as_ref()).map_err(|e| match e {
             tarn_ds::DsError::NoParent(_) => fail("parent does not exist (use -p to create parents)".into()),
             tarn_ds::DsError::Exists(_) => fail("dataset already exists".into()),

@@ -35,6 +35,14 @@ pub(crate) fn material(format: &str, bytes: &[u8]) -> Result<KeyMaterial, String
     KeyMaterial::from_bytes(format, bytes).map_err(|e| e.to_string())
 }
 
+/// The key a create (`create`, `pool create`) carries, in the format its
+/// last `keyformat=` property names; None without a key.
+pub(crate) fn creation_material(props: &[(String, String)], key: Option<&[u8]>) -> Result<Option<KeyMaterial>, String> {
+    let Some(bytes) = key else { return Ok(None) };
+    let format = props.iter().rev().find(|(p, _)| p == "keyformat").map_or("", |(_, v)| v.as_str());
+    material(format, bytes).map(Some)
+}
+
 fn prop(imported: &Imported, name: &str, p: &str) -> String {
     imported.ds.get_property(name, p, true, None).map(|v| v.value).unwrap_or_default()
 }

@@ -964,7 +964,7 @@ impl Pool {
             match (&entry.crypt, &rec.crypt) {
                 (Some(p), Some(c)) if p.key_guid == c.key_guid => {}
                 (Some(_), _) => return Err(fail("the raw stream's dataset is encrypted with another key (or the destination is not encrypted)".into())),
-                (None, Some(_)) if self.obj.keys_loaded(rec.crypt.as_ref().map_or(0, |c| c.key_guid)) => {}
+                (None, Some(c)) if self.obj.keys_loaded(c.key_guid) => {}
                 (None, Some(_)) => return Err(fail("the destination is encrypted and its key is not loaded (load-key, or send raw with -w)".into())),
                 (None, None) => {}
             }
