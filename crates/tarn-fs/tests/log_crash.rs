@@ -334,6 +334,8 @@ struct Run {
     end: u64,
     ops: std::collections::BTreeMap<&'static str, u64>,
     log_blocks_written: u64,
+    /// Of those, the first dataset's (sealed when it is encrypted).
+    log_blocks_written_first: u64,
     /// Data blocks the logs wrote once for their records (indirect writes).
     indirect_written: u64,
 }
@@ -347,8 +349,8 @@ fn workload(pool: &Arc<ObjPool>, rec: &CrashRecorder, seed: u64, per_thread: usi
     let mut fss = Vec::new();
     let mut models = Vec::new();
     for _ in 0..DATASETS {
-        // With `keys`, the first dataset is encrypted (it skips the log:
-        // its fsyncs wait for the txg); the second keeps the log busy.
+        // With `keys`, the first dataset is encrypted (its log blocks are
+        // sealed, its records copy their data).
         let crypt = keys.as_ref().filter(|_| osids.is_empty()).map(|(c, _)| *c);
         let tx = pool.begin();
         let id = pool.create_objset_with(&tx, crypt).unwrap();
@@ -444,6 +446,7 @@ fn workload(pool: &Arc<ObjPool>, rec: &CrashRecorder, seed: u64, per_thread: usi
     let end = rec.event_count();
     // (0 where the file system does not use the log.)
     let log_blocks_written = fss.iter().map(|fs| fs.objset().log_stats().blocks_written).sum();
+    let log_blocks_written_first = fss[0].objset().log_stats().blocks_written;
     let indirect_written = fss.iter().map(|fs| fs.objset().log_stats().indirect_written).sum();
     drop(fss);
     Run {
@@ -455,6 +458,7 @@ fn workload(pool: &Arc<ObjPool>, rec: &CrashRecorder, seed: u64, per_thread: usi
         end,
         ops: counts.into_inner(),
         log_blocks_written,
+        log_blocks_written_first,
         indirect_written,
     }
 }
@@ -466,6 +470,8 @@ struct Checked {
     bytes: u64,
     /// Log blocks found at import (waiting for replay), all datasets.
     log_blocks: u64,
+    /// Of those, the first dataset's.
+    log_blocks_first: u64,
     /// Files holding a mix of their states (see `Seen::mixed`).
     mixed: u64,
 }
@@ -481,7 +487,11 @@ fn import_and_check(images: Vec<Arc<dyn Device>>, run: &Run, acked_at: u64, cont
     let mut out = Checked::default();
     for id in &run.osids {
         let os = pool.open_objset(*id).map_err(|e| format!("open object set {id:?}: {e}"))?;
-        out.log_blocks += os.log_stats().chain_blocks.len() as u64;
+        let n = os.log_stats().chain_blocks.len() as u64;
+        out.log_blocks += n;
+        if *id == run.osids[0] {
+            out.log_blocks_first += n;
+        }
     }
     let fss: Vec<Arc<Fs>> = run.osids.iter().map(|id| open_fs(&pool, *id)).collect::<Result<_, _>>()?;
     pool.sync().map_err(|e| format!("sync after open: {e}"))?;
@@ -584,16 +594,25 @@ fn power_cuts_with_an_encrypted_dataset() {
     let mut rng = ChaCha8Rng::seed_from_u64(vseed);
     let mut cuts: Vec<u64> = (0..count).map(|_| rng.gen_range(run.first..=run.end)).collect();
     cuts.sort();
-    let mut bytes = 0;
+    let (mut bytes, mut with_log) = (0, 0);
     for (i, &cut) in cuts.iter().enumerate() {
         let mode = mode_for(i, vseed, cut);
         let images = as_dyn(rec.image_at(cut, mode));
         let c = import_and_check(images, &run, cut, true).unwrap_or_else(|e| panic!("encrypted: cut {cut} of {} ({mode:?}), seed {seed:#x}: {e}", run.end));
         bytes += c.bytes;
+        with_log += u64::from(c.log_blocks_first > 0);
     }
     let fsyncs = run.acks.iter().filter(|a| a.ino.is_some() && a.ds == 0).count();
-    eprintln!("encrypted: {} cuts over events {}..{}; {fsyncs} fsyncs acknowledged on the encrypted dataset; {} MiB compared", cuts.len(), run.first, run.end, bytes >> 20);
+    eprintln!(
+        "encrypted: {} cuts over events {}..{}; {fsyncs} fsyncs acknowledged on the encrypted dataset, {} sealed log blocks written; {with_log} cuts left it a sealed log to replay; {} MiB compared",
+        cuts.len(),
+        run.first,
+        run.end,
+        run.log_blocks_written_first,
+        bytes >> 20
+    );
     assert!(fsyncs > 5, "only {fsyncs} fsyncs on the encrypted dataset: the test proves little");
+    assert!(run.log_blocks_written_first > 0 && with_log > 0, "the encrypted dataset's log is not exercised");
 }
 
 #[test]

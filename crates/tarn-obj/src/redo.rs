@@ -199,6 +199,12 @@ pub fn flush(tx: &Tx) {
 type Indirect = Option<(usize, tarn_block::WriteSpec)>;
 
 fn indirect_policy(os: &ObjectSet) -> Indirect {
+    // An encrypted object set's records are sealed in their log blocks and
+    // copy their data: the import claims the blocks records name before any
+    // key is loaded, and could not read pointers out of sealed records.
+    if os.crypt().is_some() {
+        return None;
+    }
     let p = os.write_props();
     let spec = tarn_block::WriteSpec { compression: p.compression, checksum: p.checksum, copies: p.copies, level: 0, otype: 0, metadata: false };
     let min = match os.logbias() {

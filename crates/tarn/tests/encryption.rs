@@ -9,6 +9,7 @@
 mod common;
 
 use std::fs;
+use std::io::Write;
 use std::path::Path;
 
 use common::{assert_clean_failure, path_str, wait_mounted, wait_unmounted, Harness};
@@ -17,6 +18,10 @@ const PASS: &str = "correct horse battery staple";
 const NEW_PASS: &str = "a new passphrase for media";
 const MARK: &[u8] = b"ENC-MARKER-3b8e1d-file-contents-never-on-disk";
 const NAME: &str = "NAME-MARKER-tax-return-2026.pdf";
+/// Written and fsynced just before the daemon is killed: on disk only in
+/// the intent log's (sealed) records.
+const LOG_MARK: &[u8] = b"LOG-MARKER-7f31c2-fsynced-never-synced";
+const LOG_NAME: &str = "LOG-NAME-MARKER-payslip.pdf";
 
 fn get(h: &Harness, props: &str, dataset: &str) -> Vec<String> {
     h.tarn_ok(&["get", "-H", "-o", "value", props, dataset]).lines().map(str::to_string).collect()
@@ -185,10 +190,33 @@ fn key_lifecycle_through_the_cli_and_no_plaintext_on_disk() {
     assert_eq!(get(&h, "keystatus", "tank/secure"), ["unavailable"]);
     assert_eq!(fs::read(media.join("film.mkv")).unwrap().len(), MARK.len() * 5000);
 
+    // Test 5 with the intent log: an fsynced file of an encrypted dataset
+    // survives a daemon killed before any txg carried it (txg_timeout an
+    // hour), through its log records, which are sealed (the scan below).
+    h.tarn_ok(&["tunable", "set", "txg_timeout=3600"]);
+    h.tarn_ok(&["pool", "sync", "tank"]);
+    {
+        let mut f = fs::File::create(media.join(LOG_NAME)).unwrap();
+        f.write_all(&LOG_MARK.repeat(50)).unwrap();
+        f.sync_all().unwrap();
+    }
+    h.kill_and_restart();
+    wait_mounted(&media);
+    assert_eq!(fs::read(media.join(LOG_NAME)).unwrap(), LOG_MARK.repeat(50), "an fsynced file lost with the daemon");
+    h.tarn_ok(&["tunable", "set", "txg_timeout=5"]);
+
     // Test 2: no plaintext on disk.
     h.export("tank");
     for v in &vdevs {
-        for (what, needle) in [("contents", MARK), ("a file name", NAME.as_bytes()), ("the passphrase", PASS.as_bytes()), ("the new passphrase", NEW_PASS.as_bytes()), ("the raw key", &raw_key[..])] {
+        for (what, needle) in [
+            ("contents", MARK),
+            ("a file name", NAME.as_bytes()),
+            ("logged contents", LOG_MARK),
+            ("a logged file name", LOG_NAME.as_bytes()),
+            ("the passphrase", PASS.as_bytes()),
+            ("the new passphrase", NEW_PASS.as_bytes()),
+            ("the raw key", &raw_key[..]),
+        ] {
             assert!(!contains(v, needle), "{what} found on {}", v.display());
         }
     }

@@ -116,6 +116,7 @@ fn unreachable_on_missing_log(s: &Shared, bp: &BlockPtr) -> Option<String> {
 fn claim_one(s: &Arc<Shared>, id: ObjsetId, header: &LogHeader, synced: Txg) {
     let mut blocks: Vec<BlockPtr> = Vec::new();
     let mut records: Vec<LogRecord> = Vec::new();
+    let mut sealed: Vec<Vec<u8>> = Vec::new();
     let mut bp = header.head;
     let mut seq = header.head_seq;
     let mut last_rec_seq = 0u64;
@@ -129,8 +130,15 @@ fn claim_one(s: &Arc<Shared>, id: ObjsetId, header: &LogHeader, synced: Txg) {
             terminal = bp;
             break;
         };
+        // A chain is all sealed or all plain (an object set's encryption
+        // never changes); a block of the other kind is not part of it.
+        if block.sealed.is_some() != !sealed.is_empty() && !blocks.is_empty() {
+            eprintln!("tarn: object set {}: intent log block {seq} is {}sealed unlike the chain: chain ends there", id.0, if block.sealed.is_some() { "" } else { "not " });
+            break;
+        }
         // Sequence numbers strictly increase along the chain; a block that
-        // breaks that is not part of it.
+        // breaks that is not part of it. (Those of sealed blocks are
+        // checked when they are opened, at replay.)
         let in_order = block.records.iter().all(|r| {
             let ok = r.seq > last_rec_seq;
             last_rec_seq = r.seq;
@@ -154,6 +162,7 @@ fn claim_one(s: &Arc<Shared>, id: ObjsetId, header: &LogHeader, synced: Txg) {
         seen.push(bp);
         blocks.push(bp);
         records.extend(block.records);
+        sealed.extend(block.sealed);
         bp = block.next;
         seq += 1;
     }
@@ -203,7 +212,7 @@ fn claim_one(s: &Arc<Shared>, id: ObjsetId, header: &LogHeader, synced: Txg) {
         st.phase = LogPhase::Claimed;
         st.chain = h.chain;
         st.ahead_seq = seq;
-        st.claimed = Some(Claimed { header: h, blocks, records, indirect });
+        st.claimed = Some(Claimed { header: h, blocks, records, sealed, indirect });
     }
     drop(st);
     // The next sync writes the header (claim txg, or the new chain).

@@ -14,26 +14,39 @@
 //! Log block (psize bytes, a multiple of the sector):
 //! | off | size | field |
 //! |----:|-----:|-------|
-//! | 0   | 8   | magic `b"TARNLOG1"` |
+//! | 0   | 8   | magic `b"TARNLOG1"` (`b"TARNLOGE"`: sealed) |
 //! | 8   | 8   | chain identity |
 //! | 16  | 8   | block sequence number |
 //! | 24  | 4   | bytes of records from offset 64 |
 //! | 28  | 4   | number of records |
-//! | 32  | 32  | reserved, zero |
+//! | 32  | 16  | sealed: IV (salt, nonce); else zero |
+//! | 48  | 16  | sealed: MAC (GCM tag); else zero |
 //! | 64  | ... | records, each 8-aligned |
 //! | psize-160 | 128 | next: the block allocated to follow this one |
 //! | psize-32  | 32  | blake3 of bytes `[0, psize-32)` |
 //!
 //! Record: type u32 (non-zero), payload length u32, txg u64, seq u64,
 //! payload, zero padding to 8 bytes.
+//!
+//! A sealed block (the log of an encrypted object set) has its record
+//! bytes `[64, 64 + used)` encrypted with the object set's block keys
+//! (AES-GCM, a detached seal); the additional data binds a domain string,
+//! the object set's id, bytes `[0, 32)` and the next pointer. Everything
+//! the import needs to walk and claim the chain (magic, chain, sequence,
+//! next, the checksum over the ciphertext) stays readable without the key;
+//! the records (their types, txgs, sequence numbers and contents) are
+//! opened at replay, which needs the key.
 
-use tarn_block::{BlockPtr, ChecksumKind, BP_SIZE};
+use tarn_block::{BlockKeys, BlockPtr, ChecksumKind, BP_SIZE};
 
 use crate::{ObjError, Result, Txg};
 
 pub const LOG_HEADER_OFFSET: usize = 600;
 pub const LOG_HEADER_SIZE: usize = 168;
 pub const LOG_MAGIC: &[u8; 8] = b"TARNLOG1";
+pub const LOG_MAGIC_SEALED: &[u8; 8] = b"TARNLOGE";
+/// Domain of a sealed log block's additional data.
+const SEAL_DOMAIN: &[u8] = b"tarn log block v1";
 pub const BLOCK_HEAD: usize = 64;
 pub const BLOCK_TAIL: usize = BP_SIZE + 32;
 pub const RECORD_HEAD: usize = 24;
@@ -126,6 +139,8 @@ pub struct LogBlock {
     pub seq: u64,
     pub records: Vec<LogRecord>,
     pub next: BlockPtr,
+    /// A sealed block's bytes (its records are opened at replay).
+    pub sealed: Option<Vec<u8>>,
 }
 
 /// Record bytes a block of `psize` bytes holds.
@@ -136,10 +151,60 @@ pub fn capacity(psize: usize) -> usize {
 /// Encodes a block of exactly `psize` bytes. The records must fit
 /// (`capacity`): a bug otherwise.
 pub fn encode_block(psize: usize, chain: u64, seq: u64, records: &[LogRecord], next: &BlockPtr) -> Vec<u8> {
+    let mut b = frame_block(LOG_MAGIC, psize, chain, seq, records, next);
+    finish(&mut b);
+    b
+}
+
+/// `encode_block` with the records sealed under `keys` (the log of
+/// encrypted object set `objset`).
+pub fn encode_block_sealed(psize: usize, chain: u64, seq: u64, records: &[LogRecord], next: &BlockPtr, keys: &BlockKeys, objset: u64) -> Result<Vec<u8>> {
+    let mut b = frame_block(LOG_MAGIC_SEALED, psize, chain, seq, records, next);
+    let used = u32::from_le_bytes(b[24..28].try_into().expect("4 bytes")) as usize;
+    let aad = seal_aad(&b, objset);
+    let (iv, mac) = keys.seal_detached(&aad, &mut b[BLOCK_HEAD..BLOCK_HEAD + used]).map_err(|e| ObjError::Io(format!("sealing a log block: {e}")))?;
+    b[32..48].copy_from_slice(&iv);
+    b[48..64].copy_from_slice(&mac);
+    finish(&mut b);
+    Ok(b)
+}
+
+/// What a sealed block's MAC binds besides its records.
+fn seal_aad(b: &[u8], objset: u64) -> Vec<u8> {
+    let n = b.len();
+    let mut a = Vec::with_capacity(SEAL_DOMAIN.len() + 8 + 32 + BP_SIZE);
+    a.extend_from_slice(SEAL_DOMAIN);
+    a.extend_from_slice(&objset.to_le_bytes());
+    a.extend_from_slice(&b[0..32]);
+    a.extend_from_slice(&b[n - BLOCK_TAIL..n - 32]);
+    a
+}
+
+/// Opens the records of a sealed block that `verifies` (replay, with the
+/// object set's keys). A block that does not authenticate is `Corrupt`.
+pub fn open_sealed(b: &[u8], keys: &BlockKeys, objset: u64) -> Result<Vec<LogRecord>> {
+    let bad = |what: &str| ObjError::Corrupt(format!("sealed log block: {what}"));
+    if b.len() < BLOCK_HEAD + BLOCK_TAIL || &b[0..8] != LOG_MAGIC_SEALED {
+        return Err(bad("not a sealed block"));
+    }
+    let used = u32::from_le_bytes(b[24..28].try_into().unwrap_or([0; 4])) as usize;
+    let count = u32::from_le_bytes(b[28..32].try_into().unwrap_or([0; 4])) as usize;
+    if used > capacity(b.len()) {
+        return Err(bad("records overrun the block"));
+    }
+    let iv: [u8; 16] = b[32..48].try_into().unwrap_or([0; 16]);
+    let mac: [u8; 16] = b[48..64].try_into().unwrap_or([0; 16]);
+    let mut area = vec![0u8; used];
+    keys.open_detached(&iv, &mac, &seal_aad(b, objset), &b[BLOCK_HEAD..BLOCK_HEAD + used], &mut area)
+        .map_err(|_| bad("does not authenticate"))?;
+    parse_records(&area, count)
+}
+
+fn frame_block(magic: &[u8; 8], psize: usize, chain: u64, seq: u64, records: &[LogRecord], next: &BlockPtr) -> Vec<u8> {
     let used: usize = records.iter().map(LogRecord::framed_len).sum();
     assert!(used <= capacity(psize), "log block of {psize} bytes cannot hold {used} bytes of records");
     let mut b = vec![0u8; psize];
-    b[0..8].copy_from_slice(LOG_MAGIC);
+    b[0..8].copy_from_slice(magic);
     b[8..16].copy_from_slice(&chain.to_le_bytes());
     b[16..24].copy_from_slice(&seq.to_le_bytes());
     b[24..28].copy_from_slice(&(used as u32).to_le_bytes());
@@ -150,16 +215,21 @@ pub fn encode_block(psize: usize, chain: u64, seq: u64, records: &[LogRecord], n
         o += r.framed_len();
     }
     b[psize - BLOCK_TAIL..psize - 32].copy_from_slice(&next.encode());
-    let sum = tarn_block::checksum::compute(ChecksumKind::Blake3, &b[..psize - 32]);
-    b[psize - 32..].copy_from_slice(&sum);
     b
+}
+
+/// Writes the block's own checksum (its last 32 bytes).
+fn finish(b: &mut [u8]) {
+    let n = b.len();
+    let sum = tarn_block::checksum::compute(ChecksumKind::Blake3, &b[..n - 32]);
+    b[n - 32..].copy_from_slice(&sum);
 }
 
 /// Whether `b` is the block `seq` of chain `chain`: its checksum matches
 /// and it names that chain and sequence number. A stale block of another
 /// chain, or of an earlier lap of this one, fails here.
 pub fn verifies(b: &[u8], chain: u64, seq: u64) -> bool {
-    if b.len() < BLOCK_HEAD + BLOCK_TAIL || &b[0..8] != LOG_MAGIC {
+    if b.len() < BLOCK_HEAD + BLOCK_TAIL || (&b[0..8] != LOG_MAGIC && &b[0..8] != LOG_MAGIC_SEALED) {
         return false;
     }
     let n = b.len();
@@ -169,7 +239,8 @@ pub fn verifies(b: &[u8], chain: u64, seq: u64) -> bool {
     b[8..16] == chain.to_le_bytes() && b[16..24] == seq.to_le_bytes()
 }
 
-/// Decodes a block that `verifies`; malformed framing is `Corrupt`.
+/// Decodes a block that `verifies`; malformed framing is `Corrupt`. A
+/// sealed block comes back with no records and its bytes in `sealed`.
 pub fn decode_block(b: &[u8]) -> Result<LogBlock> {
     let bad = |what: &str| ObjError::Corrupt(format!("log block: {what}"));
     if b.len() < BLOCK_HEAD + BLOCK_TAIL {
@@ -182,7 +253,19 @@ pub fn decode_block(b: &[u8]) -> Result<LogBlock> {
     if used > capacity(b.len()) {
         return Err(bad("records overrun the block"));
     }
-    let area = &b[BLOCK_HEAD..BLOCK_HEAD + used];
+    let n = b.len();
+    let next = BlockPtr::decode(&b[n - BLOCK_TAIL..n - 32]).map_err(|e| bad(&format!("next pointer: {e}")))?;
+    if &b[0..8] == LOG_MAGIC_SEALED {
+        return Ok(LogBlock { chain: u64at(8), seq: u64at(16), records: Vec::new(), next, sealed: Some(b.to_vec()) });
+    }
+    let records = parse_records(&b[BLOCK_HEAD..BLOCK_HEAD + used], count)?;
+    Ok(LogBlock { chain: u64at(8), seq: u64at(16), records, next, sealed: None })
+}
+
+/// The `count` records framed in `area`.
+fn parse_records(area: &[u8], count: usize) -> Result<Vec<LogRecord>> {
+    let bad = |what: &str| ObjError::Corrupt(format!("log block: {what}"));
+    let used = area.len();
     let mut records = Vec::with_capacity(count.min(used / RECORD_HEAD));
     let mut o = 0;
     while o < area.len() {
@@ -204,9 +287,7 @@ pub fn decode_block(b: &[u8]) -> Result<LogBlock> {
     if records.len() != count {
         return Err(bad("record count does not match"));
     }
-    let n = b.len();
-    let next = BlockPtr::decode(&b[n - BLOCK_TAIL..n - 32]).map_err(|e| bad(&format!("next pointer: {e}")))?;
-    Ok(LogBlock { chain: u64at(8), seq: u64at(16), records, next })
+    Ok(records)
 }
 
 #[cfg(test)]
@@ -228,6 +309,38 @@ mod tests {
         let mut torn = b.clone();
         torn[100] ^= 1;
         assert!(!verifies(&torn, 42, 9));
+    }
+
+    #[test]
+    fn sealed_blocks_hide_their_records_and_authenticate() {
+        use tarn_block::Cipher;
+        use tarn_keys::MasterKey;
+        let keys = BlockKeys::new(Cipher::Aes256Gcm, &MasterKey::from_bytes(&[5u8; 32])).unwrap();
+        let other = BlockKeys::new(Cipher::Aes256Gcm, &MasterKey::from_bytes(&[6u8; 32])).unwrap();
+        let marker = b"a secret file name and its bytes".to_vec();
+        let recs = vec![
+            LogRecord { rtype: 1, txg: 7, seq: 11, payload: marker.clone() },
+            LogRecord { rtype: 1, txg: 8, seq: 12, payload: vec![9; 100] },
+        ];
+        let next = BlockPtr::HOLE;
+        let b = encode_block_sealed(4096, 42, 3, &recs, &next, &keys, 77).unwrap();
+        assert!(verifies(&b, 42, 3), "the chain is walkable without the key");
+        assert!(!b.windows(marker.len()).any(|w| w == &marker[..]), "record bytes are in the clear");
+        let d = decode_block(&b).unwrap();
+        assert!(d.records.is_empty() && d.sealed.is_some());
+        assert_eq!(open_sealed(&b, &keys, 77).unwrap(), recs);
+        assert!(open_sealed(&b, &keys, 78).is_err(), "another object set");
+        assert!(open_sealed(&b, &other, 77).is_err(), "another key");
+        // Any change to a bound byte fails, even with the checksum fixed up.
+        for at in [8, 16, 24, 28, 40, 56, 64, 70, 4096 - 150] {
+            let mut t = b.clone();
+            t[at] ^= 1;
+            finish(&mut t);
+            assert!(open_sealed(&t, &keys, 77).is_err(), "byte {at} changed");
+        }
+        // Two encodings of the same records differ (a fresh nonce each).
+        let again = encode_block_sealed(4096, 42, 3, &recs, &next, &keys, 77).unwrap();
+        assert_ne!(b[64..200], again[64..200]);
     }
 
     #[test]

@@ -104,6 +104,10 @@ pub(crate) struct Claimed {
     pub header: LogHeader,
     pub blocks: Vec<BlockPtr>,
     pub records: Vec<LogRecord>,
+    /// The chain's blocks as read, when they are sealed (an encrypted
+    /// object set's log): their records are opened at replay, with the key.
+    /// A chain is all sealed (`records` empty) or all plain.
+    pub sealed: Vec<Vec<u8>>,
     /// Blocks of indirect writes among the records to replay (freed with
     /// the chain).
     pub indirect: Vec<BlockPtr>,
@@ -196,6 +200,9 @@ pub(crate) struct ObjsetLog {
     /// Indirect writes: blocks written for records, and those adopted.
     pub indirect_written: AtomicU64,
     pub indirect_adopted: AtomicU64,
+    /// The object set's encryption, fixed by its first append: the writer
+    /// seals the blocks of an encrypted one.
+    pub crypt: std::sync::OnceLock<Option<crate::crypt::Crypt>>,
 }
 
 impl ObjsetLog {
@@ -235,6 +242,7 @@ impl ObjsetLog {
             blocks_written: AtomicU64::new(0),
             indirect_written: AtomicU64::new(0),
             indirect_adopted: AtomicU64::new(0),
+            crypt: std::sync::OnceLock::new(),
         }
     }
 }
@@ -336,13 +344,9 @@ impl ObjectSet {
         }
         let synced = s.synced_txg.load(Ordering::Acquire);
         assert!(tx.txg > synced, "log record appended in txg {} but txg {synced} already synced", tx.txg);
-        if self.inner.crypt.is_some() {
-            // Log blocks are not sealed yet: an encrypted object set's
-            // changes are made durable by their txg (a commit waits for it).
-            self.log_needs_sync(tx);
-            return Ok(0);
-        }
         let log = s.logs.get_or_create(self.inner.id);
+        let crypt = *log.crypt.get_or_init(|| self.inner.crypt);
+        assert_eq!(crypt, self.inner.crypt, "object set {}: its log's encryption changed", self.inner.id.0);
         let seq = {
             let mut st = log.st.lock();
             if st.phase == LogPhase::Claimed {
@@ -373,8 +377,8 @@ impl ObjectSet {
             (st.next_rec_seq - 1, st.needs_txg)
         };
         if last == 0 {
-            // No record ever appended (an encrypted object set does not
-            // log yet): its changes are durable with their txg.
+            // No record ever appended: changes that could not append one
+            // are durable with their txg.
             if needs > self.shared.synced_txg.load(Ordering::Acquire) {
                 wait_synced(&self.shared, needs)?;
             }
@@ -397,7 +401,28 @@ impl ObjectSet {
     /// Afterwards the chain is freed and a txg synced. Without a chain to
     /// replay it does nothing. Must not be called while holding a `Tx`.
     pub fn log_replay(&self, apply: &mut dyn FnMut(&Tx, &LogRecord) -> Result<()>) -> Result<ReplayReport> {
-        replay::replay(&self.shared, self.inner.id, apply)
+        // Only a chain of sealed blocks needs the key (asked for then).
+        let keys = match self.inner.keys(&self.shared) {
+            Ok(k) => k,
+            Err(ObjError::KeyNotLoaded) => None,
+            Err(e) => return Err(e),
+        };
+        replay::replay(&self.shared, self.inner.id, keys.as_deref(), apply)
+    }
+
+    /// Whether a chain found at import waits for `log_replay`.
+    pub fn log_awaits_replay(&self) -> bool {
+        self.shared.logs.get(self.inner.id).is_some_and(|l| {
+            let st = l.st.lock();
+            st.phase == LogPhase::Claimed && st.claimed.is_some() && st.replay_done_txg.is_none()
+        })
+    }
+
+    /// Gives up a chain found at import without applying it (a forced
+    /// receive, which rolls the object set back to its base). Must not be
+    /// called while holding a `Tx`.
+    pub fn log_discard(&self) -> Result<()> {
+        replay::discard(&self.shared, self.inner.id)
     }
 
     pub fn log_stats(&self) -> LogStats {

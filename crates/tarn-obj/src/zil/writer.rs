@@ -200,6 +200,12 @@ fn write_batch(s: &Arc<Shared>, log: &ObjsetLog, batch: &[LogRecord], also_flush
     if s.suspended.is_set() {
         return Err(ObjError::Io("pool is suspended".into()));
     }
+    // An encrypted object set's records are sealed with its keys (an
+    // unloaded key fails the batch: the fallback txg sync covers it).
+    let sealing = match log.crypt.get().copied().flatten() {
+        Some(c) => Some(s.keys.get(c.key_guid).ok_or(ObjError::KeyNotLoaded)?),
+        None => None,
+    };
     let tx = hold(s);
     let txg = tx.txg;
     s.note_dirty_objset(txg, log.id);
@@ -244,7 +250,16 @@ fn write_batch(s: &Arc<Shared>, log: &ObjsetLog, batch: &[LogRecord], also_flush
             assert!(r.seq > last_seq_written, "log records out of sequence: {} after {last_seq_written}", r.seq);
             last_seq_written = r.seq;
         }
-        let data = format::encode_block(cur.psize as usize, chain, seq, recs, &next);
+        let data = match &sealing {
+            None => format::encode_block(cur.psize as usize, chain, seq, recs, &next),
+            Some(keys) => match format::encode_block_sealed(cur.psize as usize, chain, seq, recs, &next, keys, log.id.0) {
+                Ok(d) => d,
+                Err(e) => {
+                    abandon(&mut log.st.lock(), &allocated);
+                    return Err(e);
+                }
+            },
+        };
         let tops = s.io.tops();
         let mut ok = false;
         let mut errors = Vec::new();
