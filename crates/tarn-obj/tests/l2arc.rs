@@ -23,7 +23,14 @@ struct Setup {
     main: Arc<FaultDevice>,
     cache: Arc<FaultDevice>,
     pool: Arc<ObjPool>,
+    /// Held for the test's life (declared last: dropped after the pool).
+    _serial: std::sync::MutexGuard<'static, ()>,
 }
+
+/// The tests share the process's ARC: run concurrently, each one's
+/// working set evicts the others' blocks before the feed has written
+/// them, and hit counts stop meaning anything. One at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn tunables() -> Tunables {
     // A fast feed, so the tests wait for fractions of a second.
@@ -31,6 +38,7 @@ fn tunables() -> Tunables {
 }
 
 fn setup() -> Setup {
+    let serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let main = FaultDevice::new(MemDevice::new("main", 256 << 20) as Arc<dyn Device>);
     let cache = FaultDevice::new(MemDevice::new("cache", 128 << 20) as Arc<dyn Device>);
     let pool = ObjPool::create_with_devices(
@@ -46,7 +54,7 @@ fn setup() -> Setup {
     )
     .expect("create a pool with a cache device");
     pool.set_tunables(tunables());
-    Setup { main, cache, pool }
+    Setup { main, cache, pool, _serial: serial }
 }
 
 /// An object set with `secondarycache` = `l2`, holding a file of
