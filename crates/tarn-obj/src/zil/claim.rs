@@ -132,7 +132,8 @@ fn claim_one(s: &Arc<Shared>, id: ObjsetId, header: &LogHeader, synced: Txg) {
         };
         // A chain is all sealed or all plain (an object set's encryption
         // never changes); a block of the other kind is not part of it.
-        if block.sealed.is_some() != !sealed.is_empty() && !blocks.is_empty() {
+        let chain_sealed = !sealed.is_empty();
+        if !blocks.is_empty() && block.sealed.is_some() != chain_sealed {
             eprintln!("tarn: object set {}: intent log block {seq} is {}sealed unlike the chain: chain ends there", id.0, if block.sealed.is_some() { "" } else { "not " });
             break;
         }
