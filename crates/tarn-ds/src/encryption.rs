@@ -121,6 +121,16 @@ impl CryptRecord {
     pub(crate) fn crypt(&self) -> Result<Crypt> {
         Ok(Crypt { cipher: self.cipher()?, key_guid: self.key_guid })
     }
+
+    /// Whether the wrapped key `other` (hex) was wrapped under the same
+    /// wrapping key as this record's (format, KDF and salt): one that
+    /// `load-key` of this root opens.
+    pub(crate) fn wrapped_by_same_key(&self, other: &str) -> bool {
+        match (self.blob(), unhex(other).ok().and_then(|b| WrappedKey::decode(&b).ok())) {
+            (Ok(a), Some(b)) => a.format() == b.format() && a.kdf() == b.kdf() && a.salt() == b.salt(),
+            _ => false,
+        }
+    }
 }
 
 /// Checks the key record of a dataset in a raw package (bad input is a
@@ -226,8 +236,35 @@ impl Pool {
         let dataset = name.split(['@', '#']).next().unwrap_or(name);
         match self.record(dataset).ok().and_then(|r| r.crypt) {
             None => true,
-            Some(c) => self.obj().keys_loaded(c.key_guid),
+            Some(c) => self.root_loaded(c.root),
         }
+    }
+
+    /// Whether the key of encryption root `root` (a dataset guid) is loaded.
+    /// (A dataset's key status is its root's: two roots may hold the same
+    /// master key — two raw copies of one source — and loading one does
+    /// not make the other available.)
+    fn root_loaded(&self, root: u64) -> bool {
+        self.wrapping.0.lock().contains_key(&root)
+    }
+
+    /// Forgets that root `root`'s key is loaded (its dataset was replaced).
+    pub(crate) fn forget_root_key(&self, root: u64) {
+        self.wrapping.0.lock().remove(&root);
+    }
+
+    /// A dataset a receive just created under encryption root `c.root`
+    /// gets its key loaded if that root's is (as `create` does).
+    pub(crate) fn load_member_key(&self, name: &str, c: &CryptRecord) -> Result<()> {
+        let Some(wrapping) = self.wrapping.0.lock().get(&c.root).cloned() else { return Ok(()) };
+        if c.root == 0 || self.obj().keys_loaded(c.key_guid) {
+            return Ok(());
+        }
+        let master = unwrap_with(&c.blob()?, &wrapping, &aad(c.key_guid))
+            .map_err(|e| DsError::Corrupt(format!("the wrapped key of '{name}' does not open with its root's key: {e}")))?;
+        let keys = BlockKeys::new(c.cipher()?, &master).map_err(|e| DsError::BadValue(format!("'{name}': {e}")))?;
+        self.obj().load_keys(c.key_guid, Arc::new(keys));
+        Ok(())
     }
 
     /// The encryption of a new dataset `name` whose record will have
@@ -313,7 +350,7 @@ impl Pool {
     /// the key is right. A wrong key changes nothing.
     pub fn load_key(&self, name: &str, material: Option<&KeyMaterial>, location: Option<&KeyLocation>, check_only: bool) -> Result<()> {
         let (record, crypt) = self.root_record(name)?;
-        if self.obj().keys_loaded(crypt.key_guid) && !check_only {
+        if self.root_loaded(record.guid) && !check_only {
             return Err(DsError::BadValue(format!("key already loaded for '{name}'")));
         }
         let read;
@@ -347,12 +384,16 @@ impl Pool {
     /// `unload-key`: forgets the keys of every dataset under encryption root
     /// `name` (its file systems must be unmounted first: the daemon does).
     pub fn unload_key(&self, name: &str) -> Result<()> {
-        let (record, crypt) = self.root_record(name)?;
-        if !self.obj().keys_loaded(crypt.key_guid) {
+        let (record, _) = self.root_record(name)?;
+        if !self.root_loaded(record.guid) {
             return Err(DsError::BadValue(format!("key already unloaded for '{name}'")));
         }
+        // Master keys another loaded root also holds (a second raw copy of
+        // the same source) stay in the pool's key ring.
+        let others: Vec<u64> = self.wrapping.0.lock().keys().copied().filter(|&r| r != record.guid).collect();
+        let kept: std::collections::HashSet<u64> = others.iter().flat_map(|&r| self.members(r)).map(|(_, c)| c.key_guid).collect();
         for (_, c) in self.members(record.guid) {
-            if self.obj().keys_loaded(c.key_guid) {
+            if self.obj().keys_loaded(c.key_guid) && !kept.contains(&c.key_guid) {
                 self.obj().unload_keys(c.key_guid)?;
             }
         }
@@ -442,7 +483,7 @@ impl Pool {
             "encryptionroot" => (self.encryption_root(name).unwrap_or_else(|| "-".into()), Source::None),
             "keystatus" => match crypt {
                 None => ("-".to_string(), Source::None),
-                Some(c) if self.obj().keys_loaded(c.key_guid) => ("available".to_string(), Source::None),
+                Some(c) if self.root_loaded(c.root) => ("available".to_string(), Source::None),
                 Some(_) => ("unavailable".to_string(), Source::None),
             },
             _ => return None,

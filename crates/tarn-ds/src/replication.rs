@@ -84,6 +84,13 @@ pub struct PackageCrypt {
     /// the sender's record holds it: the sender's passphrase or key opens
     /// it on the receiver.
     pub wrapped: String,
+    /// The relative name, in this package, of the dataset's encryption
+    /// root when that is another dataset of the package (its master key is
+    /// wrapped by that root's wrapping key): the receiver keeps the
+    /// hierarchy, so one `load-key` of the root opens both. Absent: the
+    /// dataset arrives as an encryption root of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root: Option<String>,
 }
 
 /// Where a resumed package starts.
@@ -419,6 +426,9 @@ impl Pool {
             resume: None,
         };
         let mut streams = Vec::new();
+        // Dataset guid -> relative name, of the datasets in the package
+        // (parents come first: a root is known before its children).
+        let mut in_package: BTreeMap<u64, String> = BTreeMap::new();
         for ds in datasets {
             let target = format!("{ds}@{snap}");
             let Ok(target_rec) = self.snapshot_record(&target) else { continue };
@@ -450,8 +460,14 @@ impl Pool {
                 base: base.as_deref().map(|b| self.package_snap(b)).transpose()?,
                 snapshots: names.iter().map(|n| self.package_snap(n)).collect::<Result<Vec<_>>>()?,
                 props,
-                crypt: self.package_crypt(&ds, spec.raw || spec.recursive)?,
+                crypt: self.package_crypt(&ds, spec.raw || spec.recursive)?.map(|mut c| {
+                    c.root = self.record(&ds).ok().and_then(|r| r.crypt.filter(|k| k.root != r.guid)).and_then(|k| in_package.get(&k.root).cloned());
+                    c
+                }),
             });
+            if let Ok(r) = self.record(&ds) {
+                in_package.insert(r.guid, relative(&top, &ds));
+            }
             names.extend(base);
             streams.push(PlannedStream { index: header.datasets.len() - 1, names, snaps, from, resume: None });
         }
@@ -503,7 +519,7 @@ impl Pool {
         if !raw {
             return Ok(None);
         }
-        Ok(self.record(ds)?.crypt.map(|c| PackageCrypt { cipher: c.cipher, key_guid: c.key_guid, wrapped: c.wrapped }))
+        Ok(self.record(ds)?.crypt.map(|c| PackageCrypt { cipher: c.cipher, key_guid: c.key_guid, wrapped: c.wrapped, root: None }))
     }
 
     /// The plan of the send that a `receive_resume_token` continues.
@@ -1082,10 +1098,14 @@ impl Pool {
                             createtxg: outcome.snapshots.first().map_or(0, |s| s.txg),
                             props,
                             holds: vec![],
-                            crypt: received_crypt(entry, guid),
+                            crypt: self.received_crypt(spec, header, entry, guid),
                             ..Default::default()
                         };
+                        let crypt = record.crypt.clone();
                         self.put_dataset(dst, record)?;
+                        if let Some(c) = &crypt {
+                            self.load_member_key(dst, c)?;
+                        }
                         Undo::Created(dst.to_string())
                     }
                     Plan::Replace(mut rec) => {
@@ -1093,9 +1113,18 @@ impl Pool {
                         let old = rec.clone();
                         self.forget_bookmarks_after(dst, 0)?;
                         rec.objset = outcome.head.0;
-                        rec.crypt = received_crypt(entry, rec.guid);
+                        rec.crypt = self.received_crypt(spec, header, entry, rec.guid);
                         rec.props = props;
+                        // A root replaced by a full stream has a new key:
+                        // the old one's loaded state goes with it.
+                        if rec.crypt.as_ref().map(|c| &c.wrapped) != old.crypt.as_ref().map(|c| &c.wrapped) {
+                            self.forget_root_key(rec.guid);
+                        }
+                        let crypt = rec.crypt.clone();
                         self.put_dataset(dst, rec)?;
+                        if let Some(c) = &crypt {
+                            self.load_member_key(dst, c)?;
+                        }
                         Undo::Replaced(dst.to_string(), old)
                     }
                     Plan::Incremental(mut rec) | Plan::Resume(mut rec, _) => {
@@ -1143,7 +1172,7 @@ impl Pool {
                             createtxg: 0,
                             props: received,
                             holds: vec![],
-                            crypt: received_crypt(entry, guid),
+                            crypt: self.received_crypt(spec, header, entry, guid),
                             ..Default::default()
                         }
                     }
@@ -1211,14 +1240,31 @@ impl Pool {
 /// A dataset received raw is an encryption root of its own (as ZFS makes
 /// one received raw without its parent): the sender's wrapped master key,
 /// opened by the sender's passphrase or key, prompted for by default.
-fn received_crypt(entry: &PackageDataset, guid: u64) -> Option<crate::encryption::CryptRecord> {
-    entry.crypt.as_ref().map(|c| crate::encryption::CryptRecord {
-        cipher: c.cipher.clone(),
-        key_guid: c.key_guid,
-        root: guid,
-        wrapped: c.wrapped.clone(),
-        keylocation: Some("prompt".into()),
-    })
+impl Pool {
+    /// The encryption of a dataset a raw package creates (dataset guid
+    /// `guid`): under its sender's encryption root when the package brought
+    /// that root too and it arrived as a root here (one `load-key` opens
+    /// both, as on the sender); else an encryption root of its own, asking
+    /// for the sender's key (`keylocation=prompt`).
+    /// (The root must be the one this package brought — the same wrapped
+    /// key as its entry — never some other dataset of this pool the
+    /// package names.)
+    fn received_crypt(&self, spec: &RecvSpec, header: &PackageHeader, entry: &PackageDataset, guid: u64) -> Option<crate::encryption::CryptRecord> {
+        let c = entry.crypt.as_ref()?;
+        let root = c.root.as_deref().and_then(|rel| {
+            let sent = header.datasets.iter().find(|d| d.name == rel)?.crypt.as_ref()?;
+            let r = self.record(&join(&spec.target, rel)).ok()?;
+            let k = r.crypt.as_ref()?;
+            (k.root == r.guid && k.key_guid == sent.key_guid && k.wrapped == sent.wrapped && k.wrapped_by_same_key(&c.wrapped)).then_some(r)
+        });
+        Some(crate::encryption::CryptRecord {
+            cipher: c.cipher.clone(),
+            key_guid: c.key_guid,
+            root: root.as_ref().map_or(guid, |r| r.guid),
+            wrapped: c.wrapped.clone(),
+            keylocation: if root.is_some() { None } else { Some("prompt".into()) },
+        })
+    }
 }
 
 enum Undo {

@@ -670,6 +670,15 @@ fn raw_sends_need_no_key_on_either_side() {
     assert_eq!(get(&h, "keystatus", "backup/tree/secure/docs"), "unavailable");
     assert_eq!(get(&h, "keystatus", "backup/tree/secure"), "unavailable");
     assert_eq!(get(&h, "encryption", "backup/tree"), "off");
+    // The sender's hierarchy is kept: docs is under secure's root, so one
+    // load-key of that root will open both.
+    assert_eq!(get(&h, "encryptionroot", "backup/tree/secure"), "backup/tree/secure");
+    assert_eq!(get(&h, "encryptionroot", "backup/tree/secure/docs"), "backup/tree/secure");
+    assert_eq!(get(&h, "keylocation", "backup/tree/secure/docs"), "none");
+    assert_eq!(get(&h, "keylocation", "backup/tree/secure"), "prompt");
+    let out = h.tarn_input(&["load-key", "backup/tree/secure/docs"], format!("{pass}\n").as_bytes());
+    assert_clean_failure(&out, "load-key of a received child");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not an encryption root"), "{}", String::from_utf8_lossy(&out.stderr));
     h.tarn_ok(&["pool", "scrub", "-w", "backup"]);
     let status = h.pool_json("backup");
     assert_eq!(status["scan_stats"]["errors"].as_u64().unwrap_or(0), 0, "scrub without the key: {status:#}");
@@ -688,10 +697,25 @@ fn raw_sends_need_no_key_on_either_side() {
     }
 
     // -R implies raw for the encrypted datasets of a tree (the others go
-    // plain); received without mounting, with this pool's mountpoints.
+    // plain); received without mounting, with this pool's mountpoints. Its
+    // docs holds the same master key as backup/docs (two raw copies of one
+    // source), yet its key status is its own root's.
     let tree_docs = backup.join("tree/secure/docs");
-    assert_eq!(get(&h, "keystatus", "backup/tree/secure/docs"), "available", "the same key as backup/docs: loaded");
+    assert_eq!(get(&h, "keystatus", "backup/tree/secure/docs"), "unavailable", "another root's load made it available");
+    assert_eq!(get(&h, "keystatus", "backup/tree/secure"), "unavailable");
+    // The root's passphrase opens the received root and its child.
+    ok_input(&h, &["load-key", "backup/tree/secure"], &format!("{pass}\n"));
+    assert_eq!(get(&h, "keystatus", "backup/tree/secure"), "available");
+    assert_eq!(get(&h, "keystatus", "backup/tree/secure/docs"), "available");
+    h.tarn_ok(&["mount", "-a"]);
+    common::wait_mounted(&tree_docs);
     assert_same_tree(&snap_dir(&src, "r1"), &snap_dir(&tree_docs, "r1"));
+    // Unloading it leaves the other copy, under its own root, readable.
+    h.tarn_ok(&["unload-key", "backup/tree/secure"]);
+    common::wait_unmounted(&tree_docs);
+    assert_eq!(get(&h, "keystatus", "backup/tree/secure/docs"), "unavailable");
+    assert_eq!(get(&h, "keystatus", "backup/docs"), "available");
+    assert_same_tree(&snap_dir(&src, "c"), &snap_dir(&dst, "c"));
 }
 
 #[test]
