@@ -204,7 +204,15 @@ impl ObjectSet {
         if !st.attrs().exists {
             return Err(ObjError::NotFound(id.0));
         }
+        // Blocks past a shorter length go now, in the same txg: no state
+        // (a partial receive's either) holds blocks past its length, which
+        // the dnode block's MAC would refuse.
+        let shrinks = nblocks < st.nblocks();
         self.dirty_for(&dn, &mut st, tx.txg()).shape = Some((levels, nblocks));
+        drop(st);
+        if shrinks {
+            self.free_blocks(&dn, tx, nblocks, u64::MAX);
+        }
         Ok(())
     }
 }

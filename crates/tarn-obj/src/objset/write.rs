@@ -142,13 +142,6 @@ impl ObjectSet {
             None => nblocks * bs,
         };
         if offset >= end {
-            // A raw receive sets an object's length (its OBJECT record's
-            // shape) before the FREE past the new end arrives; a resumed one
-            // finds that length already synced. The blocks past it go all
-            // the same (an aligned end: raw blocks are never modified).
-            if len.is_none() && offset.is_multiple_of(bs) && self.inner.raw.lock().is_some() {
-                self.free_blocks(&dn, tx, offset / bs, u64::MAX);
-            }
             return Ok(());
         }
         // Partial blocks at the edges are zeroed; whole blocks freed.
@@ -174,7 +167,7 @@ impl ObjectSet {
 
     /// Frees blocks `first..last` of `dn` in `tx`'s txg (dirty ones now,
     /// written ones by the sync).
-    pub(super) fn free_blocks(&self, dn: &Arc<Dnode>, tx: &Tx, first: u64, last: u64) {
+    pub(crate) fn free_blocks(&self, dn: &Arc<Dnode>, tx: &Tx, first: u64, last: u64) {
         let mut st = dn.st.lock();
         let d = self.dirty_for(dn, &mut st, tx.txg());
         let doomed: Vec<u64> = d.blocks.range(first..last).map(|(&k, _)| k).collect();
