@@ -140,12 +140,7 @@ fn claim_one(s: &Arc<Shared>, id: ObjsetId, header: &LogHeader, synced: Txg) {
         // Sequence numbers strictly increase along the chain; a block that
         // breaks that is not part of it. (Those of sealed blocks are
         // checked when they are opened, at replay.)
-        let in_order = block.records.iter().all(|r| {
-            let ok = r.seq > last_rec_seq;
-            last_rec_seq = r.seq;
-            ok
-        });
-        if !in_order {
+        if !format::in_sequence(&block.records, &mut last_rec_seq) {
             eprintln!("tarn: object set {}: intent log block {seq} out of sequence: chain ends there", id.0);
             break;
         }

@@ -132,6 +132,16 @@ impl LogRecord {
     }
 }
 
+/// Whether `records` carry sequence numbers strictly increasing from
+/// above `last`, which follows them (up to the first out of order).
+pub fn in_sequence(records: &[LogRecord], last: &mut u64) -> bool {
+    records.iter().all(|r| {
+        let ok = r.seq > *last;
+        *last = r.seq;
+        ok
+    })
+}
+
 /// A decoded, verified log block.
 #[derive(Clone, Debug)]
 pub struct LogBlock {

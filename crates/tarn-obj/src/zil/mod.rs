@@ -160,6 +160,11 @@ pub(crate) struct LogState {
 }
 
 impl LogState {
+    /// A chain found at import waits for `replay` (or `discard`).
+    pub fn awaits_replay(&self) -> bool {
+        self.phase == LogPhase::Claimed && self.claimed.is_some() && self.replay_done_txg.is_none()
+    }
+
     /// Raises `durable_seq` to the record before the first one that is
     /// neither written nor retired (pending, or in the batch being
     /// written): every record below it reached a log block that was
@@ -412,10 +417,7 @@ impl ObjectSet {
 
     /// Whether a chain found at import waits for `log_replay`.
     pub fn log_awaits_replay(&self) -> bool {
-        self.shared.logs.get(self.inner.id).is_some_and(|l| {
-            let st = l.st.lock();
-            st.phase == LogPhase::Claimed && st.claimed.is_some() && st.replay_done_txg.is_none()
-        })
+        self.shared.logs.get(self.inner.id).is_some_and(|l| l.st.lock().awaits_replay())
     }
 
     /// Gives up a chain found at import without applying it (a forced

@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use tarn_block::BlockKeys;
 
-use super::format::open_sealed;
-use super::{LogPhase, LogRecord};
+use super::format::{in_sequence, open_sealed};
+use super::LogRecord;
 use crate::pool::Shared;
 use crate::{ObjError, ObjsetId, Result, Tx};
 
@@ -38,8 +38,8 @@ pub(crate) fn replay(
         // Applied by an earlier call that stopped on an error: in txgs not
         // necessarily synced yet.
         let applied = st.replay_marks.values().copied().max().unwrap_or(0);
-        match (&st.claimed, st.phase) {
-            (Some(c), LogPhase::Claimed) if st.replay_done_txg.is_none() => (c.records.clone(), c.sealed.clone(), c.header, applied, c.blocks.len() as u64),
+        match &st.claimed {
+            Some(c) if st.awaits_replay() => (c.records.clone(), c.sealed.clone(), c.header, applied, c.blocks.len() as u64),
             _ => return Ok(ReplayReport::default()),
         }
     };
@@ -85,7 +85,7 @@ fn open_chain(id: ObjsetId, keys: &BlockKeys, sealed: &[Vec<u8>]) -> Vec<LogReco
             }
         };
         let mut last = out.last().map_or(0, |r| r.seq);
-        if !recs.iter().all(|r| std::mem::replace(&mut last, r.seq) < r.seq) {
+        if !in_sequence(&recs, &mut last) {
             eprintln!("tarn: object set {}: intent log block {} of the chain out of sequence: chain ends there", id.0, i + 1);
             break;
         }
@@ -99,11 +99,8 @@ fn open_chain(id: ObjsetId, keys: &BlockKeys, sealed: &[Vec<u8>]) -> Vec<LogReco
 /// whose key is not loaded cannot open it).
 pub(crate) fn discard(s: &Arc<Shared>, id: ObjsetId) -> Result<()> {
     let Some(log) = s.logs.get(id) else { return Ok(()) };
-    {
-        let st = log.st.lock();
-        if st.claimed.is_none() || st.phase != LogPhase::Claimed || st.replay_done_txg.is_some() {
-            return Ok(());
-        }
+    if !log.st.lock().awaits_replay() {
+        return Ok(());
     }
     finish(s, &log, id)
 }
