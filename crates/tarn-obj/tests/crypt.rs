@@ -24,6 +24,17 @@ fn keys(cipher: Cipher) -> Arc<BlockKeys> {
     Arc::new(BlockKeys::new(cipher, &MasterKey::from_bytes(&[0x42; 32])).unwrap())
 }
 
+/// Loads the test key and makes an AES-256 object set, synced and open.
+fn encrypted_objset(pool: &ObjPool) -> (ObjsetId, ObjectSet) {
+    pool.load_keys(GUID, keys(Cipher::Aes256Gcm));
+    let id = {
+        let tx = pool.begin();
+        pool.create_objset_with(&tx, Some(Crypt { cipher: Cipher::Aes256Gcm, key_guid: GUID })).unwrap()
+    };
+    pool.sync().unwrap();
+    (id, pool.open_objset(id).unwrap())
+}
+
 fn contains(dev: &tarn_dev::MemDevice, needle: &[u8]) -> bool {
     let size = dev.size();
     let mut buf = vec![0u8; 1 << 20];
@@ -187,13 +198,7 @@ fn encrypted_object_sets_keep_content_sealed_and_verifiable_without_the_key() {
 fn no_plaintext_of_an_encrypted_object_set_reaches_its_devices() {
     let devs = mem_devs(1, 256 << 20);
     let pool = create(&as_dyn(&devs), TopKind::Disk);
-    pool.load_keys(GUID, keys(Cipher::Aes256Gcm));
-    let id = {
-        let tx = pool.begin();
-        pool.create_objset_with(&tx, Some(Crypt { cipher: Cipher::Aes256Gcm, key_guid: GUID })).unwrap()
-    };
-    pool.sync().unwrap();
-    let os = pool.open_objset(id).unwrap();
+    let (_, os) = encrypted_objset(&pool);
     let w = write_content(&pool, &os);
     // Sync writes too (the intent log is not used by encrypted sets yet:
     // the commit waits for the txg).
@@ -217,14 +222,7 @@ fn no_plaintext_of_an_encrypted_object_set_reaches_its_devices() {
 fn tampered_encrypted_blocks_fail_their_reads_and_nothing_else() {
     let devs = mem_devs(2, 256 << 20);
     let pool = create(&as_dyn(&devs), TopKind::Mirror);
-    let crypt = Crypt { cipher: Cipher::Aes256Gcm, key_guid: GUID };
-    pool.load_keys(GUID, keys(Cipher::Aes256Gcm));
-    let id = {
-        let tx = pool.begin();
-        pool.create_objset_with(&tx, Some(crypt)).unwrap()
-    };
-    pool.sync().unwrap();
-    let os = pool.open_objset(id).unwrap();
+    let (id, os) = encrypted_objset(&pool);
     let w = write_content(&pool, &os);
     // A second small file in its own dnode block (ids 32 and up).
     let tx = pool.begin();
@@ -324,16 +322,9 @@ fn replay_marked(os: &ObjectSet) -> Vec<u32> {
 #[test]
 fn an_encrypted_log_is_sealed_claimed_without_the_key_and_replayed_with_it() {
     let mem = mem_devs(2, 64 << 20);
-    let crypt = Crypt { cipher: Cipher::Aes256Gcm, key_guid: GUID };
     let pool = create(&as_dyn(&mem), TopKind::Mirror);
     quiet(&pool);
-    pool.load_keys(GUID, keys(Cipher::Aes256Gcm));
-    let id = {
-        let tx = pool.begin();
-        pool.create_objset_with(&tx, Some(crypt)).unwrap()
-    };
-    pool.sync().unwrap();
-    let os = pool.open_objset(id).unwrap();
+    let (id, os) = encrypted_objset(&pool);
     // The first commit waits for the txg naming the chain (which retires it).
     commit_marked(&pool, &os, 1000, 1);
     commit_marked(&pool, &os, 0, 20);

@@ -34,6 +34,22 @@ fn encrypted_head(pool: &ObjPool, cipher: Cipher) -> ObjsetId {
     id
 }
 
+/// A pool of `layout` holding an encrypted object set (12 objects) and
+/// its snapshots: one, then one after each of `rounds` rounds of `steps`
+/// changes. Its key is unloaded: the sender needs none.
+fn encrypted_source(layout: Layout, cipher: Cipher, rng: &mut ChaCha8Rng, rounds: usize, steps: usize) -> (Arc<ObjPool>, Vec<SnapRef>) {
+    let src = pool(layout);
+    let head = encrypted_head(&src, cipher);
+    let zap = populate(&src, head, rng, 12);
+    let mut snaps = vec![snapshot(&src, head, rng)];
+    for _ in 0..rounds {
+        mutate(&src, head, rng, zap, steps);
+        snaps.push(snapshot(&src, head, rng));
+    }
+    src.unload_keys(GUID).unwrap();
+    (src, snaps)
+}
+
 fn raw_stream(pool: &ObjPool, snaps: &[SnapRef], from: Option<&SnapRef>) -> Vec<u8> {
     let mut out = Vec::new();
     let base = from.map(SendBase::from);
@@ -72,17 +88,9 @@ fn refuses_without_key(dst: &ObjPool, head: ObjsetId) {
 fn scenario(seed: u64, src_layout: Layout, dst_layout: Layout, cipher: Cipher) {
     let what = format!("seed {seed} {src_layout:?} -> {dst_layout:?} {}", cipher.name());
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let src = pool(src_layout);
-    let dst = pool(dst_layout);
-    let head = encrypted_head(&src, cipher);
-    let zap = populate(&src, head, &mut rng, 12);
-    let mut snaps = vec![snapshot(&src, head, &mut rng)];
-    for _ in 0..4 {
-        mutate(&src, head, &mut rng, zap, 25);
-        snaps.push(snapshot(&src, head, &mut rng));
-    }
     // The sender needs no key either.
-    src.unload_keys(GUID).unwrap();
+    let (src, snaps) = encrypted_source(src_layout, cipher, &mut rng, 4, 25);
+    let dst = pool(dst_layout);
 
     let o = recv(&dst, &raw_stream(&src, &snaps[..1], None), RecvTarget::New, cipher);
     let dhead = o.head;
@@ -203,13 +211,8 @@ fn forged_raw_streams_read_as_errors_never_as_other_plaintext() {
     for seed in run.seed..run.seed + run.count {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let cipher = Cipher::Aes256Gcm;
-        let src = pool(Layout::Mirror);
-        let head = encrypted_head(&src, cipher);
-        let zap = populate(&src, head, &mut rng, 12);
-        let s0 = snapshot(&src, head, &mut rng);
-        mutate(&src, head, &mut rng, zap, 10);
-        let s1 = snapshot(&src, head, &mut rng);
-        src.unload_keys(GUID).unwrap();
+        let (src, snaps) = encrypted_source(Layout::Mirror, cipher, &mut rng, 1, 10);
+        let (s0, s1) = (snaps[0], snaps[1]);
         let full = raw_stream(&src, &[s0], None);
         let inc = raw_stream(&src, &[s1], Some(&s0));
         assert_eq!(reframe(&full, |_, _, _| {}), full, "re-framing changes a stream");
@@ -281,15 +284,7 @@ fn raw_receives_resume_mid_stream() {
     for seed in run.seed..run.seed + run.count {
         let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x7e5);
         let cipher = if seed % 2 == 0 { Cipher::Aes128Gcm } else { Cipher::Aes256Gcm };
-        let src = pool(Layout::Raidz1);
-        let head = encrypted_head(&src, cipher);
-        let zap = populate(&src, head, &mut rng, 12);
-        let mut snaps = vec![snapshot(&src, head, &mut rng)];
-        for _ in 0..3 {
-            mutate(&src, head, &mut rng, zap, 20);
-            snaps.push(snapshot(&src, head, &mut rng));
-        }
-        src.unload_keys(GUID).unwrap();
+        let (src, snaps) = encrypted_source(Layout::Raidz1, cipher, &mut rng, 3, 20);
         let dst = pool(Layout::Mirror);
         let opts = RecvOptions { resumable: true, raw: Some(Crypt { cipher, key_guid: GUID }), ..Default::default() };
         // A full stream of the first, then a series of the rest, each cut
