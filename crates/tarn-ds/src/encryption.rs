@@ -257,7 +257,7 @@ impl Pool {
     /// gets its key loaded if that root's is (as `create` does).
     pub(crate) fn load_member_key(&self, name: &str, c: &CryptRecord) -> Result<()> {
         let Some(wrapping) = self.wrapping.0.lock().get(&c.root).cloned() else { return Ok(()) };
-        if c.root == 0 || self.obj().keys_loaded(c.key_guid) {
+        if self.obj().keys_loaded(c.key_guid) {
             return Ok(());
         }
         let master = unwrap_with(&c.blob()?, &wrapping, &aad(c.key_guid))
@@ -390,8 +390,9 @@ impl Pool {
         }
         // Master keys another loaded root also holds (a second raw copy of
         // the same source) stay in the pool's key ring.
-        let others: Vec<u64> = self.wrapping.0.lock().keys().copied().filter(|&r| r != record.guid).collect();
-        let kept: std::collections::HashSet<u64> = others.iter().flat_map(|&r| self.members(r)).map(|(_, c)| c.key_guid).collect();
+        let others: std::collections::HashSet<u64> = self.wrapping.0.lock().keys().copied().filter(|&r| r != record.guid).collect();
+        let kept: std::collections::HashSet<u64> =
+            self.state.read().datasets.values().filter_map(|r| r.crypt.as_ref()).filter(|c| others.contains(&c.root)).map(|c| c.key_guid).collect();
         for (_, c) in self.members(record.guid) {
             if self.obj().keys_loaded(c.key_guid) && !kept.contains(&c.key_guid) {
                 self.obj().unload_keys(c.key_guid)?;

@@ -454,20 +454,19 @@ impl Pool {
             }
             let snaps = names.iter().map(|n| self.snap_ref(n)).collect::<Result<Vec<_>>>()?;
             let from = base.as_deref().map(|b| self.snap_ref(b).map(SendBase::Snapshot)).transpose()?;
-            let props = if header.props { self.record(&ds)?.props } else { BTreeMap::new() };
+            let ds_rec = self.record(&ds)?;
+            let props = if header.props { ds_rec.props.clone() } else { BTreeMap::new() };
             header.datasets.push(PackageDataset {
                 name: relative(&top, &ds),
                 base: base.as_deref().map(|b| self.package_snap(b)).transpose()?,
                 snapshots: names.iter().map(|n| self.package_snap(n)).collect::<Result<Vec<_>>>()?,
                 props,
                 crypt: self.package_crypt(&ds, spec.raw || spec.recursive)?.map(|mut c| {
-                    c.root = self.record(&ds).ok().and_then(|r| r.crypt.filter(|k| k.root != r.guid)).and_then(|k| in_package.get(&k.root).cloned());
+                    c.root = ds_rec.crypt.as_ref().filter(|k| k.root != ds_rec.guid).and_then(|k| in_package.get(&k.root).cloned());
                     c
                 }),
             });
-            if let Ok(r) = self.record(&ds) {
-                in_package.insert(r.guid, relative(&top, &ds));
-            }
+            in_package.insert(ds_rec.guid, relative(&top, &ds));
             names.extend(base);
             streams.push(PlannedStream { index: header.datasets.len() - 1, names, snaps, from, resume: None });
         }
