@@ -204,8 +204,9 @@ pub enum Request {
         props: bool,
         token: Option<String>,
         dry_run: bool,
-        /// `-w`: blocks as stored (refused for encrypted datasets until
-        /// raw sends exist; the same stream as without it otherwise).
+        /// `-w`: encrypted datasets as stored (ciphertext, MACs and the
+        /// wrapped key; no key needed); the same stream as without it for
+        /// the others.
         #[serde(default)]
         raw: bool,
     },
