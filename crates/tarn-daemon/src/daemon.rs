@@ -204,7 +204,7 @@ impl Daemon {
             Request::KeyRoots { datasets, recursive, all } => self.key_roots(&datasets, recursive, all),
             Request::LoadKey { dataset, noop, location, key } => self.load_key(&dataset, noop, location.as_deref(), key.as_deref()),
             Request::UnloadKey { dataset } => self.unload_key(&dataset),
-            Request::ChangeKey { dataset, props, key } => self.change_key(&dataset, &props, key.as_deref()),
+            Request::ChangeKey { dataset, props, key, inherit } => self.change_key(&dataset, &props, key.as_deref(), inherit),
             Request::Destroy { dataset, recursive, force, dry_run, dependents } => {
                 if dataset.contains('@') {
                     self.destroy_snapshots(&dataset, recursive, dry_run, dependents, force)
@@ -623,7 +623,7 @@ impl Daemon {
                 },
             };
             let ashift = config.top.first().map(|t| t.ashift).unwrap_or(12);
-            let props = vec![
+            let mut props = vec![
                 fixed("name", name.clone()),
                 fixed("size", n(space.size)),
                 fixed("allocated", n(space.alloc)),
@@ -639,6 +639,10 @@ impl Daemon {
                 stored("autoreplace"),
                 stored("autotrim"),
             ];
+            for feature in tarn_vdev::KNOWN_FEATURES {
+                let state = if config.features.contains(feature) { "active" } else { "enabled" };
+                props.push(fixed(&format!("feature@{feature}"), state.into()));
+            }
             rows.push(PoolRow { name: name.clone(), guid: obj.guid(), state: health, txg: status.txg, props });
         }
         Ok(Response::data(serde_json::to_value(rows).map_err(|e| e.to_string())?))

@@ -153,10 +153,17 @@ impl Daemon {
     }
 
     /// `change-key [-o keyformat=…] [-o keylocation=…] [-o pbkdf2iters=…] ROOT`.
-    pub(crate) fn change_key(&self, dataset: &str, props: &[(String, String)], key: Option<&[u8]>) -> HandlerResult {
+    pub(crate) fn change_key(&self, dataset: &str, props: &[(String, String)], key: Option<&[u8]>, inherit: bool) -> HandlerResult {
         let fail = |why: String| format!("cannot change key for '{dataset}': {why}");
         let pools = self.pools.lock();
         let imported = pools.get(pool_of(dataset)).filter(|p| p.ds.exists(dataset)).ok_or_else(|| fail("dataset does not exist".into()))?;
+        if inherit {
+            if !props.is_empty() || key.is_some() {
+                return Err(fail("-i takes no key and no -o properties".into()));
+            }
+            imported.ds.change_key_inherit(dataset).map_err(|e| fail(e.to_string()))?;
+            return Ok(Response::text(""));
+        }
         let (mut format, mut location, mut iters) = (None, None, None);
         for (p, v) in props {
             match p.as_str() {

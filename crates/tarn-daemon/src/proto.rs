@@ -109,12 +109,16 @@ pub enum Request {
     },
     /// `unload-key ROOT` (unmounts its datasets first).
     UnloadKey { dataset: String },
-    /// `change-key [-o keyformat|keylocation|pbkdf2iters=…] ROOT`.
+    /// `change-key [-o keyformat|keylocation|pbkdf2iters=…] DATASET` (a
+    /// dataset that is not an encryption root becomes one), or with
+    /// `inherit` (`-i`) an encryption root joins its parent's.
     ChangeKey {
         dataset: String,
         props: Vec<(String, String)>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         key: Option<Vec<u8>>,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        inherit: bool,
     },
     /// `destroy`: a file system (`-r`: with its descendants; with its
     /// snapshots either way, which plain destroy refuses), or snapshots:

@@ -404,7 +404,10 @@ impl Pool {
 
     /// `change-key`: wraps the master keys under root `name` with a new
     /// wrapping key (new format, location or cost as given); no block is
-    /// rewritten. The key must be loaded.
+    /// rewritten. The key must be loaded. On a dataset that is not an
+    /// encryption root, it becomes one: it and the descendants that share
+    /// its root move to the new key (keyformat defaults to the old root's,
+    /// keylocation to `prompt`), as `zfs change-key` does.
     pub fn change_key(
         &self,
         name: &str,
@@ -414,18 +417,76 @@ impl Pool {
         material: Option<&KeyMaterial>,
     ) -> Result<()> {
         let _change = self.change.lock();
-        let (record, crypt) = self.root_record(name)?;
-        let old = self.wrapping.0.lock().get(&record.guid).cloned().ok_or_else(|| DsError::BadValue(format!("key for '{name}' is not loaded")))?;
+        let record = self.record(name)?;
+        let crypt = record.crypt.clone().ok_or_else(|| DsError::BadValue(format!("'{name}' is not encrypted")))?;
+        let is_root = crypt.root == record.guid;
+        let old = self.root_wrapping(name, crypt.root)?;
         let format = format.unwrap_or(crypt.blob()?.format());
-        let location = location.unwrap_or(crypt.keylocation.as_deref().unwrap_or("prompt").parse()?);
+        let location = match (location, is_root) {
+            (Some(l), _) => l,
+            (None, true) => crypt.keylocation.as_deref().unwrap_or("prompt").parse()?,
+            (None, false) => KeyLocation::Prompt,
+        };
         let new = Arc::new(new_wrapping_key(format, &location, pbkdf2iters, material).map_err(|e| DsError::BadValue(format!("'{name}': {e}")))?);
+        let moved = self.members_at(crypt.root, name);
+        self.rewrap(moved, &old, &new, record.guid, Some((name, location.to_string())))?;
+        self.wrapping.0.lock().insert(record.guid, new);
+        Ok(())
+    }
+
+    /// `change-key -i`: encryption root `name` (and every dataset under it
+    /// that shares its root) joins its parent's encryption root: their
+    /// master keys are rewrapped under the parent root's wrapping key, and
+    /// one `load-key` of that root opens them from then on. Both keys must
+    /// be loaded; no block is rewritten.
+    pub fn change_key_inherit(&self, name: &str) -> Result<()> {
+        let _change = self.change.lock();
+        let (record, _) = self.root_record(name)?;
+        let parent = props::parent_name(name).ok_or_else(|| DsError::BadValue(format!("'{name}' has no parent to inherit a key from")))?;
+        let parent_crypt = self
+            .record(parent)?
+            .crypt
+            .ok_or_else(|| DsError::BadValue(format!("parent '{parent}' is not encrypted: there is no key to inherit")))?;
+        let old = self.root_wrapping(name, record.guid)?;
+        let new = self.root_wrapping(parent, parent_crypt.root)?;
+        let moved = self.members(record.guid);
+        self.rewrap(moved, &old, &new, parent_crypt.root, None)?;
+        self.wrapping.0.lock().remove(&record.guid);
+        Ok(())
+    }
+
+    /// The loaded wrapping key of root `root` (`name` is in it).
+    fn root_wrapping(&self, name: &str, root: u64) -> Result<Arc<WrappingKey>> {
+        self.wrapping.0.lock().get(&root).cloned().ok_or_else(|| {
+            let root = self.encryption_root(name).unwrap_or_else(|| name.to_string());
+            DsError::BadValue(format!("key for '{root}' is not loaded"))
+        })
+    }
+
+    /// Members of root `root` at or under `name`.
+    fn members_at(&self, root: u64, name: &str) -> Vec<(String, CryptRecord)> {
+        let below = format!("{name}/");
+        self.members(root).into_iter().filter(|(n, _)| n == name || n.starts_with(&below)).collect()
+    }
+
+    /// Rewraps `moved` from `old` to `new`, makes `root` their encryption
+    /// root, and stores them in one txg; `keylocation` goes on the dataset
+    /// it names (the new root), every other record drops its own.
+    fn rewrap(
+        &self,
+        moved: Vec<(String, CryptRecord)>,
+        old: &WrappingKey,
+        new: &WrappingKey,
+        root: u64,
+        keylocation: Option<(&str, String)>,
+    ) -> Result<()> {
         let mut updated = Vec::new();
-        for (member, mut c) in self.members(record.guid) {
-            let master = unwrap_with(&c.blob()?, &old, &aad(c.key_guid))?;
-            c.wrapped = hex(&wrap(&master, &new, &aad(c.key_guid))?.encode());
-            if member == name {
-                c.keylocation = Some(location.to_string());
-            }
+        for (member, mut c) in moved {
+            let master = unwrap_with(&c.blob()?, old, &aad(c.key_guid))
+                .map_err(|e| DsError::Corrupt(format!("the wrapped key of '{member}' does not open with its root's key: {e}")))?;
+            c.wrapped = hex(&wrap(&master, new, &aad(c.key_guid))?.encode());
+            c.root = root;
+            c.keylocation = keylocation.as_ref().filter(|(n, _)| *n == member).map(|(_, l)| l.clone());
             let mut r = self.record(&member)?;
             r.crypt = Some(c);
             updated.push((member, r));
@@ -440,8 +501,6 @@ impl Pool {
         for (member, r) in updated {
             state.datasets.insert(member, r);
         }
-        drop(state);
-        self.wrapping.0.lock().insert(record.guid, new);
         Ok(())
     }
 

@@ -524,9 +524,26 @@ fn cache_policy(value: &str) -> tarn_obj::CachePolicy {
     }
 }
 
-/// Pool properties (`tarn pool get/set`), in `all` order.
-pub const POOL_PROPERTIES: &[&str] =
-    &["name", "size", "allocated", "free", "checkpoint", "capacity", "health", "guid", "ashift", "altroot", "comment", "failmode", "autoreplace", "autotrim"];
+/// Pool properties (`tarn pool get/set`), in `all` order. `feature@…`:
+/// `active` when the pool uses the feature (its labels list it), else
+/// `enabled` (this tarn would start using it when needed).
+pub const POOL_PROPERTIES: &[&str] = &[
+    "name",
+    "size",
+    "allocated",
+    "free",
+    "checkpoint",
+    "capacity",
+    "health",
+    "guid",
+    "ashift",
+    "altroot",
+    "comment",
+    "failmode",
+    "autoreplace",
+    "autotrim",
+    "feature@encryption",
+];
 
 /// Validate a settable pool property; returns the canonical name.
 pub fn validate_pool_prop(prop: &str, value: &str) -> Result<&'static str, PropError> {

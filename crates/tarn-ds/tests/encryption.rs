@@ -195,3 +195,66 @@ fn encryption_roots_children_and_the_key_lifecycle() {
     let e = err(pool.load_key("tank/media", None, Some(&format!("file://{}", hex_path.display()).parse().unwrap()), false));
     assert!(e.contains("raw key must be 32 bytes"), "{e}");
 }
+
+/// `change-key` on a dataset that is not an encryption root makes it one
+/// (with the descendants that shared its root); `change-key -i` puts an
+/// encryption root back under its parent's. Keys are only rewrapped: no
+/// block is rewritten, and each key opens exactly what it should.
+#[test]
+fn change_key_makes_a_new_root_and_inherit_joins_the_parent() {
+    let devs = common::devices("enc-move", 128 << 20);
+    let pool = common::create(&devs, "none");
+    let dir = tempfile::tempdir().unwrap();
+    let key_path = dir.path().join("a.key");
+    std::fs::write(&key_path, [0x33u8; 32]).unwrap();
+    let key_loc = format!("file://{}", key_path.display());
+    let secret = || pass("correct horse battery");
+    let secure = opts(&[("encryption", "on"), ("keyformat", "passphrase"), ("pbkdf2iters", "100000")]);
+    pool.create_dataset_keyed("tank/secure", &secure, false, &common::no_init, Some(&secret())).unwrap();
+    pool.create_dataset("tank/secure/a/b", &[], true, &common::no_init).unwrap();
+    pool.create_dataset("tank/secure/c", &[], false, &common::no_init).unwrap();
+    let a = put(&pool, "tank/secure/a", b"data of a");
+    let b = put(&pool, "tank/secure/a/b", b"data of b");
+    let c = put(&pool, "tank/secure/c", b"data of c");
+    let used = pool.obj().check().allocated_bytes;
+
+    // tank/secure/a becomes a root of its own, with a raw key in a file.
+    assert!(err(pool.change_key_inherit("tank/secure/a")).contains("not an encryption root"));
+    pool.change_key("tank/secure/a", Some(KeyFormat::Raw), Some(key_loc.parse().unwrap()), None, None).unwrap();
+    for (name, root) in [("tank/secure/a", "tank/secure/a"), ("tank/secure/a/b", "tank/secure/a"), ("tank/secure/c", "tank/secure")] {
+        assert_eq!(get(&pool, name, "encryptionroot"), root, "{name}");
+    }
+    assert_eq!(get(&pool, "tank/secure/a", "keyformat"), "raw");
+    assert_eq!(get(&pool, "tank/secure/a", "keylocation"), key_loc);
+    assert_eq!(get(&pool, "tank/secure/a/b", "keylocation"), "none");
+    pool.unload_key("tank/secure").unwrap();
+    assert_eq!(read(&pool, "tank/secure/a/b", b, 9).unwrap(), b"data of b", "a's key stays loaded without its old root's");
+    assert!(matches!(read(&pool, "tank/secure/c", c, 9), Err(ObjError::KeyNotLoaded)));
+    let pool = common::reimport(pool, &devs);
+    pool.load_key("tank/secure/a", None, None, false).unwrap();
+    assert_eq!(read(&pool, "tank/secure/a", a, 9).unwrap(), b"data of a");
+    assert_eq!(read(&pool, "tank/secure/a/b", b, 9).unwrap(), b"data of b");
+    assert!(matches!(read(&pool, "tank/secure/c", c, 9), Err(ObjError::KeyNotLoaded)), "the file key opens a's tree only");
+
+    // -i: back under tank/secure, once its key is loaded too.
+    assert!(err(pool.change_key_inherit("tank/secure/a")).contains("key for 'tank/secure' is not loaded"));
+    assert!(err(pool.change_key_inherit("tank/secure")).contains("parent 'tank' is not encrypted"));
+    assert!(err(pool.change_key_inherit("tank")).contains("not encrypted"));
+    pool.load_key("tank/secure", Some(&secret()), None, false).unwrap();
+    pool.change_key_inherit("tank/secure/a").unwrap();
+    for name in ["tank/secure/a", "tank/secure/a/b", "tank/secure/c"] {
+        assert_eq!(get(&pool, name, "encryptionroot"), "tank/secure", "{name}");
+        assert_eq!(get(&pool, name, "keystatus"), "available", "{name}");
+    }
+    assert_eq!(get(&pool, "tank/secure/a", "keylocation"), "none");
+    assert!(err(pool.load_key("tank/secure/a", None, None, false)).contains("not an encryption root"));
+    let pool = common::reimport(pool, &devs);
+    assert!(err(pool.load_key("tank/secure", Some(&pass("not the passphrase")), None, false)).contains("incorrect key"));
+    pool.load_key("tank/secure", Some(&secret()), None, false).unwrap();
+    for (name, id, what) in [("tank/secure/a", a, &b"data of a"[..]), ("tank/secure/a/b", b, b"data of b"), ("tank/secure/c", c, b"data of c")] {
+        assert_eq!(read(&pool, name, id, 9).unwrap(), what, "{name}");
+    }
+    let check = pool.obj().check();
+    assert!(check.ok(), "{check:?}");
+    assert!(check.allocated_bytes <= used + (1 << 20), "change-key rewrote data: {used} -> {}", check.allocated_bytes);
+}

@@ -314,6 +314,7 @@ mod tests {
             spares: vec![],
             cache: vec![],
             generation: 1,
+            features: Default::default(),
         };
         let (n, d) = deflate_ratio(&config);
         n as f64 / d as f64

@@ -1,6 +1,6 @@
 //! Pool configuration as stored (as JSON) in every label.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -137,9 +137,36 @@ pub struct PoolConfig {
     /// Bumped at every config change: import takes the highest among labels.
     #[serde(default)]
     pub generation: u64,
+    /// Features the pool's contents use that a binary must know to open it
+    /// (`feature@…`). Labels that list any are written as version 2, which
+    /// binaries from before features existed refuse; a binary refuses to
+    /// import a pool with a feature it does not know ([`KNOWN_FEATURES`]).
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub features: BTreeSet<String>,
 }
 
+/// `encryption`: the pool holds (or held) encrypted datasets: sealed
+/// blocks, encrypted object sets and sealed intent-log blocks.
+pub const FEATURE_ENCRYPTION: &str = "encryption";
+
+/// Every feature this binary reads and writes.
+pub const KNOWN_FEATURES: [&str; 1] = [FEATURE_ENCRYPTION];
+
 impl PoolConfig {
+    /// The first feature the pool uses that this binary does not know.
+    pub fn unknown_feature(&self) -> Option<&str> {
+        self.features.iter().map(String::as_str).find(|f| !KNOWN_FEATURES.contains(f))
+    }
+
+    /// The label format version a config needs: 2 when it lists features.
+    pub fn label_version(&self) -> u32 {
+        if self.features.is_empty() {
+            crate::format::LABEL_VERSION
+        } else {
+            crate::format::LABEL_VERSION_FEATURES
+        }
+    }
+
     /// Every leaf of every slot, with its top-level vdev's id.
     pub fn leaves(&self) -> Vec<(u32, &LeafConfig)> {
         self.top.iter().flat_map(|t| t.children.iter().flat_map(move |c| c.slot_leaves().map(move |l| (t.id, l)))).collect()

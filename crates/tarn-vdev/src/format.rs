@@ -9,7 +9,7 @@
 //! | bytes    | field                                  |
 //! |----------|----------------------------------------|
 //! | 0..8     | magic `b"TARNLBL1"`                    |
-//! | 8..12    | version u32 (= 1)                      |
+//! | 8..12    | version u32 (1; 2 when the config lists features) |
 //! | 12..16   | payload_len u32                        |
 //! | 16..48   | blake3 of the payload                  |
 //! | 48..     | payload: JSON of `Label`, payload_len bytes |
@@ -43,6 +43,9 @@ pub const UB_SLOTS: u64 = 128;
 
 pub const LABEL_MAGIC: &[u8; 8] = b"TARNLBL1";
 pub const LABEL_VERSION: u32 = 1;
+/// Labels of pools that use features (`PoolConfig.features`): binaries
+/// from before features existed refuse them.
+pub const LABEL_VERSION_FEATURES: u32 = 2;
 pub const LABEL_HEADER_SIZE: usize = 48;
 pub const LABEL_PAYLOAD_MAX: usize = CONFIG_SIZE as usize - LABEL_HEADER_SIZE;
 
@@ -87,8 +90,9 @@ fn put(buf: &mut [u8], at: usize, bytes: &[u8]) -> Result<(), FormatError> {
     Ok(())
 }
 
-/// Encodes a config area (exactly `CONFIG_SIZE` bytes) around `payload`.
-pub fn encode_config(payload: &[u8]) -> Result<Vec<u8>, FormatError> {
+/// Encodes a config area (exactly `CONFIG_SIZE` bytes) around `payload`,
+/// as label format `version`.
+pub fn encode_config(payload: &[u8], version: u32) -> Result<Vec<u8>, FormatError> {
     if payload.len() > LABEL_PAYLOAD_MAX {
         return Err(FormatError::Malformed(format!(
             "label config is {} bytes, more than the {LABEL_PAYLOAD_MAX} that fit",
@@ -97,7 +101,10 @@ pub fn encode_config(payload: &[u8]) -> Result<Vec<u8>, FormatError> {
     }
     let mut buf = vec![0u8; CONFIG_SIZE as usize];
     put(&mut buf, 0, LABEL_MAGIC)?;
-    put(&mut buf, 8, &LABEL_VERSION.to_le_bytes())?;
+    if !(LABEL_VERSION..=LABEL_VERSION_FEATURES).contains(&version) {
+        return Err(FormatError::UnsupportedVersion(version));
+    }
+    put(&mut buf, 8, &version.to_le_bytes())?;
     put(&mut buf, 12, &(payload.len() as u32).to_le_bytes())?;
     put(&mut buf, 16, blake3::hash(payload).as_bytes())?;
     put(&mut buf, LABEL_HEADER_SIZE, payload)?;
@@ -110,7 +117,7 @@ pub fn decode_config(buf: &[u8]) -> Result<&[u8], FormatError> {
         return Err(FormatError::NoMagic);
     }
     let version = le_u32(buf, 8)?;
-    if version != LABEL_VERSION {
+    if !(LABEL_VERSION..=LABEL_VERSION_FEATURES).contains(&version) {
         return Err(FormatError::UnsupportedVersion(version));
     }
     let len = le_u32(buf, 12)? as usize;
@@ -189,21 +196,25 @@ mod tests {
 
     #[test]
     fn config_roundtrip_and_damage() {
-        let enc = encode_config(b"{\"a\":1}").unwrap();
+        let enc = encode_config(b"{\"a\":1}", LABEL_VERSION).unwrap();
         assert_eq!(enc.len(), CONFIG_SIZE as usize);
         assert_eq!(decode_config(&enc).unwrap(), b"{\"a\":1}");
         let mut bad = enc.clone();
         bad[50] ^= 1;
         assert_eq!(decode_config(&bad), Err(FormatError::BadChecksum));
-        let mut v2 = enc.clone();
-        v2[8] = 2;
-        assert_eq!(decode_config(&v2), Err(FormatError::UnsupportedVersion(2)));
+        let v2 = encode_config(b"{\"a\":1}", LABEL_VERSION_FEATURES).unwrap();
+        assert_eq!(v2[8], 2);
+        assert_eq!(decode_config(&v2).unwrap(), b"{\"a\":1}");
+        let mut v3 = enc.clone();
+        v3[8] = 3;
+        assert_eq!(decode_config(&v3), Err(FormatError::UnsupportedVersion(3)));
+        assert_eq!(encode_config(b"{}", 3), Err(FormatError::UnsupportedVersion(3)));
         let mut long = enc.clone();
         long[12..16].copy_from_slice(&u32::MAX.to_le_bytes());
         assert!(matches!(decode_config(&long), Err(FormatError::Malformed(_))));
         assert!(matches!(decode_config(&enc[..50]), Err(FormatError::Malformed(_))));
         assert_eq!(decode_config(&[]), Err(FormatError::NoMagic));
-        assert!(encode_config(&vec![0; LABEL_PAYLOAD_MAX + 1]).is_err());
+        assert!(encode_config(&vec![0; LABEL_PAYLOAD_MAX + 1], LABEL_VERSION).is_err());
     }
 
     #[test]

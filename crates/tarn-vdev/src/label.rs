@@ -79,7 +79,7 @@ fn check_usable(dev: &dyn Device) -> Result<()> {
 pub fn write_label(dev: &dyn Device, label: &Label) -> Result<()> {
     check_usable(dev)?;
     let json = serde_json::to_vec(label).map_err(|e| VdevError::Invalid(format!("label does not serialize: {e}")))?;
-    let area = encode_config(&json).map_err(|e| VdevError::Invalid(format!("{}: {e:?}", dev.path())))?;
+    let area = encode_config(&json, label.config.label_version()).map_err(|e| VdevError::Invalid(format!("{}: {e:?}", dev.path())))?;
     let offsets = label_offsets(dev.size());
     for pair in [[0usize, 2], [1, 3]] {
         for i in pair {

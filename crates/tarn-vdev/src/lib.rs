@@ -50,7 +50,10 @@ mod threads;
 mod top;
 mod trim;
 
-pub use config::{Label, LeafConfig, LeafRole, PoolConfig, PoolState, TopClass, TopConfig, TopKind, CACHE_TOP_ID, SPARE_TOP_ID};
+pub use config::{
+    Label, LeafConfig, LeafRole, PoolConfig, PoolState, TopClass, TopConfig, TopKind, CACHE_TOP_ID, FEATURE_ENCRYPTION, KNOWN_FEATURES,
+    SPARE_TOP_ID,
+};
 pub use error::{Result, VdevError};
 pub use label::{
     clear_labels, data_region_size, read_label, read_uberblocks, write_label, write_uberblock, Uberblock,

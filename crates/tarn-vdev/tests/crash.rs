@@ -29,6 +29,7 @@ fn label(leaf_guid: u64) -> Label {
             spares: vec![],
             cache: vec![],
             generation: 0,
+            features: Default::default(),
         },
         top_id: 0,
         leaf_guid,

@@ -36,6 +36,7 @@ fn label() -> Label {
             spares: vec![],
             cache: vec![],
             generation: 0,
+            features: Default::default(),
         },
         top_id: 0,
         leaf_guid: 101,
@@ -61,6 +62,32 @@ fn label_round_trip_and_survives_damaged_copies() {
     assert!(msg(read_label(&*dev)).contains("label checksum mismatch"));
     clear_labels(&*dev).unwrap();
     assert!(msg(read_label(&*dev)).contains("no tarn label found"));
+}
+
+/// A pool without features keeps writing version-1 labels (older binaries
+/// read them); one with features writes version 2, which older binaries
+/// refuse, and names a feature this binary does not know.
+#[test]
+fn labels_with_features_are_version_2_and_name_unknown_ones() {
+    let dev = MemDevice::new("d0", SIZE);
+    let version = |dev: &MemDevice| {
+        let mut v = [0u8; 4];
+        dev.read_at(&mut v, 8192 + 8).unwrap();
+        u32::from_le_bytes(v)
+    };
+    write_label(&*dev, &label()).unwrap();
+    assert_eq!(version(&dev), 1);
+    assert_eq!(read_label(&*dev).unwrap().config.unknown_feature(), None);
+    let mut with = label();
+    with.config.features.insert(FEATURE_ENCRYPTION.to_string());
+    write_label(&*dev, &with).unwrap();
+    assert_eq!(version(&dev), 2);
+    let read = read_label(&*dev).unwrap();
+    assert_eq!(read, with);
+    assert_eq!(read.config.unknown_feature(), None);
+    with.config.features.insert("zstd_dict".to_string());
+    write_label(&*dev, &with).unwrap();
+    assert_eq!(read_label(&*dev).unwrap().config.unknown_feature(), Some("zstd_dict"));
 }
 
 #[test]

@@ -397,6 +397,9 @@ pub enum Command {
         /// Load the current key first if it is not loaded.
         #[arg(short = 'l')]
         load: bool,
+        /// Join the parent's encryption root (its key opens this one).
+        #[arg(short = 'i', conflicts_with = "props")]
+        inherit: bool,
         #[arg(short = 'o', value_name = "PROP=VALUE", value_parser = assignment)]
         props: Vec<(String, String)>,
         dataset: String,

@@ -206,11 +206,11 @@ pub fn run(cli: Cli) -> Result<i32, Failure> {
         }
         Command::LoadKey { recursive, all, noop, location, datasets } => crate::keys::load_key(&socket, datasets, recursive, all, noop, location),
         Command::UnloadKey { recursive, all, datasets } => crate::keys::unload_key(&socket, datasets, recursive, all),
-        Command::ChangeKey { load, props, dataset } => {
+        Command::ChangeKey { load, inherit, props, dataset } => {
             for (prop, _) in &props {
                 props::check_name(prop).map_err(prop_failure)?;
             }
-            crate::keys::change_key(&socket, dataset, props, load)
+            crate::keys::change_key(&socket, dataset, props, load, inherit)
         }
         Command::Destroy { recursive, dependents, force, dry_run, verbose, parsable, dataset } => {
             let response = send(&socket, &Request::Destroy { dataset, recursive, force, dry_run, dependents })?;

@@ -121,20 +121,51 @@ pub(crate) fn unload_key(socket: &Path, datasets: Vec<String>, recursive: bool, 
     Ok(if failed > 0 { 1 } else { 0 })
 }
 
-/// `change-key [-l] [-o keyformat|keylocation|pbkdf2iters=…] ROOT`.
-pub(crate) fn change_key(socket: &Path, dataset: String, props: Vec<(String, String)>, load: bool) -> Result<i32, Failure> {
-    let root = roots(socket, vec![dataset.clone()], false, false)?.into_iter().next().ok_or_else(|| format!("'{dataset}': not an encryption root"))?;
-    if !root.loaded {
+/// `change-key [-l] [-o keyformat|keylocation|pbkdf2iters=…] DATASET`
+/// (a dataset that is not an encryption root becomes one: keyformat as
+/// its root's unless given, keylocation `prompt` unless given), or
+/// `change-key [-l] -i ROOT` (join the parent's encryption root).
+pub(crate) fn change_key(socket: &Path, dataset: String, props: Vec<(String, String)>, load: bool, inherit: bool) -> Result<i32, Failure> {
+    let [keyformat, keystatus, root] = key_props(socket, &dataset)?;
+    if root == "-" {
+        return Err(format!("cannot change key for '{dataset}': '{dataset}' is not encrypted").into());
+    }
+    if keystatus != "available" {
         if !load {
             return Err(format!("cannot change key for '{dataset}': key is not loaded (load it, or use -l)").into());
         }
-        load_key(socket, vec![dataset.clone()], false, false, false, None)?;
+        load_key(socket, vec![root.clone()], false, false, false, None)?;
     }
-    let format = prop_of(&props, "keyformat").unwrap_or(&root.keyformat).to_string();
-    let location = prop_of(&props, "keylocation").unwrap_or(&root.keylocation).to_string();
+    if inherit {
+        send(socket, &Request::ChangeKey { dataset, props, key: None, inherit: true })?;
+        return Ok(0);
+    }
+    let format = prop_of(&props, "keyformat").unwrap_or(&keyformat).to_string();
+    let location = match prop_of(&props, "keylocation") {
+        Some(l) => l.to_string(),
+        None if root == dataset => roots(socket, vec![dataset.clone()], false, false)?.into_iter().next().map_or("prompt".into(), |r| r.keylocation),
+        None => "prompt".into(),
+    };
     let key = if location == "prompt" { Some(read_key(&format, &dataset, true)?) } else { None };
-    send(socket, &Request::ChangeKey { dataset, props, key })?;
+    send(socket, &Request::ChangeKey { dataset, props, key, inherit: false })?;
     Ok(0)
+}
+
+/// `keyformat`, `keystatus` and `encryptionroot` of `dataset`.
+fn key_props(socket: &Path, dataset: &str) -> Result<[String; 3], Failure> {
+    let wanted = ["keyformat", "keystatus", "encryptionroot"];
+    let request = Request::TypedProps {
+        datasets: vec![dataset.to_string()],
+        recursive: false,
+        props: wanted.iter().map(|p| p.to_string()).collect(),
+        parsable: true,
+        types: vec!["filesystem".into()],
+        depth: None,
+        sort: vec![],
+    };
+    let rows: Vec<tarn_daemon::proto::DatasetRow> = data(send(socket, &request)?)?;
+    let row = rows.into_iter().next().ok_or_else(|| format!("cannot change key for '{dataset}': dataset does not exist"))?;
+    Ok(wanted.map(|p| row.props.iter().find(|c| c.property == p).map_or_else(|| "-".to_string(), |c| c.value.clone())))
 }
 
 /// `pool import -l`: the daemon loaded the keys kept in files; ask for the

@@ -334,3 +334,120 @@ fn tampered_encrypted_data_fails_its_reads_and_status_names_the_file() {
     let text = h.tarn_ok(&["pool", "status", "-v", "tank"]);
     assert!(!text.contains(VICTIM) && text.contains("tank/secret:<0x"), "{text}");
 }
+
+/// The label config's version field (label copy 0).
+fn label_version(device: &Path) -> u32 {
+    let mut v = [0u8; 4];
+    fs::File::open(device).unwrap().read_exact_at(&mut v, 8192 + 8).unwrap();
+    u32::from_le_bytes(v)
+}
+
+/// Rewrites every label of `device` with `edit` applied to its config.
+fn edit_labels(device: &Path, edit: impl Fn(&mut tarn_vdev::PoolConfig)) {
+    let dev = tarn_dev::FileDevice::open(device, None).unwrap();
+    let mut label = tarn_vdev::read_label(&*dev).unwrap();
+    edit(&mut label.config);
+    tarn_vdev::write_label(&*dev, &label).unwrap();
+}
+
+/// `feature@encryption`: `enabled` until the first encrypted dataset, then
+/// `active`, recorded in the labels (version 2, which binaries from before
+/// features refuse). A pool whose labels name a feature this tarn does not
+/// know is refused at import in one line, its devices untouched.
+#[test]
+fn the_encryption_feature_is_recorded_and_unknown_features_are_refused() {
+    let h = Harness::start();
+    let vdevs = h.vdev_files("vdevs", 2, 128 << 20);
+    let device_dir = h.dir.join("vdevs");
+    h.create_pool("tank", &["mirror".into(), path_str(&vdevs[0]), path_str(&vdevs[1])]);
+    let feature = |h: &Harness| h.tarn_ok(&["pool", "get", "-H", "-o", "value", "feature@encryption", "tank"]).trim().to_string();
+    assert_eq!(feature(&h), "enabled");
+    assert!(h.tarn_ok(&["pool", "get", "-H", "-o", "property", "all", "tank"]).lines().any(|l| l == "feature@encryption"));
+    let e = common::refused(&h, &["pool", "set", "feature@encryption=enabled", "tank"], 1);
+    assert!(e.contains("read-only"), "{e}");
+    h.export("tank");
+    assert!(vdevs.iter().all(|d| label_version(d) == 1), "a pool using no feature keeps version-1 labels");
+
+    h.import("tank", &device_dir);
+    let key = h.dir.join("k");
+    fs::write(&key, [7u8; 32]).unwrap();
+    h.tarn_ok(&["create", "-o", "encryption=on", "-o", "keyformat=raw", "-o", &format!("keylocation=file://{}", path_str(&key)), "tank/secret"]);
+    assert_eq!(feature(&h), "active");
+    fs::write(h.mountpoint("tank").join("secret/f"), MARK).unwrap();
+    h.export("tank");
+    for d in &vdevs {
+        assert_eq!(label_version(d), 2, "{}", d.display());
+        let label = tarn_vdev::read_label(&*tarn_dev::FileDevice::open(d, None).unwrap()).unwrap();
+        assert!(label.config.features.contains("encryption"), "{:?}", label.config.features);
+    }
+
+    // A feature from the future: refused in one line, nothing written.
+    for d in &vdevs {
+        edit_labels(d, |c| {
+            c.features.insert("zstd_dict".into());
+        });
+    }
+    let before: Vec<Vec<u8>> = vdevs.iter().map(|d| fs::read(d).unwrap()).collect();
+    let e = common::refused(&h, &["pool", "import", "-d", &path_str(&device_dir), "tank"], 1);
+    assert!(e.contains("feature 'zstd_dict'") && e.contains("newer tarn"), "{e}");
+    assert!(before.iter().zip(&vdevs).all(|(b, d)| fs::read(d).unwrap() == *b), "a refused import changed a device");
+    for d in &vdevs {
+        edit_labels(d, |c| {
+            c.features.remove("zstd_dict");
+        });
+    }
+    h.import("tank", &device_dir);
+    h.tarn_ok(&["load-key", "tank/secret"]);
+    h.tarn_ok(&["mount", "tank/secret"]);
+    wait_mounted(&h.mountpoint("tank").join("secret"));
+    assert_eq!(fs::read(h.mountpoint("tank").join("secret/f")).unwrap(), MARK);
+    assert_eq!(feature(&h), "active");
+}
+
+/// `change-key` through the CLI on a dataset that is not an encryption
+/// root (it becomes one: a new passphrase asked for), and `change-key -i`
+/// (it joins its parent's root again); the mounts keep serving throughout
+/// and a daemon restart needs exactly the keys the roots say.
+#[test]
+fn change_key_moves_datasets_between_roots_through_the_cli() {
+    let mut h = Harness::start();
+    let vdevs = h.vdev_files("vdevs", 1, 128 << 20);
+    let mnt = h.create_pool("tank", &[path_str(&vdevs[0])]);
+    let key = h.dir.join("secure.key");
+    fs::write(&key, [0x42u8; 32]).unwrap();
+    h.tarn_ok(&["create", "-o", "encryption=on", "-o", "keyformat=raw", "-o", &format!("keylocation=file://{}", path_str(&key)), "tank/secure"]);
+    h.tarn_ok(&["create", "-p", "tank/secure/home/kid"]);
+    let kid = mnt.join("secure/home/kid");
+    wait_mounted(&kid);
+    fs::write(kid.join("homework.txt"), MARK).unwrap();
+
+    let e = refused_input(&h, &["change-key", "-i", "tank/secure/home"], "");
+    assert!(e.contains("not an encryption root"), "{e}");
+    let e = refused_input(&h, &["change-key", "-i", "tank/secure"], "");
+    assert!(e.contains("parent 'tank' is not encrypted"), "{e}");
+    let e = refused_input(&h, &["change-key", "tank"], "");
+    assert!(e.contains("not encrypted"), "{e}");
+    let out = h.tarn(&["change-key", "-i", "-o", "keyformat=raw", "tank/secure"]);
+    assert_eq!(out.status.code(), Some(2), "-i with -o is a usage error");
+
+    // tank/secure/home becomes a root with a prompted passphrase.
+    ok_input(&h, &["change-key", "-o", "keyformat=passphrase", "tank/secure/home"], &format!("{PASS}\n"));
+    assert_eq!(get(&h, "encryptionroot,keyformat,keylocation", "tank/secure/home"), ["tank/secure/home", "passphrase", "prompt"]);
+    assert_eq!(get(&h, "encryptionroot", "tank/secure/home/kid"), ["tank/secure/home"]);
+    assert_eq!(fs::read(kid.join("homework.txt")).unwrap(), MARK, "the mount kept serving");
+    h.kill_and_restart();
+    wait_mounted(&mnt.join("secure"));
+    assert_eq!(get(&h, "keystatus", "tank/secure/home/kid"), ["unavailable"], "its key is a passphrase now, not the file");
+    ok_input(&h, &["load-key", "tank/secure/home"], &format!("{PASS}\n"));
+    h.tarn_ok(&["mount", "-a"]);
+    wait_mounted(&kid);
+    assert_eq!(fs::read(kid.join("homework.txt")).unwrap(), MARK);
+
+    // -i: back under tank/secure, whose key file opens it all again.
+    h.tarn_ok(&["change-key", "-i", "tank/secure/home"]);
+    assert_eq!(get(&h, "encryptionroot,keylocation", "tank/secure/home"), ["tank/secure", "none"]);
+    h.kill_and_restart();
+    wait_mounted(&kid);
+    assert_eq!(get(&h, "keystatus", "tank/secure/home/kid"), ["available"]);
+    assert_eq!(fs::read(kid.join("homework.txt")).unwrap(), MARK);
+}

@@ -49,6 +49,12 @@ impl ObjPool {
         // The newest config among labels wins (labels are rewritten at export/import).
         let mut config =
             labels.iter().map(|(l, _)| l.config.clone()).max_by_key(|c| (c.generation, c.create_txg)).expect("non-empty");
+        if let Some(feature) = config.unknown_feature() {
+            return Err(ObjError::Invalid(format!(
+                "pool '{}' uses feature '{feature}', which this tarn does not support; import it with a newer tarn",
+                config.name
+            )));
+        }
         if config.state == PoolState::Destroyed && !opts.force {
             return Err(ObjError::Invalid(format!("pool '{}' was destroyed (use -f to import anyway)", config.name)));
         }

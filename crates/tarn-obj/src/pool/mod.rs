@@ -69,6 +69,10 @@ pub(crate) struct Shared {
     pub keys: crate::crypt::KeyRing,
     pub readonly: bool,
     pub config: Mutex<PoolConfig>,
+    /// A feature was added to `config`: the next sync writes the labels
+    /// before its uberblock (so no pool state that uses a feature is ever
+    /// the newest while the labels do not list it).
+    pub features_dirty: AtomicBool,
     /// Hot spares not in use.
     pub spares: Mutex<Vec<Arc<tarn_vdev::LeafVdev>>>,
     pub scanner: crate::scan::Scanner,
@@ -137,6 +141,16 @@ pub(crate) struct SyncSignal {
 }
 
 impl Shared {
+    /// Records that the pool uses `feature` (`PoolConfig.features`); the
+    /// labels list it from the sync of the txg that first uses it.
+    pub(crate) fn use_feature(&self, feature: &str) {
+        let mut config = self.config.lock();
+        if !config.features.contains(feature) {
+            config.features.insert(feature.to_string());
+            self.features_dirty.store(true, Ordering::SeqCst);
+        }
+    }
+
     pub fn note_dirty_objset(&self, txg: Txg, id: ObjsetId) {
         self.dirty_objsets.lock().entry(txg).or_default().insert(id);
     }
@@ -220,6 +234,7 @@ impl ObjPool {
             spares: vec![],
             cache: cache_leaves.iter().map(|l| tarn_vdev::LeafConfig::new(l.guid, l.path.clone())).collect(),
             generation: 1,
+            features: Default::default(),
         };
         for l in &cache_leaves {
             if let Some(d) = l.device() {
@@ -259,6 +274,7 @@ impl ObjPool {
             io,
             readonly,
             config: Mutex::new(config),
+            features_dirty: AtomicBool::new(false),
             spares: Mutex::new(spares),
             scanner,
             client_ops: AtomicU64::new(0),
@@ -353,6 +369,9 @@ impl ObjPool {
     fn create_objset_inner(&self, tx: &Tx, crypt: Option<crate::crypt::Crypt>) -> Result<ObjsetId> {
         if self.shared.readonly {
             return Err(ObjError::ReadOnly);
+        }
+        if crypt.is_some() {
+            self.shared.use_feature(tarn_vdev::FEATURE_ENCRYPTION);
         }
         let id = ObjsetId(self.shared.next_objset.fetch_add(1, Ordering::Relaxed));
         let mut phys = ObjsetPhys::new(1);

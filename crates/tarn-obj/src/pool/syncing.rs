@@ -148,7 +148,8 @@ pub(super) fn sync_txg(s: &Arc<Shared>, stx: &SyncTx) -> Result<Txg> {
     // Leaves that missed writes (or changed state) get it on record in the
     // labels before the txg that depends on it becomes the newest.
     let dtl_changed = s.io.tops().iter().flat_map(|t| t.leaves()).fold(false, |acc, l| l.take_dtl_dirty() | acc);
-    if dtl_changed {
+    let features_changed = s.features_dirty.swap(false, Ordering::SeqCst);
+    if dtl_changed || features_changed {
         crate::vdevs::write_labels(s, None)?;
     }
     let payload = UberPayload { mos_root: mos_sync.root_bp, spacemap_head: sm_head, spacemap_records: sm_records }.encode();
