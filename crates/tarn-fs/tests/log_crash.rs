@@ -338,6 +338,8 @@ struct Run {
     log_blocks_written_first: u64,
     /// Data blocks the logs wrote once for their records (indirect writes).
     indirect_written: u64,
+    /// Of those, the first dataset's (sealed when it is encrypted).
+    indirect_written_first: u64,
 }
 
 /// Formats the datasets, builds a small tree, syncs, then runs the threads.
@@ -350,7 +352,7 @@ fn workload(pool: &Arc<ObjPool>, rec: &CrashRecorder, seed: u64, per_thread: usi
     let mut models = Vec::new();
     for _ in 0..DATASETS {
         // With `keys`, the first dataset is encrypted (its log blocks are
-        // sealed, its records copy their data).
+        // sealed, the blocks of its large sync writes sealed too).
         let crypt = keys.as_ref().filter(|_| osids.is_empty()).map(|(c, _)| *c);
         let tx = pool.begin();
         let id = pool.create_objset_with(&tx, crypt).unwrap();
@@ -448,6 +450,7 @@ fn workload(pool: &Arc<ObjPool>, rec: &CrashRecorder, seed: u64, per_thread: usi
     let log_blocks_written = fss.iter().map(|fs| fs.objset().log_stats().blocks_written).sum();
     let log_blocks_written_first = fss[0].objset().log_stats().blocks_written;
     let indirect_written = fss.iter().map(|fs| fs.objset().log_stats().indirect_written).sum();
+    let indirect_written_first = fss[0].objset().log_stats().indirect_written;
     drop(fss);
     Run {
         keys,
@@ -460,6 +463,7 @@ fn workload(pool: &Arc<ObjPool>, rec: &CrashRecorder, seed: u64, per_thread: usi
         log_blocks_written,
         log_blocks_written_first,
         indirect_written,
+        indirect_written_first,
     }
 }
 
@@ -604,15 +608,17 @@ fn power_cuts_with_an_encrypted_dataset() {
     }
     let fsyncs = run.acks.iter().filter(|a| a.ino.is_some() && a.ds == 0).count();
     eprintln!(
-        "encrypted: {} cuts over events {}..{}; {fsyncs} fsyncs acknowledged on the encrypted dataset, {} sealed log blocks written; {with_log} cuts left it a sealed log to replay; {} MiB compared",
+        "encrypted: {} cuts over events {}..{}; {fsyncs} fsyncs acknowledged on the encrypted dataset, {} sealed log blocks and {} sealed indirect blocks written; {with_log} cuts left it a sealed log to replay; {} MiB compared",
         cuts.len(),
         run.first,
         run.end,
         run.log_blocks_written_first,
+        run.indirect_written_first,
         bytes >> 20
     );
     assert!(fsyncs > 5, "only {fsyncs} fsyncs on the encrypted dataset: the test proves little");
     assert!(run.log_blocks_written_first > 0 && with_log > 0, "the encrypted dataset's log is not exercised");
+    assert!(run.indirect_written_first > 0, "no indirect write on the encrypted dataset: its large sync writes are not exercised");
 }
 
 #[test]

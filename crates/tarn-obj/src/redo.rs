@@ -103,6 +103,8 @@ pub struct WritePart {
     pub(crate) block: Arc<Vec<u8>>,
     pub(crate) start: usize,
     pub(crate) len: usize,
+    /// The object's type (an encrypted block's seal binds it).
+    pub(crate) otype: u8,
 }
 
 /// What the log writer puts into a record at commit.
@@ -195,23 +197,22 @@ pub fn flush(tx: &Tx) {
 }
 
 /// Which whole blocks of writes become indirect writes, and how they are
-/// written: those of at least `.0` bytes, with `.1`.
-type Indirect = Option<(usize, tarn_block::WriteSpec)>;
+/// written: those of at least `.0` bytes, with `.1` (its `otype` replaced
+/// by the object's). `.2`: bytes each block note takes in its log block
+/// besides the record (a sealed block's claim-table entry; 0 when plain).
+type Indirect = Option<(usize, tarn_block::WriteSpec, usize)>;
 
 fn indirect_policy(os: &ObjectSet) -> Indirect {
-    // An encrypted object set's records are sealed in their log blocks and
-    // copy their data: the import claims the blocks records name before any
-    // key is loaded, and could not read pointers out of sealed records.
-    if os.crypt().is_some() {
-        return None;
-    }
     let p = os.write_props();
     let spec = tarn_block::WriteSpec { compression: p.compression, checksum: p.checksum, copies: p.copies, level: 0, otype: 0, metadata: false };
     let min = match os.logbias() {
         crate::LogBias::Latency => crate::zil::IMMEDIATE_WRITE_MAX + 1,
         crate::LogBias::Throughput => 1,
     };
-    Some((min, spec))
+    // An encrypted object set's records are sealed; the blocks they name
+    // are listed in the clear too, for the claim (zil/format.rs).
+    let claim = if os.crypt().is_some() { crate::zil::CLAIM_ENTRY } else { 0 };
+    Some((min, spec, claim))
 }
 
 fn note_len(op: &Op) -> usize {
@@ -247,17 +248,18 @@ fn bonus_first(ops: &mut [Op]) {
 /// and whole blocks to write indirectly.
 enum Piece {
     Copy(usize, usize),
-    Block(usize, Arc<Vec<u8>>),
+    /// Offset in the write, the block, its object's type.
+    Block(usize, Arc<Vec<u8>>, u8),
 }
 
 fn pieces(len: usize, parts: &[WritePart], indirect: &Indirect) -> Vec<Piece> {
-    let Some((min, _)) = indirect else { return vec![Piece::Copy(0, len)] };
+    let Some((min, _, _)) = indirect else { return vec![Piece::Copy(0, len)] };
     let mut out = Vec::new();
     let mut at = 0usize;
     for p in parts {
         let whole = p.start == 0 && p.len == p.block.len() && p.len >= *min;
         match out.last_mut() {
-            _ if whole => out.push(Piece::Block(at, p.block.clone())),
+            _ if whole => out.push(Piece::Block(at, p.block.clone(), p.otype)),
             Some(Piece::Copy(_, n)) => *n += p.len,
             _ => out.push(Piece::Copy(at, p.len)),
         }
@@ -278,29 +280,43 @@ pub(crate) fn encode(mut ops: Vec<Op>, indirect: Indirect) -> Vec<(Vec<u8>, Vec<
     let mut out = Vec::new();
     let mut cur: Vec<u8> = Vec::new();
     let mut fills: Vec<Fill> = Vec::new();
+    // Bytes the current record's block notes take outside it (claim-table
+    // entries of a sealed log block, and the table's head): the record
+    // and they must fit one log block together.
+    let per_block = indirect.map_or(0, |i| i.2);
+    let mut outside = 0usize;
+    let push = |out: &mut Vec<(Vec<u8>, Vec<Fill>)>, cur: &mut Vec<u8>, fills: &mut Vec<Fill>, outside: &mut usize| {
+        out.push((std::mem::take(cur), std::mem::take(fills)));
+        *outside = 0;
+    };
     for op in ops {
         if let Op::Write { id, off, len, parts } = op {
             for piece in pieces(len as usize, &parts, &indirect) {
                 match piece {
-                    Piece::Block(at, block) => {
-                        if RECORD_PAYLOAD_MAX - cur.len() < BLOCK_NOTE {
-                            out.push((std::mem::take(&mut cur), std::mem::take(&mut fills)));
+                    Piece::Block(at, block, otype) => {
+                        let extra = if per_block > 0 && outside == 0 { per_block + crate::zil::CLAIM_HEAD } else { per_block };
+                        if RECORD_PAYLOAD_MAX - cur.len() - outside < BLOCK_NOTE + extra {
+                            push(&mut out, &mut cur, &mut fills, &mut outside);
                         }
+                        // (A new record: its first note pays the head.)
+                        outside += if per_block > 0 && outside == 0 { per_block + crate::zil::CLAIM_HEAD } else { per_block };
                         cur.push(T_WRITE_BLOCK);
                         cur.extend_from_slice(&id.to_le_bytes());
                         cur.extend_from_slice(&(off + at as u64).to_le_bytes());
                         cur.extend_from_slice(&(block.len() as u32).to_le_bytes());
-                        let spec = indirect.expect("block pieces only with a policy").1;
+                        let spec = tarn_block::WriteSpec { otype, ..indirect.expect("block pieces only with a policy").1 };
                         fills.push(Fill::Block { at: cur.len(), block, spec });
                         cur.resize(cur.len() + tarn_block::BP_SIZE, 0);
                     }
-                    Piece::Copy(start, n) => encode_copy(&mut out, &mut cur, &mut fills, id, off + start as u64, n, start, &parts),
+                    Piece::Copy(start, n) => {
+                        encode_copy(&mut out, &mut cur, &mut fills, id, off + start as u64, n, start, &parts, &mut outside)
+                    }
                 }
             }
             continue;
         }
-        if cur.len() + note_len(&op) > RECORD_PAYLOAD_MAX && !cur.is_empty() {
-            out.push((std::mem::take(&mut cur), std::mem::take(&mut fills)));
+        if cur.len() + outside + note_len(&op) > RECORD_PAYLOAD_MAX && !cur.is_empty() {
+            push(&mut out, &mut cur, &mut fills, &mut outside);
         }
         encode_note(&op, &mut cur);
     }
@@ -313,11 +329,22 @@ pub(crate) fn encode(mut ops: Vec<Op>, indirect: Indirect) -> Vec<(Vec<u8>, Vec<
 /// Write notes for `len` bytes at `off`, from byte `skip` of the write's
 /// parts, split over records where they do not fit.
 #[allow(clippy::too_many_arguments)]
-fn encode_copy(out: &mut Vec<(Vec<u8>, Vec<Fill>)>, cur: &mut Vec<u8>, fills: &mut Vec<Fill>, id: u64, mut off: u64, mut len: usize, mut skip: usize, parts: &Arc<Vec<WritePart>>) {
+fn encode_copy(
+    out: &mut Vec<(Vec<u8>, Vec<Fill>)>,
+    cur: &mut Vec<u8>,
+    fills: &mut Vec<Fill>,
+    id: u64,
+    mut off: u64,
+    mut len: usize,
+    mut skip: usize,
+    parts: &Arc<Vec<WritePart>>,
+    outside: &mut usize,
+) {
     while len > 0 {
-        let mut room = RECORD_PAYLOAD_MAX - cur.len();
+        let mut room = RECORD_PAYLOAD_MAX - cur.len() - *outside;
         if room <= WRITE_HEAD {
             out.push((std::mem::take(cur), std::mem::take(fills)));
+            *outside = 0;
             room = RECORD_PAYLOAD_MAX;
         }
         let n = len.min(room - WRITE_HEAD);
@@ -486,6 +513,17 @@ fn decode_one<'a>(c: &mut Cursor<'a>) -> Result<Decoded<'a>> {
     Ok(d)
 }
 
+/// A redo payload of one block note (tests of the log's formats).
+#[cfg(test)]
+pub(crate) fn block_note(id: u64, off: u64, len: u32, bp: &tarn_block::BlockPtr) -> Vec<u8> {
+    let mut b = vec![T_WRITE_BLOCK];
+    b.extend_from_slice(&id.to_le_bytes());
+    b.extend_from_slice(&off.to_le_bytes());
+    b.extend_from_slice(&len.to_le_bytes());
+    b.extend_from_slice(&bp.encode());
+    b
+}
+
 /// The block pointers of a redo record's indirect writes (the claim takes
 /// their space); a malformed payload gives those before the damage.
 pub(crate) fn block_pointers(payload: &[u8]) -> Vec<BlockPtr> {
@@ -511,7 +549,8 @@ fn apply(os: &ObjectSet, tx: &Tx, notes: Vec<Decoded<'_>>) -> Result<()> {
                 let data = if bp.is_hole() {
                     Arc::new(vec![0u8; len as usize])
                 } else {
-                    os.io().read(&bp).map_err(|e| ObjError::Corrupt(format!("indirect write block: {e}")))?
+                    let keys = os.inner.keys(&os.shared)?;
+                    Arc::new(os.io().read_uncached_with(&bp, keys.as_deref()).map_err(|e| ObjError::Corrupt(format!("indirect write block: {e}")))?)
                 };
                 if data.len() != len as usize {
                     return Err(ObjError::Corrupt(format!("indirect write block of {} bytes for a {len}-byte write", data.len())));
@@ -638,7 +677,7 @@ mod tests {
             for (i, b) in block[start..start + n].iter_mut().enumerate() {
                 *b = (done + i) as u8;
             }
-            out.push(WritePart { block: Arc::new(block), start, len: n });
+            out.push(WritePart { block: Arc::new(block), start, len: n, otype: 0 });
             done += n;
             start = 0;
         }
@@ -703,15 +742,15 @@ mod tests {
         // 10 bytes into a 64 KiB block, two whole blocks, 100 bytes of a fourth.
         let block = |fill: u8| Arc::new(vec![fill; 65536]);
         let parts = vec![
-            WritePart { block: block(1), start: 65526, len: 10 },
-            WritePart { block: block(2), start: 0, len: 65536 },
-            WritePart { block: block(3), start: 0, len: 65536 },
-            WritePart { block: block(4), start: 0, len: 100 },
+            WritePart { block: block(1), start: 65526, len: 10, otype: 0 },
+            WritePart { block: block(2), start: 0, len: 65536, otype: 0 },
+            WritePart { block: block(3), start: 0, len: 65536, otype: 0 },
+            WritePart { block: block(4), start: 0, len: 100, otype: 0 },
         ];
         let len = 10 + 65536 * 2 + 100;
         let spec = tarn_block::WriteSpec { compression: tarn_block::Compression::Off, checksum: tarn_block::ChecksumKind::Fletcher4, copies: 1, level: 0, otype: 0, metadata: false };
         let op = || Op::Write { id: 7, off: 65526, len, parts: Arc::new(parts.clone()) };
-        let recs = encode(vec![op()], Some((32769, spec)));
+        let recs = encode(vec![op()], Some((32769, spec, 0)));
         assert_eq!(recs.len(), 1);
         let (payload, fills) = &recs[0];
         assert!(payload.len() < 1000, "blocks are not copied: {} bytes", payload.len());
@@ -741,7 +780,7 @@ mod tests {
         assert!(matches!(d[3], Decoded::Write { id: 7, off: 196608, data } if data == [4; 100]));
         assert_eq!(block_pointers(&payload).len(), 2);
         // Below the policy's size everything is copied.
-        let recs = encode(vec![op()], Some((65537, spec)));
+        let recs = encode(vec![op()], Some((65537, spec, 0)));
         assert!(recs.iter().all(|(_, f)| f.iter().all(|f| matches!(f, Fill::Copy { .. }))));
     }
 

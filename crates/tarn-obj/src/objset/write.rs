@@ -99,13 +99,13 @@ impl ObjectSet {
     pub(crate) fn write_inner(&self, tx: &Tx, id: ObjectId, offset: u64, data: &[u8], mut parts: Option<&mut Vec<crate::redo::WritePart>>) -> Result<()> {
         self.check_writable()?;
         let dn = self.dnode(id)?;
-        let bs = {
+        let (bs, otype) = {
             let st = dn.st.lock();
             let a = st.attrs();
             if !a.exists {
                 return Err(ObjError::NotFound(id.0));
             }
-            a.block_size as u64
+            (a.block_size as u64, a.otype)
         };
         if offset.checked_add(data.len() as u64).is_none_or(|end| end / bs >= crate::format::capacity(crate::format::MAX_LEVELS)) {
             return Err(ObjError::Invalid("write past the largest object size".into()));
@@ -119,7 +119,7 @@ impl ObjectSet {
             let src = &data[pos..pos + n];
             let block = self.modify_block(&dn, tx.txg(), blkid, bs, (n == bs as usize).then_some(src), &mut |b| b[in_blk..in_blk + n].copy_from_slice(src))?;
             if let Some(p) = parts.as_deref_mut() {
-                p.push(crate::redo::WritePart { block, start: in_blk, len: n });
+                p.push(crate::redo::WritePart { block, start: in_blk, len: n, otype });
             }
             pos += n;
         }

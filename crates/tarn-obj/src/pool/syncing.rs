@@ -302,7 +302,12 @@ fn sync_objset(s: &Arc<Shared>, stx: &SyncTx, inner: &Arc<ObjsetInner>) -> Resul
     let work: Vec<(&DataJob, Option<BlockPtr>)> = jobs.iter().zip(adopted).collect();
     let results: Vec<(usize, u64, std::result::Result<BlockPtr, tarn_block::BlockError>, u64)> = crate::par::par_map(&work, |((i, b, d, ot, meta, rawblk), adopted)| {
         let r = match (adopted, rawblk) {
-            (Some(bp), _) => Ok(BlockPtr { otype: *ot, ..*bp }),
+            (Some(bp), _) => {
+                // A sealed block's MAC binds its type: the log sealed it
+                // with its object's (redo.rs), so nothing changes here.
+                assert!(!bp.is_encrypted() || bp.otype == *ot, "an adopted encrypted block sealed as type {} for an object of type {ot}", bp.otype);
+                Ok(BlockPtr { otype: *ot, ..*bp })
+            }
             (None, Some(rb)) => s.io.write_raw(d, rb, spec_for(*ot, *meta), txg),
             (None, None) if raw.is_some() && inner.crypt.is_some() => {
                 Err(tarn_block::BlockError::Write("a plain block in an object set receiving raw".into()))

@@ -117,6 +117,8 @@ fn claim_one(s: &Arc<Shared>, id: ObjsetId, header: &LogHeader, synced: Txg) {
     let mut blocks: Vec<BlockPtr> = Vec::new();
     let mut records: Vec<LogRecord> = Vec::new();
     let mut sealed: Vec<Vec<u8>> = Vec::new();
+    // A sealed chain's claim tables: (record txg, block) its records name.
+    let mut claims: Vec<(Txg, BlockPtr)> = Vec::new();
     let mut bp = header.head;
     let mut seq = header.head_seq;
     let mut last_rec_seq = 0u64;
@@ -159,6 +161,7 @@ fn claim_one(s: &Arc<Shared>, id: ObjsetId, header: &LogHeader, synced: Txg) {
         blocks.push(bp);
         records.extend(block.records);
         sealed.extend(block.sealed);
+        claims.extend(block.claims);
         bp = block.next;
         seq += 1;
     }
@@ -195,14 +198,22 @@ fn claim_one(s: &Arc<Shared>, id: ObjsetId, header: &LogHeader, synced: Txg) {
         }
         // The blocks of indirect writes the replay will read: their txg
         // never reached disk, so the space maps may not have them.
+        // (A sealed chain lists them in the clear: its claim tables.)
+        let named: Vec<(Txg, BlockPtr)> = if sealed.is_empty() {
+            records
+                .iter()
+                .filter(|r| r.rtype == crate::redo::REDO_RECORD)
+                .flat_map(|r| crate::redo::block_pointers(&r.payload).into_iter().map(move |bp| (r.txg, bp)))
+                .collect()
+        } else {
+            claims
+        };
         let mut indirect = Vec::new();
-        for r in records.iter().filter(|r| r.txg > h.claim_txg && r.rtype == crate::redo::REDO_RECORD) {
-            for bp in crate::redo::block_pointers(&r.payload) {
-                if claim_block(s, &bp).is_some() {
-                    indirect.push(bp);
-                } else {
-                    eprintln!("tarn: object set {}: intent log record {} names a block outside the pool; its replay will fail", id.0, r.seq);
-                }
+        for (txg, bp) in named.into_iter().filter(|(txg, _)| *txg > h.claim_txg) {
+            if claim_block(s, &bp).is_some() {
+                indirect.push(bp);
+            } else {
+                eprintln!("tarn: object set {}: an intent log record of txg {txg} names a block outside the pool; its replay will fail", id.0);
             }
         }
         st.phase = LogPhase::Claimed;

@@ -30,12 +30,16 @@
 //!
 //! A sealed block (the log of an encrypted object set) has its record
 //! bytes `[64, 64 + used)` encrypted with the object set's block keys
-//! (AES-GCM, a detached seal); the additional data binds a domain string,
-//! the object set's id, bytes `[0, 32)` and the next pointer. Everything
-//! the import needs to walk and claim the chain (magic, chain, sequence,
-//! next, the checksum over the ciphertext) stays readable without the key;
-//! the records (their types, txgs, sequence numbers and contents) are
-//! opened at replay, which needs the key.
+//! (AES-GCM, a detached seal). Right after them, in the clear, comes its
+//! *claim table*: count u32, zero u32, then per entry the txg u64 of a
+//! record and the pointer (128 bytes) of a block that record's indirect
+//! write names, in record order. The additional data binds a domain
+//! string, the object set's id, bytes `[0, 32)`, the next pointer and (when
+//! the table is not empty) the table. Everything the import needs to walk
+//! and claim the chain (magic, chain, sequence, next, the claim table, the
+//! checksum over it all) stays readable without the key; the records
+//! (their types, txgs, sequence numbers and contents) are opened at
+//! replay, which needs the key, and must name exactly the table's blocks.
 
 use tarn_block::{BlockKeys, BlockPtr, ChecksumKind, BP_SIZE};
 
@@ -57,6 +61,32 @@ pub const LOG_BLOCK_MAX: usize = 128 * 1024;
 pub const RECORD_PAYLOAD_MAX: usize = LOG_BLOCK_MAX - BLOCK_HEAD - BLOCK_TAIL - RECORD_HEAD;
 /// Object type stamped into log block pointers.
 pub const OT_LOG_BLOCK: u8 = 6;
+/// A claim table's head (count, zero) and each entry (txg, pointer).
+pub const CLAIM_HEAD: usize = 8;
+pub const CLAIM_ENTRY: usize = 8 + BP_SIZE;
+
+/// The blocks a sealed block's records name, as its claim table lists
+/// them: (record txg, block pointer), in record order.
+pub fn claims_of(records: &[LogRecord]) -> Vec<(Txg, BlockPtr)> {
+    records
+        .iter()
+        .filter(|r| r.rtype == crate::redo::REDO_RECORD)
+        .flat_map(|r| crate::redo::block_pointers(&r.payload).into_iter().map(move |bp| (r.txg, bp)))
+        .collect()
+}
+
+/// Bytes `record` takes in a block: framed, plus its claim-table entries
+/// when the block is sealed.
+pub fn footprint(record: &LogRecord, sealed: bool) -> usize {
+    let claims = if sealed && record.rtype == crate::redo::REDO_RECORD { crate::redo::block_pointers(&record.payload).len() } else { 0 };
+    record.framed_len() + claims * CLAIM_ENTRY
+}
+
+/// Record bytes a block of `psize` holds (`capacity`, less a sealed
+/// block's claim-table head).
+pub fn capacity_for(psize: usize, sealed: bool) -> usize {
+    capacity(psize).saturating_sub(if sealed { CLAIM_HEAD } else { 0 })
+}
 
 /// The log header an object set carries in its phys (written by every
 /// txg sync of that object set).
@@ -151,6 +181,9 @@ pub struct LogBlock {
     pub next: BlockPtr,
     /// A sealed block's bytes (its records are opened at replay).
     pub sealed: Option<Vec<u8>>,
+    /// A sealed block's claim table (empty for a plain block, whose
+    /// records name their blocks in the clear).
+    pub claims: Vec<(Txg, BlockPtr)>,
 }
 
 /// Record bytes a block of `psize` bytes holds.
@@ -171,6 +204,15 @@ pub fn encode_block(psize: usize, chain: u64, seq: u64, records: &[LogRecord], n
 pub fn encode_block_sealed(psize: usize, chain: u64, seq: u64, records: &[LogRecord], next: &BlockPtr, keys: &BlockKeys, objset: u64) -> Result<Vec<u8>> {
     let mut b = frame_block(LOG_MAGIC_SEALED, psize, chain, seq, records, next);
     let used = u32::from_le_bytes(b[24..28].try_into().expect("4 bytes")) as usize;
+    let claims = claims_of(records);
+    let at = BLOCK_HEAD + used;
+    assert!(used + CLAIM_HEAD + claims.len() * CLAIM_ENTRY <= capacity(psize), "log block of {psize} bytes cannot hold its claim table");
+    b[at..at + 4].copy_from_slice(&(claims.len() as u32).to_le_bytes());
+    for (i, (txg, bp)) in claims.iter().enumerate() {
+        let e = at + CLAIM_HEAD + i * CLAIM_ENTRY;
+        b[e..e + 8].copy_from_slice(&txg.to_le_bytes());
+        b[e + 8..e + CLAIM_ENTRY].copy_from_slice(&bp.encode());
+    }
     let aad = seal_aad(&b, objset);
     let (iv, mac) = keys.seal_detached(&aad, &mut b[BLOCK_HEAD..BLOCK_HEAD + used]).map_err(|e| ObjError::Io(format!("sealing a log block: {e}")))?;
     b[32..48].copy_from_slice(&iv);
@@ -179,7 +221,9 @@ pub fn encode_block_sealed(psize: usize, chain: u64, seq: u64, records: &[LogRec
     Ok(b)
 }
 
-/// What a sealed block's MAC binds besides its records.
+/// What a sealed block's MAC binds besides its records: the framing, the
+/// next pointer and a non-empty claim table (blocks written before claim
+/// tables existed have none, and bind the same bytes as then).
 fn seal_aad(b: &[u8], objset: u64) -> Vec<u8> {
     let n = b.len();
     let mut a = Vec::with_capacity(SEAL_DOMAIN.len() + 8 + 32 + BP_SIZE);
@@ -187,7 +231,45 @@ fn seal_aad(b: &[u8], objset: u64) -> Vec<u8> {
     a.extend_from_slice(&objset.to_le_bytes());
     a.extend_from_slice(&b[0..32]);
     a.extend_from_slice(&b[n - BLOCK_TAIL..n - 32]);
+    if let Some(table) = claim_table_bytes(b) {
+        a.extend_from_slice(table);
+    }
     a
+}
+
+/// A sealed block's claim table bytes (head and entries), if it has
+/// entries and they fit the block.
+fn claim_table_bytes(b: &[u8]) -> Option<&[u8]> {
+    let used = u32::from_le_bytes(b.get(24..28)?.try_into().ok()?) as usize;
+    let at = BLOCK_HEAD + used;
+    let count = u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?) as usize;
+    if count == 0 {
+        return None;
+    }
+    let end = at.checked_add(CLAIM_HEAD)?.checked_add(count.checked_mul(CLAIM_ENTRY)?)?;
+    if end > b.len().saturating_sub(BLOCK_TAIL) {
+        return None;
+    }
+    b.get(at..end)
+}
+
+/// The claim table of a sealed block: `Corrupt` if it overruns the block.
+fn parse_claims(b: &[u8]) -> Result<Vec<(Txg, BlockPtr)>> {
+    let bad = |what: &str| ObjError::Corrupt(format!("sealed log block: {what}"));
+    let used = u32::from_le_bytes(b[24..28].try_into().unwrap_or([0; 4])) as usize;
+    let at = BLOCK_HEAD + used;
+    let count = u32::from_le_bytes(b.get(at..at + 4).and_then(|x| x.try_into().ok()).ok_or_else(|| bad("claim table overruns"))?) as usize;
+    if count == 0 {
+        return Ok(Vec::new());
+    }
+    let table = claim_table_bytes(b).ok_or_else(|| bad("claim table overruns"))?;
+    let mut out = Vec::with_capacity(count);
+    for e in table[CLAIM_HEAD..].chunks_exact(CLAIM_ENTRY) {
+        let txg = u64::from_le_bytes(e[0..8].try_into().unwrap_or([0; 8]));
+        let bp = BlockPtr::decode(&e[8..]).map_err(|e| bad(&format!("claim table pointer: {e}")))?;
+        out.push((txg, bp));
+    }
+    Ok(out)
 }
 
 /// Opens the records of a sealed block that `verifies` (replay, with the
@@ -207,7 +289,12 @@ pub fn open_sealed(b: &[u8], keys: &BlockKeys, objset: u64) -> Result<Vec<LogRec
     let mut area = vec![0u8; used];
     keys.open_detached(&iv, &mac, &seal_aad(b, objset), &b[BLOCK_HEAD..BLOCK_HEAD + used], &mut area)
         .map_err(|_| bad("does not authenticate"))?;
-    parse_records(&area, count)
+    let records = parse_records(&area, count)?;
+    // The claim took the table's blocks: the records must name exactly those.
+    if claims_of(&records) != parse_claims(b)? {
+        return Err(bad("claim table does not match its records"));
+    }
+    Ok(records)
 }
 
 fn frame_block(magic: &[u8; 8], psize: usize, chain: u64, seq: u64, records: &[LogRecord], next: &BlockPtr) -> Vec<u8> {
@@ -266,10 +353,11 @@ pub fn decode_block(b: &[u8]) -> Result<LogBlock> {
     let n = b.len();
     let next = BlockPtr::decode(&b[n - BLOCK_TAIL..n - 32]).map_err(|e| bad(&format!("next pointer: {e}")))?;
     if &b[0..8] == LOG_MAGIC_SEALED {
-        return Ok(LogBlock { chain: u64at(8), seq: u64at(16), records: Vec::new(), next, sealed: Some(b.to_vec()) });
+        let claims = parse_claims(b)?;
+        return Ok(LogBlock { chain: u64at(8), seq: u64at(16), records: Vec::new(), next, sealed: Some(b.to_vec()), claims });
     }
     let records = parse_records(&b[BLOCK_HEAD..BLOCK_HEAD + used], count)?;
-    Ok(LogBlock { chain: u64at(8), seq: u64at(16), records, next, sealed: None })
+    Ok(LogBlock { chain: u64at(8), seq: u64at(16), records, next, sealed: None, claims: Vec::new() })
 }
 
 /// The `count` records framed in `area`.
@@ -351,6 +439,60 @@ mod tests {
         // Two encodings of the same records differ (a fresh nonce each).
         let again = encode_block_sealed(4096, 42, 3, &recs, &next, &keys, 77).unwrap();
         assert_ne!(b[64..200], again[64..200]);
+    }
+
+    /// A sealed block lists the blocks its records' indirect writes name
+    /// in the clear (the claim needs them without the key); the records
+    /// must name exactly those, and the table is bound by the MAC.
+    #[test]
+    fn sealed_blocks_list_their_indirect_blocks_in_a_bound_claim_table() {
+        use tarn_block::{Cipher, Dva};
+        use tarn_keys::MasterKey;
+        let keys = BlockKeys::new(Cipher::Aes256Gcm, &MasterKey::from_bytes(&[5u8; 32])).unwrap();
+        let bp_at = |offset: u64| {
+            let mut bp = BlockPtr::HOLE;
+            bp.lsize = 131072;
+            bp.psize = 131072;
+            bp.birth = 9;
+            bp.fill = 1;
+            bp.checksum_kind = 3;
+            bp.ndva = 1;
+            bp.dva[0] = Dva { vdev: 0, asize: 131072, offset };
+            bp
+        };
+        let (a, b) = (bp_at(1 << 20), bp_at(2 << 20));
+        let mut two = crate::redo::block_note(5, 0, 131072, &a);
+        two.extend(crate::redo::block_note(5, 131072, 131072, &b));
+        let recs = vec![
+            LogRecord { rtype: crate::redo::REDO_RECORD, txg: 9, seq: 1, payload: two },
+            LogRecord { rtype: 2, txg: 9, seq: 2, payload: b"not a redo record".to_vec() },
+        ];
+        assert_eq!(claims_of(&recs), vec![(9, a), (9, b)]);
+        let fits: usize = recs.iter().map(|r| footprint(r, true)).sum();
+        assert_eq!(fits, recs.iter().map(LogRecord::framed_len).sum::<usize>() + 2 * CLAIM_ENTRY);
+        let blk = encode_block_sealed(4096, 42, 3, &recs, &BlockPtr::HOLE, &keys, 77).unwrap();
+        let d = decode_block(&blk).unwrap();
+        assert_eq!(d.claims, vec![(9, a), (9, b)], "the table reads without the key");
+        assert_eq!(open_sealed(&blk, &keys, 77).unwrap(), recs);
+        // A changed table entry (checksum fixed up) fails the MAC.
+        let used = u32::from_le_bytes(blk[24..28].try_into().unwrap()) as usize;
+        let mut t = blk.clone();
+        t[BLOCK_HEAD + used + CLAIM_HEAD + 8 + 40] ^= 1;
+        finish(&mut t);
+        assert!(verifies(&t, 42, 3));
+        assert!(open_sealed(&t, &keys, 77).is_err(), "a forged claim table authenticated");
+        // A table that runs past the block is malformed, not a panic.
+        let mut t = blk.clone();
+        t[BLOCK_HEAD + used..BLOCK_HEAD + used + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+        finish(&mut t);
+        assert!(decode_block(&t).is_err());
+        assert!(open_sealed(&t, &keys, 77).is_err());
+        // A block with no indirect writes has no table and binds what it did
+        // before tables existed.
+        let plain = vec![LogRecord { rtype: 2, txg: 9, seq: 1, payload: vec![1; 10] }];
+        let blk = encode_block_sealed(4096, 42, 3, &plain, &BlockPtr::HOLE, &keys, 77).unwrap();
+        assert!(decode_block(&blk).unwrap().claims.is_empty());
+        assert_eq!(open_sealed(&blk, &keys, 77).unwrap(), plain);
     }
 
     #[test]

@@ -62,6 +62,7 @@ mod writer;
 
 pub use alloc::VdevClass;
 pub use format::{LogHeader, LogRecord, RECORD_PAYLOAD_MAX};
+pub(crate) use format::{CLAIM_ENTRY, CLAIM_HEAD};
 pub use replay::ReplayReport;
 pub(crate) use claim::{claim_all, read_log_block};
 pub(crate) use indirect::adopt;
@@ -324,6 +325,8 @@ pub struct LogStats {
     /// Block pointers of the live blocks, oldest first (and the claimed
     /// chain while one waits for replay).
     pub chain_blocks: Vec<BlockPtr>,
+    /// Blocks of indirect writes the import claimed for the replay.
+    pub claimed_indirect: Vec<BlockPtr>,
 }
 
 impl ObjectSet {
@@ -440,6 +443,7 @@ impl ObjectSet {
                 live_blocks: 0,
                 durable_seq: 0,
                 chain_blocks: vec![],
+                claimed_indirect: vec![],
             };
         };
         let st = log.st.lock();
@@ -458,6 +462,7 @@ impl ObjectSet {
             live_blocks: st.live.len() as u64,
             durable_seq: st.durable_seq,
             chain_blocks,
+            claimed_indirect: st.claimed.as_ref().map_or_else(Vec::new, |c| c.indirect.clone()),
         }
     }
 }

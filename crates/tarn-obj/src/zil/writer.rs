@@ -173,15 +173,18 @@ fn fill(s: &Shared, log: &ObjsetLog, batch: Vec<Pending>) -> Result<(Vec<LogReco
     Ok((out, tops))
 }
 
-/// Bytes of records that fit from `recs[from..]` into `capacity`: how many.
-fn fit(recs: &[LogRecord], capacity: usize) -> usize {
+/// How many records from `recs[from..]` fit into a block of `psize`
+/// (`sealed`: with their claim-table entries).
+fn fit(recs: &[LogRecord], psize: usize, sealed: bool) -> usize {
+    let capacity = format::capacity_for(psize, sealed);
     let mut used = 0;
     let mut n = 0;
     for r in recs {
-        if used + r.framed_len() > capacity {
+        let len = format::footprint(r, sealed);
+        if used + len > capacity {
             break;
         }
-        used += r.framed_len();
+        used += len;
         n += 1;
     }
     n
@@ -217,7 +220,12 @@ fn write_batch(s: &Arc<Shared>, log: &ObjsetLog, batch: &[LogRecord], also_flush
         }
         (st.chain, st.ahead, st.ahead_seq, st.header_txg)
     };
-    let total: usize = batch.iter().map(LogRecord::framed_len).sum();
+    let sealed = sealing.is_some();
+    if let Some(r) = batch.iter().find(|r| format::footprint(r, sealed) > format::capacity_for(LOG_BLOCK_MAX, sealed)) {
+        return Err(ObjError::Invalid(format!("log record {} does not fit a log block", r.seq)));
+    }
+    let bytes_of = |recs: &[LogRecord]| -> usize { recs.iter().map(|r| format::footprint(r, sealed)).sum::<usize>() + if sealed { 8 } else { 0 } };
+    let total = bytes_of(batch);
     let mut written: Vec<LiveBlock> = Vec::new();
     // Blocks allocated by this batch (each written block's `next`).
     let mut allocated: Vec<BlockPtr> = Vec::new();
@@ -225,8 +233,8 @@ fn write_batch(s: &Arc<Shared>, log: &ObjsetLog, batch: &[LogRecord], also_flush
     let mut i = 0;
     let mut last_seq_written = 0u64;
     while i < batch.len() {
-        let n = fit(&batch[i..], format::capacity(cur.psize as usize));
-        let rest: usize = batch[i + n..].iter().map(LogRecord::framed_len).sum();
+        let n = fit(&batch[i..], cur.psize as usize, sealed);
+        let rest = if i + n < batch.len() { bytes_of(&batch[i + n..]) } else { 0 };
         let next_size = if rest > 0 {
             // Enough for the rest (or, if one record did not fit, for it).
             block_size_for(s, rest)
