@@ -3,6 +3,7 @@
 #
 #   bench/encryption.sh [--size 1G] [--runtime 20] [--arc 256] [--jobs 4]
 #                       [--rounds 3] [--workdir DIR] [--tarn BIN] [--no-raw]
+#                       [--sync]
 #
 # One tarn pool (raidz1 of 4 sparse files on the disk under --workdir, as
 # bench/systems.sh makes it), the ARC capped at --arc MiB; for each of
@@ -25,6 +26,14 @@
 # machine moves by tens of percent with the host's writeback); the table
 # gives the median of each and each encrypted row's cost against the same
 # dataset unencrypted. Not a test, never fails on a number.
+#
+# --sync measures sync writes instead (what the sealed intent log costs),
+# on recordsize 128K, no compression, encryption off / aes-128-gcm /
+# aes-256-gcm, each dataset first laid out with --size by seq-write.fio:
+#   - bench/fio/sync-write.fio: 4 KiB random writes, fsync after each,
+#     one writer (IOPS), and sync-write-4jobs.fio: four (group commit);
+#   - bench/fio/osync-seq-1m.fio: 1 MiB O_SYNC sequential writes (MiB/s;
+#     whole blocks written once, the sealed log carries their pointers).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
@@ -38,6 +47,7 @@ workdir="/var/tmp/tarn-bench"
 tarn_override=""
 with_raw=yes
 systems="tarn,raw"
+mode=read
 while [ $# -gt 0 ]; do
     case "$1" in
         --size) size="$2"; shift 2 ;;
@@ -48,7 +58,8 @@ while [ $# -gt 0 ]; do
         --workdir) workdir="$2"; shift 2 ;;
         --tarn) tarn_override="$2"; shift 2 ;;
         --no-raw) with_raw=no; systems="tarn"; shift ;;
-        -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
+        --sync) mode=sync; shift ;;
+        -h|--help) sed -n '2,40p' "$0"; exit 0 ;;
         *) echo "bench/encryption.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -74,6 +85,8 @@ d = json.load(open(sys.argv[1]))
 j = d["jobs"]
 if j[0]["jobname"].startswith("rand"):
     print("%.0f" % sum(x["read"]["iops"] for x in j))
+elif j[0]["jobname"].startswith("sync-write"):
+    print("%.0f" % sum(x["write"]["iops"] for x in j))
 else:
     k = "write" if j[0]["write"]["io_bytes"] else "read"
     print("%.0f" % (sum(x[k]["bw_bytes"] for x in j) / 2**20))
@@ -104,6 +117,68 @@ measure_tarn() {
     printf 'tarn\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$rs" "$comp" "$enc" "$w" "$r" "$iops" | tee -a "$results"
     tarn destroy "$ds"
 }
+
+# --sync: the three sync-write rows of one dataset (laid out first).
+measure_sync() {
+    local dir=$1 s1 s4 o
+    fio_run seq-write "$dir" >/dev/null
+    s1=$(fio_run sync-write "$dir")
+    s4=$(fio_run sync-write-4jobs "$dir")
+    o=$(fio_run osync-seq-1m "$dir")
+    printf '%s\t%s\t%s' "$s1" "$s4" "$o"
+}
+
+if [ "$mode" = sync ]; then
+    system_start tarn
+    tarn tunable set arc_max="${arc_mib}M"
+    encs=(off aes-128-gcm aes-256-gcm)
+    for round in $(seq "$rounds"); do
+        for i in 0 1 2; do
+            enc=${encs[$(( (i + round - 1) % 3 ))]}
+            ds="tbtarn/sync-$enc"
+            if [ "$enc" = off ]; then
+                tarn create -o recordsize=128K -o compression=off "$ds"
+            else
+                tarn create -o recordsize=128K -o compression=off -o encryption="$enc" \
+                    -o keyformat=raw -o keylocation="file://$keyfile" "$ds"
+            fi
+            wait_mount "$mnt/sync-$enc"
+            printf 'tarn\t%s\t%s\t%s\n' "$round" "$enc" "$(measure_sync "$mnt/sync-$enc")" | tee -a "$results"
+            tarn destroy "$ds"
+        done
+    done
+    system_stop tarn
+    if [ "$with_raw" = yes ]; then
+        for round in $(seq "$rounds"); do
+            system_start raw
+            printf 'raw ext4\t%s\t-\t%s\n' "$round" "$(measure_sync "$mnt")" | tee -a "$results"
+            system_stop raw
+        done
+    fi
+    rm -f "$keyfile"
+    echo
+    echo "Command: \`bench/encryption.sh --sync --size $size --runtime $runtime --arc $arc_mib --rounds $rounds${tarn_override:+ --tarn $tarn_override}\`  "
+    echo "Machine: $(machine_line)"
+    echo
+    echo "| system | encryption | 4K write+fsync IOPS, 1 job (range) | 4K write+fsync IOPS, 4 jobs | 1 MiB O_SYNC write MiB/s | cost vs unencrypted (1 job / 4 jobs / 1 MiB), medians of $rounds |"
+    echo "|---|---|---|---|---|---|"
+    python3 - "$results" <<'PY'
+import statistics, sys
+rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
+runs = {}
+for s, rnd, enc, a, b, c in rows:
+    runs.setdefault((s, enc), []).append((float(a), float(b), float(c)))
+med = {k: tuple(statistics.median(x[i] for x in v) for i in range(3)) for k, v in runs.items()}
+for (s, enc), m in med.items():
+    cost = "-"
+    base = med.get((s, "off"))
+    if enc not in ("off", "-") and base:
+        cost = " / ".join("%+.0f%%" % ((v / b - 1) * 100) for v, b in zip(m, base))
+    spread = "%d–%d" % (min(x[0] for x in runs[(s, enc)]), max(x[0] for x in runs[(s, enc)]))
+    print("| %s | %s | %.0f (%s) | %.0f | %.0f | %s |" % (s, enc, m[0], spread, m[1], m[2], cost))
+PY
+    exit 0
+fi
 
 configs=()
 for rs in 128K 1M; do
