@@ -3,7 +3,7 @@
 # second pool, next to zfs-fuse and btrfs on the same disk.
 #
 #   bench/send.sh [--data 1G] [--change 2] [--workdir DIR]
-#                 [--systems raw,tarn,zfs-fuse,btrfs] [--out docs/benchmarks.md]
+#                 [--systems raw,tarn,tarn-raw,zfs-fuse,btrfs] [--out docs/benchmarks.md]
 #
 # Each system gets a pool of 3 file vdevs (raidz1; btrfs: one loop device)
 # holding --data of incompressible files (fio, 8 files, 1 MiB writes) and
@@ -19,6 +19,10 @@
 #             btrfs: a second loop file system)
 #   raw       the reference: `cat` of the same files to /dev/null, and `cp`
 #             of them to another directory for "recv"
+#   tarn -w   (system tarn-raw) the same on an encrypted dataset
+#             (aes-256-gcm, a raw key in a file) of the tarn sender, sent
+#             raw (`send -w`: ciphertext as stored, no key used) into a
+#             receiver that holds no key
 # Appends a table to --out. Needs root. A benchmark, not a test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,7 +30,7 @@ repo=$(pwd)
 data="1G"
 change=2
 workdir="/var/tmp/tarn-bench-send"
-systems="raw,tarn,zfs-fuse,btrfs"
+systems="raw,tarn,tarn-raw,zfs-fuse,btrfs"
 out="docs/benchmarks.md"
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -35,7 +39,7 @@ while [ $# -gt 0 ]; do
         --workdir) workdir="$2"; shift 2 ;;
         --systems) systems="$2"; shift 2 ;;
         --out) out="$2"; shift 2 ;;
-        -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
         *) echo "bench/send.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -95,8 +99,8 @@ if has raw; then
     rm -rf "$workdir/raw" "$workdir/raw-copy"
 fi
 
-# ---- tarn
-if has tarn; then
+# ---- tarn (and tarn-raw: an encrypted dataset of the same pools, sent -w)
+if has tarn || has tarn-raw; then
     tarn_bin="$repo/target/release/tarn"
     [ -x "$tarn_bin" ] || cargo build -j2 --release -p tarn
     tarn() { "$tarn_bin" --socket "$workdir/tarn.sock" "$@"; }
@@ -115,14 +119,31 @@ if has tarn; then
     tarn pool create -m "$workdir/mnt-tarn" -O compression=off tbsend raidz1 "$workdir"/tarn/d{1,2,3}
     tarn pool create -m "$workdir/mnt-tarn-b" -O compression=off tbrecv mirror "$workdir"/tarn/d{b1,b2}
     wait_mount "$workdir/mnt-tarn"
-    fill "$workdir/mnt-tarn"
-    tarn snapshot tbsend@a
-    modify "$workdir/mnt-tarn"
-    tarn snapshot tbsend@b
-    timed tarn full tarn send tbsend@a
-    timed tarn incr tarn send -i @a tbsend@b
-    full_bytes=$(tarn send -nP tbsend@a | awk '/^size/ {print $2}')
-    timed_pipe tarn recv "$full_bytes" "$tarn_bin --socket $workdir/tarn.sock send tbsend@a | $tarn_bin --socket $workdir/tarn.sock recv -u tbrecv/copy"
+    if has tarn; then
+        fill "$workdir/mnt-tarn"
+        tarn snapshot tbsend@a
+        modify "$workdir/mnt-tarn"
+        tarn snapshot tbsend@b
+        timed tarn full tarn send tbsend@a
+        timed tarn incr tarn send -i @a tbsend@b
+        full_bytes=$(tarn send -nP tbsend@a | awk '/^size/ {print $2}')
+        timed_pipe tarn recv "$full_bytes" "$tarn_bin --socket $workdir/tarn.sock send tbsend@a | $tarn_bin --socket $workdir/tarn.sock recv -u tbrecv/copy"
+        tarn destroy -r tbrecv/copy
+    fi
+    if has tarn-raw; then
+        head -c 32 /dev/urandom > "$workdir/enc.key"
+        tarn create -o encryption=aes-256-gcm -o keyformat=raw -o keylocation="file://$workdir/enc.key" tbsend/enc
+        wait_mount "$workdir/mnt-tarn/enc"
+        fill "$workdir/mnt-tarn/enc"
+        tarn snapshot tbsend/enc@a
+        modify "$workdir/mnt-tarn/enc"
+        tarn snapshot tbsend/enc@b
+        timed "tarn -w" full tarn send -w tbsend/enc@a
+        timed "tarn -w" incr tarn send -w -i @a tbsend/enc@b
+        full_bytes=$(tarn send -w tbsend/enc@a | wc -c)
+        timed_pipe "tarn -w" recv "$full_bytes" "$tarn_bin --socket $workdir/tarn.sock send -w tbsend/enc@a | $tarn_bin --socket $workdir/tarn.sock recv -u tbrecv/enc"
+        rm -f "$workdir/enc.key"
+    fi
     tarn_stop
     trap - EXIT
     rm -rf "$workdir/tarn" "$workdir/tarn-state"
