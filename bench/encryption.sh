@@ -3,7 +3,7 @@
 #
 #   bench/encryption.sh [--size 1G] [--runtime 20] [--arc 256] [--jobs 4]
 #                       [--rounds 3] [--workdir DIR] [--tarn BIN] [--no-raw]
-#                       [--sync]
+#                       [--sync] [--recordsizes 128K,1M] [--compressions off,lz4]
 #
 # One tarn pool (raidz1 of 4 sparse files on the disk under --workdir, as
 # bench/systems.sh makes it), the ARC capped at --arc MiB; for each of
@@ -48,6 +48,8 @@ tarn_override=""
 with_raw=yes
 systems="tarn,raw"
 mode=read
+recordsizes="128K,1M"
+compressions="off,lz4"
 while [ $# -gt 0 ]; do
     case "$1" in
         --size) size="$2"; shift 2 ;;
@@ -59,6 +61,8 @@ while [ $# -gt 0 ]; do
         --tarn) tarn_override="$2"; shift 2 ;;
         --no-raw) with_raw=no; systems="tarn"; shift ;;
         --sync) mode=sync; shift ;;
+        --recordsizes) recordsizes="$2"; shift 2 ;;
+        --compressions) compressions="$2"; shift 2 ;;
         -h|--help) sed -n '2,40p' "$0"; exit 0 ;;
         *) echo "bench/encryption.sh: unknown argument $1" >&2; exit 2 ;;
     esac
@@ -181,8 +185,8 @@ PY
 fi
 
 configs=()
-for rs in 128K 1M; do
-    for comp in off lz4; do
+for rs in ${recordsizes//,/ }; do
+    for comp in ${compressions//,/ }; do
         for enc in off aes-128-gcm aes-256-gcm; do
             configs+=("$rs $comp $enc")
         done
@@ -212,7 +216,7 @@ fi
 rm -f "$keyfile"
 
 echo
-echo "Command: \`bench/encryption.sh --size $size --runtime $runtime --arc $arc_mib --jobs $jobs --rounds $rounds${tarn_override:+ --tarn $tarn_override}\`  "
+echo "Command: \`bench/encryption.sh --size $size --runtime $runtime --arc $arc_mib --jobs $jobs --rounds $rounds --recordsizes $recordsizes --compressions $compressions${tarn_override:+ --tarn $tarn_override}\`  "
 echo "Machine: $(machine_line)"
 echo
 echo "| system | recordsize | compression | encryption | seq write MiB/s | seq read MiB/s (cold) | 4K random read IOPS ($jobs jobs, O_DIRECT; range) | cost vs unencrypted (write / read / IOPS), medians of $rounds |"
