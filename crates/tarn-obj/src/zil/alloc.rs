@@ -64,8 +64,7 @@ pub(crate) fn alloc_extents(s: &Shared, psize: u64, copies: u8, class: VdevClass
         let fresh: Vec<usize> = order.filter(|v| !got.iter().any(|e| e.vdev as usize == *v)).collect();
         let placed = fresh.iter().find_map(|&v| a.alloc_on(v, size_of(v), sector_of(v), true));
         let Some(e) = placed else { break };
-        let i = a.records.iter().rposition(|r| r.extent == e).expect("allocation recorded");
-        a.records.remove(i);
+        a.hold_back(e);
         got.push(e);
         if fresh.len() <= 1 {
             break;
@@ -75,15 +74,12 @@ pub(crate) fn alloc_extents(s: &Shared, psize: u64, copies: u8, class: VdevClass
         let avoid: Vec<u32> = got.iter().map(|e| e.vdev).collect();
         let Some(e) = a.alloc(&size_of, &sector_of, &avoid, metadata) else { break };
         // Hold the record back (see the module doc).
-        let i = a.records.iter().rposition(|r| r.extent == e).expect("allocation recorded");
-        a.records.remove(i);
+        a.hold_back(e);
         got.push(e);
     }
     if got.len() < n || got.iter().any(|e| e.len > u32::MAX as u64) {
         for e in got {
-            if let Some(v) = a.vdevs.get_mut(e.vdev as usize) {
-                v.add_free(e.offset, e.len);
-            }
+            a.return_held(e);
         }
         return Err(ObjError::NoSpace);
     }
@@ -95,7 +91,7 @@ pub(crate) fn alloc_extents(s: &Shared, psize: u64, copies: u8, class: VdevClass
 pub(crate) fn record_alloc(s: &Shared, extents: &[Extent]) {
     let mut a = s.io.alloc.lock();
     for e in extents {
-        a.records.push(tarn_block::alloc::Record { kind: tarn_block::alloc::RecordKind::Alloc, extent: *e });
+        a.record_held(*e);
     }
 }
 
@@ -117,7 +113,7 @@ pub(crate) fn release_withheld(s: &Shared, st: &mut LogState, pick: &dyn Fn(Txg,
     }
     let mut a = s.io.alloc.lock();
     for (_, e) in now {
-        a.records.push(tarn_block::alloc::Record { kind: tarn_block::alloc::RecordKind::Alloc, extent: e });
+        a.record_held(e);
     }
 }
 
