@@ -428,7 +428,9 @@ impl Pool {
             (None, false) => KeyLocation::Prompt,
         };
         let new = Arc::new(new_wrapping_key(format, &location, pbkdf2iters, material).map_err(|e| DsError::BadValue(format!("'{name}': {e}")))?);
-        let moved = self.members_at(crypt.root, name);
+        // A root's key covers all its members, clones outside its tree
+        // included; a new root takes the members at or under it.
+        let moved = if is_root { self.members(record.guid) } else { self.members_at(crypt.root, name) };
         self.rewrap(moved, &old, &new, record.guid, Some((name, location.to_string())))?;
         self.wrapping.0.lock().insert(record.guid, new);
         Ok(())

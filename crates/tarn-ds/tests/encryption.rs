@@ -254,6 +254,15 @@ fn change_key_makes_a_new_root_and_inherit_joins_the_parent() {
     for (name, id, what) in [("tank/secure/a", a, &b"data of a"[..]), ("tank/secure/a/b", b, b"data of b"), ("tank/secure/c", c, b"data of c")] {
         assert_eq!(read(&pool, name, id, 9).unwrap(), what, "{name}");
     }
+    // A clone outside its root's tree (under an unencrypted parent) is in
+    // that root all the same: a new key of the root opens it too.
+    pool.snapshot(&["tank/secure/c@s".into()]).unwrap();
+    pool.clone_snapshot("tank/secure/c@s", "tank/outside", &[]).unwrap();
+    assert_eq!(get(&pool, "tank/outside", "encryptionroot"), "tank/secure");
+    pool.change_key("tank/secure", None, None, None, Some(&pass("another passphrase"))).unwrap();
+    let pool = common::reimport(pool, &devs);
+    pool.load_key("tank/secure", Some(&pass("another passphrase")), None, false).unwrap();
+    assert_eq!(read(&pool, "tank/outside", c, 9).unwrap(), b"data of c");
     let check = pool.obj().check();
     assert!(check.ok(), "{check:?}");
     assert!(check.allocated_bytes <= used + (1 << 20), "change-key rewrote data: {used} -> {}", check.allocated_bytes);
