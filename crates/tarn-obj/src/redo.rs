@@ -285,6 +285,9 @@ pub(crate) fn encode(mut ops: Vec<Op>, indirect: Indirect) -> Vec<(Vec<u8>, Vec<
     // and they must fit one log block together.
     let per_block = indirect.map_or(0, |i| i.2);
     let mut outside = 0usize;
+    // What one more block note adds outside a record already `outside`
+    // bytes out (the first note of a record also pays the table's head).
+    let claim_bytes = |outside: usize| if per_block > 0 && outside == 0 { per_block + crate::zil::CLAIM_HEAD } else { per_block };
     let push = |out: &mut Vec<(Vec<u8>, Vec<Fill>)>, cur: &mut Vec<u8>, fills: &mut Vec<Fill>, outside: &mut usize| {
         out.push((std::mem::take(cur), std::mem::take(fills)));
         *outside = 0;
@@ -294,12 +297,10 @@ pub(crate) fn encode(mut ops: Vec<Op>, indirect: Indirect) -> Vec<(Vec<u8>, Vec<
             for piece in pieces(len as usize, &parts, &indirect) {
                 match piece {
                     Piece::Block(at, block, otype) => {
-                        let extra = if per_block > 0 && outside == 0 { per_block + crate::zil::CLAIM_HEAD } else { per_block };
-                        if RECORD_PAYLOAD_MAX - cur.len() - outside < BLOCK_NOTE + extra {
+                        if RECORD_PAYLOAD_MAX - cur.len() - outside < BLOCK_NOTE + claim_bytes(outside) {
                             push(&mut out, &mut cur, &mut fills, &mut outside);
                         }
-                        // (A new record: its first note pays the head.)
-                        outside += if per_block > 0 && outside == 0 { per_block + crate::zil::CLAIM_HEAD } else { per_block };
+                        outside += claim_bytes(outside);
                         cur.push(T_WRITE_BLOCK);
                         cur.extend_from_slice(&id.to_le_bytes());
                         cur.extend_from_slice(&(off + at as u64).to_le_bytes());

@@ -199,15 +199,7 @@ fn claim_one(s: &Arc<Shared>, id: ObjsetId, header: &LogHeader, synced: Txg) {
         // The blocks of indirect writes the replay will read: their txg
         // never reached disk, so the space maps may not have them.
         // (A sealed chain lists them in the clear: its claim tables.)
-        let named: Vec<(Txg, BlockPtr)> = if sealed.is_empty() {
-            records
-                .iter()
-                .filter(|r| r.rtype == crate::redo::REDO_RECORD)
-                .flat_map(|r| crate::redo::block_pointers(&r.payload).into_iter().map(move |bp| (r.txg, bp)))
-                .collect()
-        } else {
-            claims
-        };
+        let named = if sealed.is_empty() { format::claims_of(&records) } else { claims };
         let mut indirect = Vec::new();
         for (txg, bp) in named.into_iter().filter(|(txg, _)| *txg > h.claim_txg) {
             if claim_block(s, &bp).is_some() {

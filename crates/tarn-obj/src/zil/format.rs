@@ -78,7 +78,7 @@ pub fn claims_of(records: &[LogRecord]) -> Vec<(Txg, BlockPtr)> {
 /// Bytes `record` takes in a block: framed, plus its claim-table entries
 /// when the block is sealed.
 pub fn footprint(record: &LogRecord, sealed: bool) -> usize {
-    let claims = if sealed && record.rtype == crate::redo::REDO_RECORD { crate::redo::block_pointers(&record.payload).len() } else { 0 };
+    let claims = if sealed { claims_of(std::slice::from_ref(record)).len() } else { 0 };
     record.framed_len() + claims * CLAIM_ENTRY
 }
 
@@ -231,39 +231,37 @@ fn seal_aad(b: &[u8], objset: u64) -> Vec<u8> {
     a.extend_from_slice(&objset.to_le_bytes());
     a.extend_from_slice(&b[0..32]);
     a.extend_from_slice(&b[n - BLOCK_TAIL..n - 32]);
-    if let Some(table) = claim_table_bytes(b) {
+    if let Ok(Some(table)) = claim_table_bytes(b) {
         a.extend_from_slice(table);
     }
     a
 }
 
-/// A sealed block's claim table bytes (head and entries), if it has
-/// entries and they fit the block.
-fn claim_table_bytes(b: &[u8]) -> Option<&[u8]> {
-    let used = u32::from_le_bytes(b.get(24..28)?.try_into().ok()?) as usize;
-    let at = BLOCK_HEAD + used;
-    let count = u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?) as usize;
+/// A sealed block's claim table bytes (head and entries): None when it
+/// has no entries, `Err` when they do not fit the block.
+fn claim_table_bytes(b: &[u8]) -> std::result::Result<Option<&[u8]>, ()> {
+    let u32at = |o: usize| b.get(o..o + 4).and_then(|x| x.try_into().ok()).map(u32::from_le_bytes).ok_or(());
+    let at = BLOCK_HEAD + u32at(24)? as usize;
+    let count = u32at(at)? as usize;
     if count == 0 {
-        return None;
+        return Ok(None);
     }
-    let end = at.checked_add(CLAIM_HEAD)?.checked_add(count.checked_mul(CLAIM_ENTRY)?)?;
+    let end = count.checked_mul(CLAIM_ENTRY).and_then(|n| n.checked_add(at + CLAIM_HEAD)).ok_or(())?;
     if end > b.len().saturating_sub(BLOCK_TAIL) {
-        return None;
+        return Err(());
     }
-    b.get(at..end)
+    b.get(at..end).map(Some).ok_or(())
 }
 
 /// The claim table of a sealed block: `Corrupt` if it overruns the block.
 fn parse_claims(b: &[u8]) -> Result<Vec<(Txg, BlockPtr)>> {
     let bad = |what: &str| ObjError::Corrupt(format!("sealed log block: {what}"));
-    let used = u32::from_le_bytes(b[24..28].try_into().unwrap_or([0; 4])) as usize;
-    let at = BLOCK_HEAD + used;
-    let count = u32::from_le_bytes(b.get(at..at + 4).and_then(|x| x.try_into().ok()).ok_or_else(|| bad("claim table overruns"))?) as usize;
-    if count == 0 {
-        return Ok(Vec::new());
-    }
-    let table = claim_table_bytes(b).ok_or_else(|| bad("claim table overruns"))?;
-    let mut out = Vec::with_capacity(count);
+    let table = match claim_table_bytes(b) {
+        Ok(Some(table)) => table,
+        Ok(None) => return Ok(Vec::new()),
+        Err(()) => return Err(bad("claim table overruns")),
+    };
+    let mut out = Vec::with_capacity((table.len() - CLAIM_HEAD) / CLAIM_ENTRY);
     for e in table[CLAIM_HEAD..].chunks_exact(CLAIM_ENTRY) {
         let txg = u64::from_le_bytes(e[0..8].try_into().unwrap_or([0; 8]));
         let bp = BlockPtr::decode(&e[8..]).map_err(|e| bad(&format!("claim table pointer: {e}")))?;

@@ -30,7 +30,7 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use tarn_block::{BlockPtr, Dva, Extent, WriteSpec};
+use tarn_block::{BlockKeys, BlockPtr, Dva, Extent, WriteSpec};
 
 use super::alloc::{alloc_extents, extents, free_block, record_alloc, VdevClass};
 use super::{LogState, ObjsetLog};
@@ -56,14 +56,18 @@ fn key(block: &Arc<Vec<u8>>) -> usize {
 /// ordinary block and registers it for adoption; returns its pointer (a
 /// hole for zeros the dataset's compression turns into one). The vdevs
 /// written are added to `tops_written` (the log's flush covers them).
-pub(crate) fn write_block(s: &Shared, log: &ObjsetLog, block: &Arc<Vec<u8>>, spec: WriteSpec, txg: Txg, tops_written: &mut Vec<u32>) -> Result<BlockPtr> {
-    // An encrypted object set's block is sealed as its sync would seal it
-    // (its pointer carries the IV and MAC; the seal binds the object type).
-    let keys = match log.crypt.get().copied().flatten() {
-        Some(c) => Some(s.keys.get(c.key_guid).ok_or(ObjError::KeyNotLoaded)?),
-        None => None,
-    };
-    let prepared = s.io.prepare_with(block, spec, txg, keys.as_deref()).map_err(|e| ObjError::Io(format!("indirect block: {e}")))?;
+/// `keys`: an encrypted object set's, which seal the block as its sync
+/// would (its pointer carries the IV and MAC; the seal binds the type).
+pub(crate) fn write_block(
+    s: &Shared,
+    log: &ObjsetLog,
+    block: &Arc<Vec<u8>>,
+    spec: WriteSpec,
+    keys: Option<&BlockKeys>,
+    txg: Txg,
+    tops_written: &mut Vec<u32>,
+) -> Result<BlockPtr> {
+    let prepared = s.io.prepare_with(block, spec, txg, keys).map_err(|e| ObjError::Io(format!("indirect block: {e}")))?;
     let Some((mut bp, phys)) = prepared else { return Ok(BlockPtr::HOLE) };
     let got = alloc_extents(s, u64::from(bp.psize), spec.copies, VdevClass::Normal, false, txg)?;
     bp.ndva = got.len() as u8;

@@ -212,6 +212,16 @@ pub(crate) struct ObjsetLog {
 }
 
 impl ObjsetLog {
+    /// The keys that seal this log's blocks and the blocks its records
+    /// name: None for an unencrypted object set; `KeyNotLoaded` when its
+    /// key is not loaded (the batch fails: the fallback txg sync covers it).
+    pub(crate) fn keys(&self, s: &Shared) -> Result<Option<Arc<tarn_block::BlockKeys>>> {
+        match self.crypt.get().copied().flatten() {
+            Some(c) => Ok(Some(s.keys.get(c.key_guid).ok_or(ObjError::KeyNotLoaded)?)),
+            None => Ok(None),
+        }
+    }
+
     fn new(id: ObjsetId) -> ObjsetLog {
         ObjsetLog {
             id,

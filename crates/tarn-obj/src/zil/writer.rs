@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use tarn_block::BlockPtr;
+use tarn_block::{BlockKeys, BlockPtr};
 
 use super::alloc::{alloc_block, VdevClass};
 use super::format::{self, LogRecord, BLOCK_HEAD, BLOCK_TAIL, LOG_BLOCK_MAX, LOG_BLOCK_MIN};
@@ -118,7 +118,10 @@ fn writer_thread(weak: Weak<Shared>, log: Arc<ObjsetLog>) {
             return;
         };
         let upto = batch.last().map_or(0, |p| p.rec.seq);
-        let result = fill(&s, &log, batch).and_then(|(recs, tops)| write_batch(&s, &log, &recs, &tops)).or_else(|e| {
+        let result = log
+            .keys(&s)
+            .and_then(|keys| fill(&s, &log, batch, keys.as_deref()).and_then(|(recs, tops)| write_batch(&s, &log, &recs, &tops, keys.as_deref())))
+            .or_else(|e| {
             // The log could not take it: make the records durable the slow
             // way (a txg sync covers every record appended before it) and
             // throw the chain away at that sync.
@@ -155,7 +158,7 @@ fn writer_thread(weak: Weak<Shared>, log: Arc<ObjsetLog>) {
 /// putting the pointers in. Returns the records and the vdevs written
 /// (the log's flush covers them: a record must never be durable before
 /// the block it names).
-fn fill(s: &Shared, log: &ObjsetLog, batch: Vec<Pending>) -> Result<(Vec<LogRecord>, Vec<u32>)> {
+fn fill(s: &Shared, log: &ObjsetLog, batch: Vec<Pending>, keys: Option<&BlockKeys>) -> Result<(Vec<LogRecord>, Vec<u32>)> {
     let mut tops = Vec::new();
     let mut out = Vec::with_capacity(batch.len());
     for Pending { mut rec, fills } in batch {
@@ -163,7 +166,7 @@ fn fill(s: &Shared, log: &ObjsetLog, batch: Vec<Pending>) -> Result<(Vec<LogReco
             match f {
                 Fill::Copy { .. } => f.apply(&mut rec.payload),
                 Fill::Block { at, block, spec } => {
-                    let bp = super::indirect::write_block(s, log, block, *spec, rec.txg, &mut tops)?;
+                    let bp = super::indirect::write_block(s, log, block, *spec, keys, rec.txg, &mut tops)?;
                     rec.payload[*at..*at + tarn_block::BP_SIZE].copy_from_slice(&bp.encode());
                 }
             }
@@ -173,14 +176,13 @@ fn fill(s: &Shared, log: &ObjsetLog, batch: Vec<Pending>) -> Result<(Vec<LogReco
     Ok((out, tops))
 }
 
-/// How many records from `recs[from..]` fit into a block of `psize`
-/// (`sealed`: with their claim-table entries).
-fn fit(recs: &[LogRecord], psize: usize, sealed: bool) -> usize {
+/// How many of the records whose footprints are `sizes` fit, in order,
+/// into a block of `psize` (`sealed`: with a claim table).
+fn fit(sizes: &[usize], psize: usize, sealed: bool) -> usize {
     let capacity = format::capacity_for(psize, sealed);
     let mut used = 0;
     let mut n = 0;
-    for r in recs {
-        let len = format::footprint(r, sealed);
+    for len in sizes {
         if used + len > capacity {
             break;
         }
@@ -199,16 +201,11 @@ fn block_size_for(s: &Shared, bytes: usize) -> u64 {
 /// Writes `batch` as blocks of the chain and flushes them. The writer
 /// holds the open txg meanwhile (see mod.rs), opening the chain first if
 /// there is none; it waits for the header's txg when the chain is new.
-fn write_batch(s: &Arc<Shared>, log: &ObjsetLog, batch: &[LogRecord], also_flush: &[u32]) -> Result<()> {
+/// `sealing`: an encrypted object set's keys, which seal its records.
+fn write_batch(s: &Arc<Shared>, log: &ObjsetLog, batch: &[LogRecord], also_flush: &[u32], sealing: Option<&BlockKeys>) -> Result<()> {
     if s.suspended.is_set() {
         return Err(ObjError::Io("pool is suspended".into()));
     }
-    // An encrypted object set's records are sealed with its keys (an
-    // unloaded key fails the batch: the fallback txg sync covers it).
-    let sealing = match log.crypt.get().copied().flatten() {
-        Some(c) => Some(s.keys.get(c.key_guid).ok_or(ObjError::KeyNotLoaded)?),
-        None => None,
-    };
     let tx = hold(s);
     let txg = tx.txg;
     s.note_dirty_objset(txg, log.id);
@@ -221,11 +218,14 @@ fn write_batch(s: &Arc<Shared>, log: &ObjsetLog, batch: &[LogRecord], also_flush
         (st.chain, st.ahead, st.ahead_seq, st.header_txg)
     };
     let sealed = sealing.is_some();
-    if let Some(r) = batch.iter().find(|r| format::footprint(r, sealed) > format::capacity_for(LOG_BLOCK_MAX, sealed)) {
-        return Err(ObjError::Invalid(format!("log record {} does not fit a log block", r.seq)));
+    // Each record's bytes in a block (a sealed one's claim entries too),
+    // worked out once: a sealed record's takes decoding its payload.
+    let sizes: Vec<usize> = batch.iter().map(|r| format::footprint(r, sealed)).collect();
+    if let Some(i) = sizes.iter().position(|&len| len > format::capacity_for(LOG_BLOCK_MAX, sealed)) {
+        return Err(ObjError::Invalid(format!("log record {} does not fit a log block", batch[i].seq)));
     }
-    let bytes_of = |recs: &[LogRecord]| -> usize { recs.iter().map(|r| format::footprint(r, sealed)).sum::<usize>() + if sealed { 8 } else { 0 } };
-    let total = bytes_of(batch);
+    let bytes_of = |sizes: &[usize]| -> usize { sizes.iter().sum::<usize>() + if sealed { format::CLAIM_HEAD } else { 0 } };
+    let total = bytes_of(&sizes);
     let mut written: Vec<LiveBlock> = Vec::new();
     // Blocks allocated by this batch (each written block's `next`).
     let mut allocated: Vec<BlockPtr> = Vec::new();
@@ -233,8 +233,8 @@ fn write_batch(s: &Arc<Shared>, log: &ObjsetLog, batch: &[LogRecord], also_flush
     let mut i = 0;
     let mut last_seq_written = 0u64;
     while i < batch.len() {
-        let n = fit(&batch[i..], cur.psize as usize, sealed);
-        let rest = if i + n < batch.len() { bytes_of(&batch[i + n..]) } else { 0 };
+        let n = fit(&sizes[i..], cur.psize as usize, sealed);
+        let rest = if i + n < batch.len() { bytes_of(&sizes[i + n..]) } else { 0 };
         let next_size = if rest > 0 {
             // Enough for the rest (or, if one record did not fit, for it).
             block_size_for(s, rest)
@@ -258,7 +258,7 @@ fn write_batch(s: &Arc<Shared>, log: &ObjsetLog, batch: &[LogRecord], also_flush
             assert!(r.seq > last_seq_written, "log records out of sequence: {} after {last_seq_written}", r.seq);
             last_seq_written = r.seq;
         }
-        let data = match &sealing {
+        let data = match sealing {
             None => format::encode_block(cur.psize as usize, chain, seq, recs, &next),
             Some(keys) => match format::encode_block_sealed(cur.psize as usize, chain, seq, recs, &next, keys, log.id.0) {
                 Ok(d) => d,
