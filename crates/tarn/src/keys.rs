@@ -126,7 +126,7 @@ pub(crate) fn unload_key(socket: &Path, datasets: Vec<String>, recursive: bool, 
 /// its root's unless given, keylocation `prompt` unless given), or
 /// `change-key [-l] -i ROOT` (join the parent's encryption root).
 pub(crate) fn change_key(socket: &Path, dataset: String, props: Vec<(String, String)>, load: bool, inherit: bool) -> Result<i32, Failure> {
-    let [keyformat, keystatus, root] = key_props(socket, &dataset)?;
+    let [keyformat, keylocation, keystatus, root] = key_props(socket, &dataset)?;
     if root == "-" {
         return Err(format!("cannot change key for '{dataset}': '{dataset}' is not encrypted").into());
     }
@@ -141,9 +141,10 @@ pub(crate) fn change_key(socket: &Path, dataset: String, props: Vec<(String, Str
         return Ok(0);
     }
     let format = prop_of(&props, "keyformat").unwrap_or(&keyformat).to_string();
+    // A root keeps its keylocation unless given; a new root's is `prompt`.
     let location = match prop_of(&props, "keylocation") {
         Some(l) => l.to_string(),
-        None if root == dataset => roots(socket, vec![dataset.clone()], false, false)?.into_iter().next().map_or("prompt".into(), |r| r.keylocation),
+        None if root == dataset => keylocation,
         None => "prompt".into(),
     };
     let key = if location == "prompt" { Some(read_key(&format, &dataset, true)?) } else { None };
@@ -151,9 +152,9 @@ pub(crate) fn change_key(socket: &Path, dataset: String, props: Vec<(String, Str
     Ok(0)
 }
 
-/// `keyformat`, `keystatus` and `encryptionroot` of `dataset`.
-fn key_props(socket: &Path, dataset: &str) -> Result<[String; 3], Failure> {
-    let wanted = ["keyformat", "keystatus", "encryptionroot"];
+/// `keyformat`, `keylocation`, `keystatus` and `encryptionroot` of `dataset`.
+fn key_props(socket: &Path, dataset: &str) -> Result<[String; 4], Failure> {
+    let wanted = ["keyformat", "keylocation", "keystatus", "encryptionroot"];
     let request = Request::TypedProps {
         datasets: vec![dataset.to_string()],
         recursive: false,
