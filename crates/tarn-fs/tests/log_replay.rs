@@ -310,14 +310,8 @@ fn large_sync_writes_on_an_encrypted_dataset_are_written_once_sealed() {
     let crypt = tarn_obj::crypt::Crypt { cipher: tarn_block::Cipher::Aes256Gcm, key_guid: 0x5ea1 };
     let keys = || Arc::new(tarn_block::BlockKeys::new(crypt.cipher, &tarn_keys::MasterKey::from_bytes(&[0x61; 32])).unwrap());
     pool.load_keys(crypt.key_guid, keys());
-    let tx = pool.begin();
-    let id = pool.create_objset_with(&tx, Some(crypt)).unwrap();
-    drop(tx);
-    let os = pool.open_objset(id).unwrap();
-    let tx = pool.begin();
-    Fs::format(&os, &tx).unwrap();
-    drop(tx);
-    let fs = Fs::open(pool.clone(), os, FsOptions::default()).unwrap();
+    let fs = support::new_fs_with(&pool, FsOptions::default(), Some(crypt));
+    let id = fs.objset().id();
     fs.mkdir(fs.root_ino(), b"warm", 0o755, C).unwrap();
     fs.fsync(fs.root_ino()).unwrap();
     pool.sync().unwrap();

@@ -27,8 +27,13 @@ pub fn mem_pool(name: &str, kind: TopKind, devices: usize, size: u64) -> (Arc<Ob
 
 /// A new object set of `pool`, formatted as an empty file system and opened.
 pub fn new_fs(pool: &Arc<ObjPool>, opts: FsOptions) -> Arc<Fs> {
+    new_fs_with(pool, opts, None)
+}
+
+/// `new_fs`, encrypted with `crypt` when given (its keys must be loaded).
+pub fn new_fs_with(pool: &Arc<ObjPool>, opts: FsOptions, crypt: Option<tarn_obj::crypt::Crypt>) -> Arc<Fs> {
     let tx = pool.begin();
-    let osid = pool.create_objset(&tx).unwrap();
+    let osid = pool.create_objset_with(&tx, crypt).unwrap();
     drop(tx);
     let os = pool.open_objset(osid).unwrap();
     let tx = pool.begin();
