@@ -1236,15 +1236,13 @@ impl Pool {
 }
 
 /// How to take back one dataset's part of a failed package.
-/// A dataset received raw is an encryption root of its own (as ZFS makes
-/// one received raw without its parent): the sender's wrapped master key,
-/// opened by the sender's passphrase or key, prompted for by default.
 impl Pool {
     /// The encryption of a dataset a raw package creates (dataset guid
     /// `guid`): under its sender's encryption root when the package brought
     /// that root too and it arrived as a root here (one `load-key` opens
     /// both, as on the sender); else an encryption root of its own, asking
-    /// for the sender's key (`keylocation=prompt`).
+    /// for the sender's key (`keylocation=prompt`), as ZFS makes a dataset
+    /// received raw without its parent.
     /// (The root must be the one this package brought — the same wrapped
     /// key as its entry — never some other dataset of this pool the
     /// package names.)
