@@ -1,0 +1,261 @@
+//! The transmission phase: requests read by the connection's thread, run
+//! by the shared workers, each answered whole under the write lock in
+//! completion order (clients match replies by cookie).
+
+use std::io::{BufReader, Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::sync::Arc;
+
+use parking_lot::{Condvar, Mutex};
+use tarn_vol::{VolError, Volume};
+
+use crate::handshake::Chosen;
+use crate::proto::*;
+use crate::{Shared, IN_FLIGHT, IN_FLIGHT_BYTES, MAX_PAYLOAD};
+
+/// Most extents one BLOCK_STATUS reply describes (the client asks again
+/// from where it ends).
+const MAX_EXTENTS: usize = 4096;
+
+pub(crate) type Job = Box<dyn FnOnce() + Send>;
+
+pub(crate) fn worker(rx: crossbeam_channel::Receiver<Job>) {
+    for job in rx {
+        job();
+    }
+}
+
+/// Requests and payload bytes in flight on one connection.
+struct Budget {
+    used: Mutex<(usize, u64)>,
+    freed: Condvar,
+}
+
+impl Budget {
+    /// Waits for room; a connection with nothing in flight always gets
+    /// it (one request may be larger than the byte budget).
+    fn acquire(&self, bytes: u64) {
+        let mut u = self.used.lock();
+        while u.0 > 0 && (u.0 + 1 > IN_FLIGHT || u.1 + bytes > IN_FLIGHT_BYTES) {
+            self.freed.wait(&mut u);
+        }
+        u.0 += 1;
+        u.1 += bytes;
+    }
+    fn release(&self, bytes: u64) {
+        let mut u = self.used.lock();
+        u.0 -= 1;
+        u.1 -= bytes;
+        self.freed.notify_all();
+    }
+    fn wait_idle(&self) {
+        let mut u = self.used.lock();
+        while u.0 > 0 {
+            self.freed.wait(&mut u);
+        }
+    }
+}
+
+struct Ctx {
+    writer: Mutex<TcpStream>,
+    volume: Arc<Volume>,
+    readonly: bool,
+    structured: bool,
+    allocation: bool,
+    budget: Budget,
+}
+
+struct Request {
+    flags: u16,
+    rtype: u16,
+    cookie: u64,
+    offset: u64,
+    len: u32,
+}
+
+pub(crate) fn run(stream: TcpStream, shared: &Shared, chosen: Chosen) {
+    let Ok(writer) = stream.try_clone() else { return };
+    let ctx = Arc::new(Ctx {
+        writer: Mutex::new(writer),
+        volume: chosen.export.volume.clone(),
+        readonly: chosen.export.readonly,
+        structured: chosen.structured,
+        allocation: chosen.allocation,
+        budget: Budget { used: Mutex::new((0, 0)), freed: Condvar::new() },
+    });
+    let mut r = BufReader::with_capacity(256 << 10, &stream);
+    loop {
+        let mut h = [0u8; 28];
+        if r.read_exact(&mut h).is_err() {
+            break;
+        }
+        if u32::from_be_bytes(h[0..4].try_into().expect("4")) != REQUEST_MAGIC {
+            break; // garbage: the stream cannot be trusted any more
+        }
+        let req = Request {
+            flags: u16::from_be_bytes(h[4..6].try_into().expect("2")),
+            rtype: u16::from_be_bytes(h[6..8].try_into().expect("2")),
+            cookie: u64::from_be_bytes(h[8..16].try_into().expect("8")),
+            offset: u64::from_be_bytes(h[16..24].try_into().expect("8")),
+            len: u32::from_be_bytes(h[24..28].try_into().expect("4")),
+        };
+        let mut payload = Vec::new();
+        let bytes = match req.rtype {
+            CMD_DISC => break,
+            CMD_WRITE => {
+                if req.len > MAX_PAYLOAD {
+                    break; // its payload cannot be skipped safely
+                }
+                u64::from(req.len)
+            }
+            CMD_READ if req.len <= MAX_PAYLOAD => u64::from(req.len),
+            _ => 0,
+        };
+        ctx.budget.acquire(bytes);
+        if req.rtype == CMD_WRITE {
+            payload = vec![0u8; req.len as usize];
+            if r.read_exact(&mut payload).is_err() {
+                // The client vanished mid-write: nothing of it is applied.
+                ctx.budget.release(bytes);
+                break;
+            }
+        }
+        let c = ctx.clone();
+        let job: Job = Box::new(move || {
+            let cookie = req.cookie;
+            let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| execute(&c, &req, payload)));
+            // A request that panicked: a bug, answered EIO; the server keeps running.
+            let reply = out.unwrap_or_else(|_| status_reply(c.structured, cookie, EIO, "internal error"));
+            let _ = c.writer.lock().write_all(&reply);
+            c.budget.release(bytes);
+        });
+        if shared.jobs.send(job).is_err() {
+            break;
+        }
+    }
+    // Every request read is answered before the connection closes.
+    ctx.budget.wait_idle();
+    let _ = stream.shutdown(Shutdown::Both);
+}
+
+fn vol_error(structured: bool, cookie: u64, e: &VolError) -> Vec<u8> {
+    status_reply(structured, cookie, nbd_error(e.errno()), &e.to_string())
+}
+
+fn execute(ctx: &Ctx, req: &Request, payload: Vec<u8>) -> Vec<u8> {
+    let (s, cookie) = (ctx.structured, req.cookie);
+    let err = |code: u32, msg: &str| status_reply(s, cookie, code, msg);
+    if req.flags & !CMD_FLAGS_KNOWN != 0 {
+        return err(EINVAL, "unknown command flags");
+    }
+    let vol = &ctx.volume;
+    let (off, len) = (req.offset, u64::from(req.len));
+    let in_range = off.checked_add(len).is_some_and(|end| end <= vol.size());
+    let fua = req.flags & CMD_FLAG_FUA != 0;
+    let done = |r: tarn_vol::Result<()>| match r {
+        Ok(()) => status_reply(s, cookie, 0, ""),
+        Err(e) => vol_error(s, cookie, &e),
+    };
+    match req.rtype {
+        CMD_READ => {
+            if req.len > MAX_PAYLOAD {
+                return err(EOVERFLOW, "read larger than the maximum payload");
+            }
+            if !in_range {
+                return err(EINVAL, "read past the end of the volume");
+            }
+            read(ctx, req)
+        }
+        CMD_WRITE => {
+            if ctx.readonly {
+                return err(EPERM, "read-only volume");
+            }
+            if !in_range {
+                return err(ENOSPC, "write past the end of the volume");
+            }
+            done(vol.write(off, &payload, fua))
+        }
+        CMD_FLUSH => done(vol.flush()),
+        CMD_TRIM => {
+            if ctx.readonly {
+                return err(EPERM, "read-only volume");
+            }
+            if !in_range {
+                return err(EINVAL, "trim past the end of the volume");
+            }
+            done(vol.trim(off, len, fua))
+        }
+        CMD_WRITE_ZEROES => {
+            if ctx.readonly {
+                return err(EPERM, "read-only volume");
+            }
+            if !in_range {
+                return err(ENOSPC, "write past the end of the volume");
+            }
+            let no_hole = req.flags & CMD_FLAG_NO_HOLE != 0;
+            if no_hole && req.flags & CMD_FLAG_FAST_ZERO != 0 {
+                // Zeros without holes are written: not fast.
+                return err(ENOTSUP, "zeros without holes are not fast");
+            }
+            done(vol.write_zeroes(off, len, !no_hole, fua))
+        }
+        CMD_CACHE => {
+            if !in_range {
+                return err(EINVAL, "cache past the end of the volume");
+            }
+            status_reply(s, cookie, 0, "")
+        }
+        CMD_BLOCK_STATUS => {
+            if !ctx.structured || !ctx.allocation {
+                return err(EINVAL, "no meta context was negotiated");
+            }
+            if len == 0 || !in_range {
+                return err(EINVAL, "block status past the end of the volume");
+            }
+            let max = if req.flags & CMD_FLAG_REQ_ONE != 0 { 1 } else { MAX_EXTENTS };
+            match vol.extents(off, len, max) {
+                Ok(extents) => block_status(cookie, &extents),
+                Err(e) => vol_error(s, cookie, &e),
+            }
+        }
+        _ => err(EINVAL, "unknown command"),
+    }
+}
+
+fn read(ctx: &Ctx, req: &Request) -> Vec<u8> {
+    let n = req.len as usize;
+    if !ctx.structured {
+        let mut out = vec![0u8; SIMPLE_HEADER + n];
+        return match ctx.volume.read(req.offset, &mut out[SIMPLE_HEADER..]) {
+            Ok(()) => {
+                simple_header(&mut out, 0, req.cookie);
+                out
+            }
+            Err(e) => vol_error(false, req.cookie, &e),
+        };
+    }
+    let mut out = vec![0u8; CHUNK_HEADER + 8 + n];
+    match ctx.volume.read(req.offset, &mut out[CHUNK_HEADER + 8..]) {
+        Ok(()) => {
+            chunk_header(&mut out, REPLY_FLAG_DONE, REPLY_TYPE_OFFSET_DATA, req.cookie, (8 + n) as u32);
+            out[CHUNK_HEADER..CHUNK_HEADER + 8].copy_from_slice(&req.offset.to_be_bytes());
+            out
+        }
+        Err(e) => vol_error(true, req.cookie, &e),
+    }
+}
+
+fn block_status(cookie: u64, extents: &[tarn_vol::Extent]) -> Vec<u8> {
+    let len = 4 + 8 * extents.len();
+    let mut out = vec![0u8; CHUNK_HEADER + len];
+    chunk_header(&mut out, REPLY_FLAG_DONE, REPLY_TYPE_BLOCK_STATUS, cookie, len as u32);
+    out[CHUNK_HEADER..CHUNK_HEADER + 4].copy_from_slice(&1u32.to_be_bytes());
+    for (i, e) in extents.iter().enumerate() {
+        let at = CHUNK_HEADER + 4 + 8 * i;
+        // Extents never exceed the request's u32 length.
+        out[at..at + 4].copy_from_slice(&(e.len.min(u64::from(u32::MAX)) as u32).to_be_bytes());
+        let flags = if e.hole { STATE_HOLE | STATE_ZERO } else { 0 };
+        out[at + 4..at + 8].copy_from_slice(&flags.to_be_bytes());
+    }
+    out
+}
