@@ -53,6 +53,8 @@ pub struct DaemonConfig {
     pub smb: crate::share_config::SmbConfig,
     /// `[fuse] writeback_cache`.
     pub fuse_writeback_cache: bool,
+    /// `[nbd]` (volumes.rs): `None` without the table, no NBD server.
+    pub nbd: Option<crate::volumes::NbdConfig>,
 }
 
 pub fn parse_config(text: &str) -> Result<DaemonConfig, String> {
@@ -66,7 +68,8 @@ pub fn parse_config(text: &str) -> Result<DaemonConfig, String> {
             "nfs" => config.nfs = Some(crate::share_config::parse_nfs(table)?),
             "smb" => config.smb = crate::share_config::parse_smb(table)?,
             "fuse" => config.fuse_writeback_cache = parse_fuse(table)?,
-            _ => return Err(format!("unknown table or key '{key}' (known: [tunables], [alerts], [nfs], [smb], [fuse])")),
+            "nbd" => config.nbd = Some(crate::volumes::parse_nbd(table)?),
+            _ => return Err(format!("unknown table or key '{key}' (known: [tunables], [alerts], [nfs], [smb], [fuse], [nbd])")),
         }
     }
     Ok(config)

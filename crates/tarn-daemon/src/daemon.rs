@@ -24,6 +24,8 @@ pub struct Imported {
     pub devices: Vec<String>,
     pub altroot: Option<String>,
     pub mounts: BTreeMap<String, Mounted>,
+    /// Open volumes (volumes.rs), as mounts are for file systems.
+    pub volumes: BTreeMap<String, Arc<tarn_vol::Volume>>,
     /// Datasets being rolled back or received: unmounted, and not to be mounted,
     /// snapshotted or destroyed until the rollback is done.
     pub busy: BTreeSet<String>,
@@ -42,6 +44,8 @@ pub struct Daemon {
     pub(crate) watch: Mutex<BTreeMap<String, crate::health::PoolWatch>>,
     /// What is shared over NFS and SMB (shares.rs).
     pub shares: Arc<crate::shares::Shares>,
+    /// Volumes over NBD (volumes.rs).
+    pub nbd: crate::volumes::Nbd,
 }
 
 type HandlerResult = Result<Response, String>;
@@ -110,6 +114,7 @@ impl Daemon {
             alerter: crate::alerts::Alerter::new(config.alerts),
             watch: Mutex::new(BTreeMap::new()),
             shares: crate::shares::Shares::new(config.nfs, config.smb),
+            nbd: crate::volumes::Nbd::new(config.nbd),
         })
     }
 
@@ -165,6 +170,7 @@ impl Daemon {
     pub fn shutdown(&self) {
         self.alerter.flush(std::time::Duration::from_secs(10));
         self.shares.stop();
+        self.nbd.stop();
         let mut pools = self.pools.lock();
         for (name, imported) in pools.iter_mut() {
             unmount_all(imported);
@@ -200,7 +206,7 @@ impl Daemon {
             Request::PoolList { pools, parsable } => self.pool_list(&pools, parsable),
             Request::PoolStatus { pools, verbose } => self.pool_status(&pools, verbose),
             Request::PoolSet { prop, value, pool } => self.pool_set(&prop, &value, &pool),
-            Request::Create { dataset, parents, props, key } => self.create(&dataset, parents, &props, key.as_deref()),
+            Request::Create { dataset, parents, props, key, volume } => self.create(&dataset, parents, &props, key.as_deref(), volume.as_ref()),
             Request::KeyRoots { datasets, recursive, all } => self.key_roots(&datasets, recursive, all),
             Request::LoadKey { dataset, noop, location, key } => self.load_key(&dataset, noop, location.as_deref(), key.as_deref()),
             Request::UnloadKey { dataset } => self.unload_key(&dataset),
@@ -228,7 +234,7 @@ impl Daemon {
             Request::Promote { dataset } => self.promote(&dataset),
             Request::Hold { tag, snapshots, release, recursive } => self.hold(&tag, &snapshots, release, recursive),
             Request::Holds { snapshots, recursive } => self.holds(&snapshots, recursive),
-            Request::Set { assignments, dataset } => self.set(&assignments, &dataset),
+            Request::Set { assignments, dataset, force } => self.set(&assignments, &dataset, force),
             Request::Inherit { prop, datasets, recursive } => self.inherit(&prop, &datasets, recursive),
             Request::Rename { source, target, parents, recursive, force, no_mount } => {
                 self.rename(&source, &target, parents, recursive, force, no_mount)
@@ -431,7 +437,7 @@ impl Daemon {
                 warnings.push_str(&format!("warning: {e}\n"));
             }
         }
-        let mut imported = Imported { ds, devices: all_paths.clone(), altroot, mounts: BTreeMap::new(), busy: BTreeSet::new() };
+        let mut imported = Imported { ds, devices: all_paths.clone(), altroot, mounts: BTreeMap::new(), volumes: BTreeMap::new(), busy: BTreeSet::new() };
         let mount_failures = mount_all(&mut imported);
         let exit = if mount_failures.is_empty() { 0 } else { 1 };
         warnings.push_str(&mount_failures);
@@ -512,7 +518,7 @@ impl Daemon {
         })?;
         obj.set_tunables(self.tuning.get());
         let ds = tarn_ds::Pool::open(obj).map_err(|e| fail(e.to_string()))?;
-        let mut imported = Imported { ds, devices: device_paths.clone(), altroot, mounts: BTreeMap::new(), busy: BTreeSet::new() };
+        let mut imported = Imported { ds, devices: device_paths.clone(), altroot, mounts: BTreeMap::new(), volumes: BTreeMap::new(), busy: BTreeSet::new() };
         let key_warnings = if load_keys { crate::keys::load_file_keys(&imported) } else { String::new() };
         let mut warnings = mount_all(&mut imported);
         warnings.push_str(&key_warnings);
@@ -664,7 +670,7 @@ impl Daemon {
         Ok(Response::text(""))
     }
 
-    fn create(&self, dataset: &str, parents: bool, properties: &[(String, String)], key: Option<&[u8]>) -> HandlerResult {
+    fn create(&self, dataset: &str, parents: bool, properties: &[(String, String)], key: Option<&[u8]>, volume: Option<&crate::proto::VolumeSpec>) -> HandlerResult {
         let fail = |why: String| format!("cannot create '{dataset}': {why}");
         tarn_ds::validate_dataset_name(dataset).map_err(|e| fail(e.to_string()))?;
         let pool_name = dataset.split('/').next().unwrap_or_default();
@@ -677,7 +683,15 @@ impl Daemon {
             return Err(fail("dataset is busy (a receive is in progress)".into()));
         }
         let material = crate::keys::creation_material(properties, key).map_err(fail)?;
-        let created = imported.ds.create_dataset_keyed(dataset, properties, parents, &mount::format, material.as_ref()).map_err(|e| match e {
+        let created = match volume {
+            None => imported.ds.create_dataset_keyed(dataset, properties, parents, &mount::format, material.as_ref()),
+            Some(spec) => {
+                let geometry = crate::volumes::geometry(spec).map_err(fail)?;
+                let init = move |os: &tarn_obj::ObjectSet, tx: &tarn_obj::Tx| tarn_vol::Volume::format(os, tx, geometry.volblocksize).map_err(|e| e.to_string());
+                imported.ds.create_volume(dataset, properties, parents, &mount::format, &init, material.as_ref(), geometry)
+            }
+        }
+        .map_err(|e| match e {
             tarn_ds::DsError::NoParent(_) => fail("parent does not exist (use -p to create parents)".into()),
             tarn_ds::DsError::Exists(_) => fail("dataset already exists".into()),
             other => fail(other.to_string()),
@@ -738,6 +752,7 @@ impl Daemon {
         if dry_run {
             return Ok(Response::data(json!(doomed)));
         }
+        crate::volumes::close_volumes(imported, &plan);
         // Deepest mounts first; a busy mount stops the destroy unless forced.
         for name in plan.iter() {
             if let Some(mut mounted) = imported.mounts.remove(name) {
@@ -889,6 +904,9 @@ pub(crate) fn mount_dataset(imported: &mut Imported, name: &str) -> Result<(), S
     if imported.ds.record(name).is_ok_and(|r| r.recv.as_ref().is_some_and(|p| !p.inner.is_empty())) {
         return Ok(());
     }
+    if imported.ds.is_volume(name) {
+        return crate::volumes::open_volume(imported, name);
+    }
     let Some(path) = mount_path(imported, name)? else { return Ok(()) };
     if !imported.ds.key_available(name) {
         return Err("encryption key not loaded".into());
@@ -923,6 +941,7 @@ pub(crate) fn unmount_all(imported: &mut Imported) {
 /// Unmount every dataset of a pool, deepest mountpoints first. Unforced, a
 /// busy mount stops it with an error (mounts already undone stay undone).
 pub(crate) fn unmount_pool(imported: &mut Imported, force: bool) -> Result<(), String> {
+    crate::volumes::close_all(imported);
     let mut names: Vec<String> = imported.mounts.keys().cloned().collect();
     names.sort_by_key(|n| std::cmp::Reverse(imported.mounts.get(n).map_or(0, |m| m.path.components().count())));
     for name in names {
@@ -1079,6 +1098,10 @@ pub(crate) fn snapshot_error(e: tarn_ds::DsError, fail: impl Fn(String) -> Strin
 /// then the mount is made read-only and detached lazily, so processes
 /// still using it can write nothing to the tree being rolled back.
 pub(crate) fn unmount_for_rollback(imported: &mut Imported, dataset: &str, force: bool) -> Result<Vec<String>, String> {
+    let volumes = crate::volumes::close_volumes(imported, &[dataset.to_string()]);
+    if !volumes.is_empty() {
+        return Ok(volumes);
+    }
     let Some(top) = imported.mounts.get(dataset).map(|m| m.path.clone()) else { return Ok(vec![]) };
     let mut names: Vec<String> =
         imported.mounts.iter().filter(|(_, m)| m.path.starts_with(&top)).map(|(n, _)| n.clone()).collect();

@@ -20,6 +20,7 @@ type HandlerResult = Result<Response, String>;
 /// stops it, unless `force`, and what was unmounted is mounted again.
 /// Returns the names unmounted.
 pub(crate) fn unmount_names(imported: &mut Imported, names: &[String], force: bool) -> Result<Vec<String>, String> {
+    let volumes = crate::volumes::close_volumes(imported, names);
     let mut mounted: Vec<String> = names.iter().filter(|n| imported.mounts.contains_key(*n)).cloned().collect();
     mounted.sort_by_key(|n| std::cmp::Reverse(imported.mounts.get(n).map_or(0, |m| m.path.components().count())));
     let mut done: Vec<String> = Vec::new();
@@ -36,6 +37,7 @@ pub(crate) fn unmount_names(imported: &mut Imported, names: &[String], force: bo
         }
         done.push(name);
     }
+    done.extend(volumes);
     Ok(done)
 }
 
@@ -47,7 +49,7 @@ fn mount_names(imported: &mut Imported, names: &[String]) -> String {
     let mut names: Vec<&String> = names.iter().collect();
     names.sort_by_key(|n| n.matches('/').count());
     for name in names {
-        if imported.mounts.contains_key(name) {
+        if imported.mounts.contains_key(name) || imported.volumes.contains_key(name) {
             continue;
         }
         if let Err(e) = mount_dataset(imported, name) {
@@ -98,9 +100,9 @@ pub(crate) fn change_property(
 }
 
 impl Daemon {
-    pub(crate) fn set(&self, assignments: &[(String, String)], dataset: &str) -> HandlerResult {
+    pub(crate) fn set(&self, assignments: &[(String, String)], dataset: &str, force: bool) -> HandlerResult {
         let fail = |why: String| format!("cannot set property for '{dataset}': {why}");
-        for (prop, value) in assignments {
+        for (prop, value) in assignments.iter().filter(|(p, _)| p != "volsize") {
             props::validate(prop, value).map_err(|e| fail(e.to_string()))?;
         }
         let mut pools = self.pools.lock();
@@ -110,6 +112,13 @@ impl Daemon {
             .ok_or_else(|| fail("dataset does not exist".into()))?;
         let mut warnings = String::new();
         for (prop, value) in assignments {
+            if prop == "volsize" {
+                let size = imported.ds.set_volsize(dataset, value, force).map_err(|e| fail(e.to_string()))?;
+                if let Some(vol) = imported.volumes.get(dataset) {
+                    vol.resize(size).map_err(|e| fail(e.to_string()))?;
+                }
+                continue;
+            }
             warnings += &change_property(imported, dataset, prop, |ds| {
                 ds.set_property(dataset, prop, value).map(|(_, affected)| affected).map_err(|e| e.to_string())
             })

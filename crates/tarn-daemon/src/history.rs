@@ -221,7 +221,7 @@ fn internal_events(request: &Request, before: &Catalog, after: &Catalog, txg: u6
     }
     let ds_event = |event: &str, name: &str, detail: String| internal(txg, event, Some((name, id_of(name))), detail);
     match request {
-        Request::Set { assignments, dataset } => {
+        Request::Set { assignments, dataset, .. } => {
             for (prop, value) in assignments {
                 out.push(ds_event("set", dataset, format!("{prop}={value}")));
             }

@@ -61,6 +61,7 @@ mod smb_users;
 mod smbd;
 mod trim;
 pub mod tunables;
+pub mod volumes;
 
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
@@ -147,6 +148,9 @@ pub fn run(options: DaemonOptions) -> Result<(), String> {
     install_signal_thread(daemon.clone())?;
     // smbd first: missing Samba with [smb] enable = true stops the start here.
     for line in daemon.shares.start(&state_dir)? {
+        eprintln!("tarn daemon: {line}");
+    }
+    if let Some(line) = daemon.nbd.start()? {
         eprintln!("tarn daemon: {line}");
     }
     let listener = UnixListener::bind(&socket).map_err(|e| format!("cannot listen at {}: {e}", socket.display()))?;

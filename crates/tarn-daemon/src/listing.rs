@@ -51,11 +51,12 @@ fn compare_values(a: &str, b: &str) -> Ordering {
 impl Daemon {
     pub(crate) fn dataset_props(&self, q: &Query) -> Result<Response, String> {
         let want_fs = q.types.iter().any(|t| t == "filesystem");
+        let want_vol = q.types.iter().any(|t| t == "volume");
         let want_snap = q.types.iter().any(|t| t == "snapshot");
         let want_bookmark = q.types.iter().any(|t| t == "bookmark");
         let recursive = q.recursive || q.depth.is_some();
         // `list -t snapshot fs`: the snapshots of fs (zfs: depth 1).
-        let snaps_of_named = (want_snap || want_bookmark) && !want_fs && !recursive;
+        let snaps_of_named = (want_snap || want_bookmark) && !want_fs && !want_vol && !recursive;
         for prop in q.props.iter().filter(|p| p.as_str() != "all") {
             props::check_name(prop).map_err(|e| e.to_string())?;
         }
@@ -67,7 +68,7 @@ impl Daemon {
         let mut names: Vec<String> = Vec::new();
         // A dataset, then its snapshots (oldest first), as the types ask.
         let add = |imported: &Imported, dataset: &str, names: &mut Vec<String>| {
-            if want_fs {
+            if if imported.ds.is_volume(dataset) { want_vol } else { want_fs } {
                 names.push(dataset.to_string());
             }
             if want_snap {
@@ -139,6 +140,9 @@ impl Daemon {
             .map_err(|e| e.to_string())?;
             let wanted: Vec<String> = if all {
                 let mut every: Vec<String> = props::PROPERTIES.iter().map(|p| p.name.to_string()).collect();
+                if imported.ds.is_volume(&name) {
+                    every.extend(tarn_ds::volumes::VOLUME_PROPERTIES.iter().map(|p| p.to_string()));
+                }
                 if !name.contains(['@', '#']) {
                     every.extend(imported.ds.user_properties(&name));
                 }

@@ -27,6 +27,17 @@ pub enum VdevKind {
     Raidz { parity: u8 },
 }
 
+/// `create -V SIZE [-b BLOCKSIZE] [-s]`: a volume.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct VolumeSpec {
+    /// `volsize` as the user wrote it.
+    pub size: String,
+    /// `volblocksize` (`-b`, or `-o volblocksize=`); 16K if absent.
+    pub blocksize: Option<String>,
+    /// `-s`: no reservation.
+    pub sparse: bool,
+}
+
 /// One top-level vdev as given on the command line.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct VdevGroup {
@@ -94,6 +105,9 @@ pub enum Request {
         /// (the CLI asked for it). Never logged (keys.rs).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         key: Option<Vec<u8>>,
+        /// `-V`: a volume.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        volume: Option<VolumeSpec>,
     },
     /// The encryption roots of `datasets` (and with `recursive` their
     /// descendants), or of every pool (`all`): data `Vec<keys::KeyRoot>`.
@@ -232,7 +246,13 @@ pub enum Request {
     },
     /// `recv -A dataset`: gives up a partially received stream.
     ReceiveAbort { dataset: String },
-    Set { assignments: Vec<(String, String)>, dataset: String },
+    Set {
+        assignments: Vec<(String, String)>,
+        dataset: String,
+        /// `-f`: a smaller `volsize` is applied (the data past it goes).
+        #[serde(default)]
+        force: bool,
+    },
     /// `inherit [-r] PROP DATASET...`: drops the local setting (from every
     /// descendant too with `recursive`).
     Inherit { prop: String, datasets: Vec<String>, recursive: bool },

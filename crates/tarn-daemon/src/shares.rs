@@ -406,6 +406,7 @@ impl Daemon {
         for warning in self.shares.refresh(&pools) {
             eprintln!("tarn daemon: {warning}");
         }
+        self.nbd.refresh(&pools);
     }
 
     /// `tarn share -a` / `tarn share DATASET`.

@@ -102,6 +102,7 @@ impl Pool {
             holds: vec![],
             origin: Some(snapshot.to_string()),
             crypt,
+            volume: origin.volume,
             ..Default::default()
         };
         let encoded = serde_json::to_vec(&record).map_err(|e| DsError::Corrupt(e.to_string()))?;

@@ -32,6 +32,7 @@ pub mod replication;
 pub mod size;
 pub mod snapshots;
 pub mod time;
+pub mod volumes;
 
 pub use pool::{validate_dataset_name, DatasetRecord, Pool, PropValue};
 pub use props::{Mountpoint, PropError, Settings, Source};

@@ -62,6 +62,10 @@ pub struct DatasetRecord {
     /// (encryption.rs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub crypt: Option<crate::encryption::CryptRecord>,
+    /// Volumes (and their snapshots and clones) only: `volsize` and
+    /// `volblocksize` (volumes.rs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume: Option<crate::volumes::VolumeRecord>,
 }
 
 /// An effective property value, ready to print.
@@ -405,6 +409,35 @@ impl Pool {
         init: InitObjset,
         material: Option<&tarn_keys::KeyMaterial>,
     ) -> Result<Vec<String>> {
+        self.create_inner(name, properties, parents, init, material, None)
+    }
+
+    /// A volume (`tarn create -V`): [`Pool::create_dataset_keyed`] whose
+    /// record carries `volume`; `init_volume` lays out the volume's object
+    /// set, `init` that of each missing parent (file systems).
+    #[allow(clippy::too_many_arguments)]
+    pub fn create_volume(
+        &self,
+        name: &str,
+        properties: &[(String, String)],
+        parents: bool,
+        init: InitObjset,
+        init_volume: InitObjset,
+        material: Option<&tarn_keys::KeyMaterial>,
+        volume: crate::volumes::VolumeRecord,
+    ) -> Result<Vec<String>> {
+        self.create_inner(name, properties, parents, init, material, Some((volume, init_volume)))
+    }
+
+    fn create_inner(
+        &self,
+        name: &str,
+        properties: &[(String, String)],
+        parents: bool,
+        init: InitObjset,
+        material: Option<&tarn_keys::KeyMaterial>,
+        volume: Option<(crate::volumes::VolumeRecord, InitObjset)>,
+    ) -> Result<Vec<String>> {
         validate_dataset_name(name)?;
         let (properties, crypt_req) = crate::encryption::split_request(properties)?;
         let properties = properties.as_slice();
@@ -444,10 +477,16 @@ impl Pool {
             let crypt = self.crypt_for_new(dataset, guid, req, material)?;
             let objset = self.obj.create_objset_with(&tx, crypt.as_ref().map(|c| c.1))?;
             let os = self.obj.open_objset(objset)?;
-            init(&os, &tx).map_err(DsError::Init)?;
+            let volume = if dataset == name { volume } else { None };
+            match volume {
+                Some((_, init_volume)) => init_volume(&os, &tx).map_err(DsError::Init)?,
+                None => init(&os, &tx).map_err(DsError::Init)?,
+            }
+            let volume = volume.map(|v| v.0);
             let record = DatasetRecord {
                 objset: objset.0,
                 guid,
+                volume,
                 crypt: crypt.map(|c| c.0),
                 creation: now_unix(),
                 createtxg: tx.txg(),
@@ -537,6 +576,10 @@ impl Pool {
     pub fn set_property(&self, name: &str, prop: &str, value: &str) -> Result<(String, Vec<String>)> {
         if prop == "keylocation" {
             self.set_keylocation(name, value)?;
+            return Ok((prop.to_string(), vec![name.to_string()]));
+        }
+        if prop == "volsize" {
+            self.set_volsize(name, value, false)?;
             return Ok((prop.to_string(), vec![name.to_string()]));
         }
         let (prop, stored) = props::validate(prop, value)?;
@@ -704,6 +747,11 @@ impl Pool {
             return Ok(self.user_property(name, prop));
         }
         let def: &PropDef = props::lookup(prop)?;
+        if crate::volumes::VOLUME_PROPERTIES.contains(&def.name) {
+            let value = self.volume_property(name, def.name, parsable);
+            let source = if value == "-" || name.contains('@') { Source::None } else { Source::Local };
+            return Ok(PropValue::new(def.name, value, &source));
+        }
         if let Some((value, source)) = self.crypt_property(name, def.name) {
             return Ok(PropValue::new(def.name, value, &source));
         }
@@ -731,7 +779,7 @@ impl Pool {
         } else {
             let value = match def.name {
                 "name" => name.to_string(),
-                "type" => "filesystem".to_string(),
+                "type" => if record.volume.is_some() { "volume" } else { "filesystem" }.to_string(),
                 "creation" => crate::time::creation_value(record.creation, parsable),
                 "used" => number(self.used_bytes(name)),
                 "available" => number(self.available_bytes(name)),

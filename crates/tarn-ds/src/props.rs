@@ -77,6 +77,10 @@ pub const PROPERTIES: &[PropDef] = &[
 
 /// `name` is a property too (for `-o name,...`) but not part of `all`.
 const NAME: PropDef = readonly("name");
+/// Volumes' own (volumes.rs): in `all` for volumes only. `volsize` is set
+/// through its own path (`Pool::set_volsize`), `volblocksize` only at
+/// creation.
+const VOLUME_DEFS: &[PropDef] = &[readonly("volsize"), readonly("volblocksize")];
 
 /// Default column set of `tarn list`.
 pub const LIST_DEFAULT_COLUMNS: &[&str] = &["name", "used", "available", "referenced", "mountpoint"];
@@ -120,8 +124,6 @@ pub enum PropError {
 /// "not yet supported" rather than unknown, so a ZFS user's script fails
 /// with the right reason.
 pub const NOT_YET_SUPPORTED: &[&str] = &[
-    "volsize",
-    "volblocksize",
     "volmode",
     "refquota",
     "reservation",
@@ -214,7 +216,7 @@ pub fn lookup(name: &str) -> Result<&'static PropDef, PropError> {
     if canonical == "name" {
         return Ok(&NAME);
     }
-    if let Some(def) = PROPERTIES.iter().find(|p| p.name == canonical) {
+    if let Some(def) = PROPERTIES.iter().chain(VOLUME_DEFS).find(|p| p.name == canonical) {
         return Ok(def);
     }
     if NOT_YET_SUPPORTED.contains(&canonical) {
@@ -672,7 +674,8 @@ mod tests {
         assert!(validate("com.example:note", &"x".repeat(USER_PROP_VALUE_MAX + 1)).is_err());
         assert!(matches!(check_name("Bad:Name"), Err(PropError::BadUserName(_))));
         assert!(check_name("com.example:note").is_ok());
-        assert_eq!(lookup("volsize").unwrap_err(), PropError::NotYetSupported("volsize".into()));
+        assert_eq!(lookup("refquota").unwrap_err(), PropError::NotYetSupported("refquota".into()));
+        assert!(!lookup("volsize").unwrap().settable, "volsize is set through Pool::set_volsize");
         assert_eq!(validate("sharenfs", "rw=@10.0.0.0/8").unwrap(), ("sharenfs".into(), "rw=@10.0.0.0/8".into()));
         assert_eq!(
             validate("sharenfs", "rw=@10.0.0.0/33").unwrap_err().to_string(),

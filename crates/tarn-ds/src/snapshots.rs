@@ -67,6 +67,7 @@ impl Pool {
                 creation: crate::pool::now_unix(),
                 createtxg: tx.txg(),
                 props: Default::default(),
+                volume: self.volume_of(name.split('@').next().unwrap_or_default()),
                 ..Default::default()
             };
             let encoded = serde_json::to_vec(&record).map_err(|e| DsError::Corrupt(e.to_string()))?;

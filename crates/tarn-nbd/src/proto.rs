@@ -91,6 +91,7 @@ pub const EINVAL: u32 = 22;
 pub const ENOSPC: u32 = 28;
 pub const EOVERFLOW: u32 = 75;
 pub const ENOTSUP: u32 = 95;
+pub const ESHUTDOWN: u32 = 108;
 
 /// The NBD error for an errno from the layers below (the protocol names
 /// a few; anything else is EIO).
@@ -101,6 +102,7 @@ pub fn nbd_error(errno: i32) -> u32 {
         28 | 122 => ENOSPC,
         75 => EOVERFLOW,
         95 => ENOTSUP,
+        108 => ESHUTDOWN,
         _ => EIO,
     }
 }

@@ -28,7 +28,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
-use parking_lot::{Mutex, MutexGuard};
+use parking_lot::{Mutex, MutexGuard, RwLock, RwLockReadGuard};
 use tarn_obj::{ObjError, ObjPool, ObjType, ObjectId, ObjectSet, Tx, BONUS_LEN};
 
 /// Object type of a volume's data object.
@@ -60,6 +60,10 @@ pub enum VolError {
     NotAVolume(String),
     #[error("bad volblocksize {0}: a power of two from 512 to 1M")]
     BadBlockSize(u64),
+    /// Closed by its owner (destroyed, rolled back, exported): no request
+    /// reaches the object set any more.
+    #[error("the volume was closed")]
+    Closed,
     #[error(transparent)]
     Obj(#[from] ObjError),
 }
@@ -71,6 +75,7 @@ impl VolError {
             VolError::OutOfRange { .. } => libc_errno::EINVAL,
             VolError::ReadOnly => libc_errno::EPERM,
             VolError::NotAVolume(_) | VolError::BadBlockSize(_) => libc_errno::EINVAL,
+            VolError::Closed => libc_errno::ESHUTDOWN,
             VolError::Obj(e) => e.errno(),
         }
     }
@@ -79,6 +84,7 @@ impl VolError {
 mod libc_errno {
     pub const EPERM: i32 = 1;
     pub const EINVAL: i32 = 22;
+    pub const ESHUTDOWN: i32 = 108;
 }
 
 pub type Result<T> = std::result::Result<T, VolError>;
@@ -131,6 +137,9 @@ pub struct Volume {
     sync: AtomicU8,
     readonly: AtomicBool,
     stripes: Box<[Mutex<()>]>,
+    /// Every operation holds it shared; [`Volume::close`] takes it
+    /// exclusively, so it returns once none is running, and sets it.
+    closed: RwLock<bool>,
 }
 
 /// Stripe locks held for one transaction's changes: dropping it appends
@@ -198,11 +207,32 @@ impl Volume {
             sync: AtomicU8::new(sync_code(opts.sync)),
             readonly: AtomicBool::new(opts.readonly),
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
+            closed: RwLock::new(false),
         });
         if writable && info.length > opts.size {
             vol.free_tail(opts.size)?;
         }
         Ok(vol)
+    }
+
+    /// Waits for the operations running to end and refuses every later
+    /// one with [`VolError::Closed`] (before a destroy, a rollback, an
+    /// export: nothing may reach the object set after it).
+    pub fn close(&self) {
+        *self.closed.write() = true;
+    }
+
+    pub fn is_closed(&self) -> bool {
+        *self.closed.read()
+    }
+
+    /// Entry of every operation: shared hold of the gate, unless closed.
+    fn enter(&self) -> Result<RwLockReadGuard<'_, bool>> {
+        let g = self.closed.read();
+        if *g {
+            return Err(VolError::Closed);
+        }
+        Ok(g)
     }
 
     pub fn size(&self) -> u64 {
@@ -234,6 +264,7 @@ impl Volume {
     /// The volume's new size (the caller changed `volsize` first). A
     /// shrink frees the blocks past the new end.
     pub fn resize(&self, size: u64) -> Result<()> {
+        let _open = self.enter()?;
         if size > MAX_SIZE {
             return Err(VolError::OutOfRange { offset: 0, len: size, size: MAX_SIZE });
         }
@@ -288,6 +319,7 @@ impl Volume {
     }
 
     pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let _open = self.enter()?;
         self.check(offset, buf.len() as u64)?;
         self.os.read(DATA_OBJECT, offset, buf)?;
         Ok(())
@@ -296,6 +328,7 @@ impl Volume {
     /// Writes `data` at `offset`; with `fua` (or `sync=always`) durable
     /// when it returns. Whole blocks of zeros become holes.
     pub fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<()> {
+        let _open = self.enter()?;
         self.check_writable(offset, data.len() as u64)?;
         if data.is_empty() {
             return Ok(());
@@ -331,6 +364,7 @@ impl Volume {
     /// holes (no data written; partial blocks at the edges are zeroed);
     /// without, zeros are written (NBD's `NO_HOLE`).
     pub fn write_zeroes(&self, offset: u64, len: u64, punch: bool, fua: bool) -> Result<()> {
+        let _open = self.enter()?;
         self.check_writable(offset, len)?;
         if len == 0 {
             return Ok(());
@@ -357,6 +391,7 @@ impl Volume {
     /// holes (read as zeros); partly covered blocks keep their data (TRIM
     /// promises nothing about what reads return).
     pub fn trim(&self, offset: u64, len: u64, fua: bool) -> Result<()> {
+        let _open = self.enter()?;
         self.check_writable(offset, len)?;
         let bs = u64::from(self.block_size);
         let first = offset.div_ceil(bs) * bs;
@@ -372,6 +407,7 @@ impl Volume {
     /// Makes every change made so far durable (NBD FLUSH), unless
     /// `sync=disabled`: the intent log is committed, no txg.
     pub fn flush(&self) -> Result<()> {
+        let _open = self.enter()?;
         if self.sync_mode() == SyncMode::Disabled {
             return Ok(());
         }
@@ -403,6 +439,7 @@ impl Volume {
     /// Data and holes from `offset` for up to `len` bytes (not past the
     /// end), at most `max` runs, in order; adjacent runs differ.
     pub fn extents(&self, offset: u64, len: u64, max: usize) -> Result<Vec<Extent>> {
+        let _open = self.enter()?;
         let size = self.size();
         if offset > size {
             return Err(VolError::OutOfRange { offset, len, size });

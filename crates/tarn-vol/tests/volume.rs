@@ -211,6 +211,14 @@ fn out_of_range_read_only_and_shrink() {
     let err = Volume::open(pool.clone(), pool.open_objset(other).unwrap(), opts(4096)).err().expect("an empty object set opened as a volume");
     assert!(matches!(err, VolError::NotAVolume(_)), "{err}");
     assert!(matches!(tarn_vol::check_block_size(1000), Err(VolError::BadBlockSize(1000))));
+
+    // Closed: every operation refused, none reaches the object set.
+    vol.close();
+    assert!(vol.is_closed());
+    assert!(matches!(vol.write(0, b"late", true), Err(VolError::Closed)));
+    assert!(matches!(vol.read(0, &mut b), Err(VolError::Closed)));
+    assert!(matches!(vol.flush(), Err(VolError::Closed)));
+    assert_eq!(vol.flush().unwrap_err().errno(), 108, "ESHUTDOWN");
 }
 
 /// A block's contents: round `r`, block `b`, at byte `i`.

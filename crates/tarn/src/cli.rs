@@ -99,12 +99,15 @@ pub enum Command {
         parents: bool,
         #[arg(short = 'o', value_name = "PROP=VALUE", value_parser = assignment)]
         props: Vec<(String, String)>,
-        /// A volume of this size (not yet supported).
+        /// A volume of this size (a block device served over NBD).
         #[arg(short = 'V', value_name = "SIZE")]
         volsize: Option<String>,
-        /// With -V: a sparse volume (not yet supported).
+        /// With -V: a sparse volume (no reservation).
         #[arg(short = 's', requires = "volsize")]
         sparse: bool,
+        /// With -V: the volume's block size (volblocksize; 16K by default).
+        #[arg(short = 'b', requires = "volsize", value_name = "SIZE")]
+        blocksize: Option<String>,
         dataset: String,
     },
     /// Destroy a dataset, or snapshots: DATASET@NAME, DATASET@FIRST%LAST
@@ -328,6 +331,9 @@ pub enum Command {
     },
     /// Set dataset properties: PROP=VALUE... DATASET.
     Set {
+        /// A smaller volsize is applied (the data past it is discarded).
+        #[arg(short = 'f')]
+        force: bool,
         #[arg(required = true, num_args = 2.., value_name = "PROP=VALUE... DATASET")]
         args: Vec<String>,
     },

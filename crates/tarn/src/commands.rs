@@ -143,9 +143,8 @@ fn get_table(rows: Vec<(String, Vec<tarn_daemon::proto::PropCell>)>, fields: &[S
     output::table(&headers, &lines, scripted)
 }
 
-/// `-t TYPE[,TYPE]...` as the daemon takes it: `filesystem`, `snapshot`
-/// and/or `bookmark` (volumes do not exist in tarn: asking for them alone
-/// lists nothing).
+/// `-t TYPE[,TYPE]...` as the daemon takes it: `filesystem`, `volume`,
+/// `snapshot` and/or `bookmark`.
 fn dataset_types(types: Option<crate::cli::CommaList>, default: &[&str]) -> Result<Vec<String>, Failure> {
     let Some(types) = types else { return Ok(default.iter().map(|t| t.to_string()).collect()) };
     let mut out: Vec<String> = Vec::new();
@@ -154,8 +153,8 @@ fn dataset_types(types: Option<crate::cli::CommaList>, default: &[&str]) -> Resu
             "filesystem" | "fs" => &["filesystem"],
             "snapshot" | "snap" => &["snapshot"],
             "bookmark" => &["bookmark"],
-            "all" => &["filesystem", "snapshot", "bookmark"],
-            "volume" | "vol" => &[],
+            "all" => &["filesystem", "volume", "snapshot", "bookmark"],
+            "volume" | "vol" => &["volume"],
             _ => return Err(Failure::usage(format!("invalid type '{kind}' (filesystem, snapshot, volume, bookmark, all)"))),
         };
         for t in add {
@@ -193,15 +192,22 @@ pub fn run(cli: Cli) -> Result<i32, Failure> {
         Command::Up { home } => up::up(home.as_deref()),
         Command::Down { home } => up::down(home.as_deref()),
         Command::Pool(command) => pool(&socket, command),
-        Command::Create { parents, props, volsize, sparse: _, dataset } => {
-            if volsize.is_some() {
-                return Err(format!("cannot create '{dataset}': volumes (-V) are not yet supported").into());
+        Command::Create { parents, mut props, volsize, sparse, blocksize, dataset } => {
+            // `-o volblocksize=` is `-b` (as zfs takes it).
+            let mut blocksize = blocksize;
+            if let Some(i) = props.iter().position(|(p, _)| p == "volblocksize") {
+                let (_, value) = props.remove(i);
+                if volsize.is_none() {
+                    return Err(Failure::usage(format!("cannot create '{dataset}': volblocksize applies to volumes (-V) only")));
+                }
+                blocksize = Some(value);
             }
             for (prop, _) in &props {
                 props::check_name(prop).map_err(prop_failure)?;
             }
+            let volume = volsize.map(|size| tarn_daemon::proto::VolumeSpec { size, blocksize, sparse });
             let key = crate::keys::create_key(&dataset, &props)?;
-            send(&socket, &Request::Create { dataset, parents, props, key })?;
+            send(&socket, &Request::Create { dataset, parents, props, key, volume })?;
             Ok(0)
         }
         Command::LoadKey { recursive, all, noop, location, datasets } => crate::keys::load_key(&socket, datasets, recursive, all, noop, location),
@@ -290,7 +296,7 @@ pub fn run(cli: Cli) -> Result<i32, Failure> {
                 props::check_name(prop).map_err(prop_failure)?;
             }
             // zfs's default (listsnapshots=off): file systems only.
-            let types = dataset_types(types, &["filesystem"])?;
+            let types = dataset_types(types, &["filesystem", "volume"])?;
             let columns: Vec<String> = columns.iter().map(|c| canonical(c)).collect();
             let request = Request::TypedProps { datasets, recursive, props: columns.clone(), parsable, types, depth, sort };
             let rows: Vec<DatasetRow> = data(send(&socket, &request)?)?;
@@ -310,7 +316,7 @@ pub fn run(cli: Cli) -> Result<i32, Failure> {
             check_props(&wanted)?;
             let wanted: Vec<String> = wanted.iter().map(|p| canonical(p)).collect();
             // zfs get: every type (snapshots show up with -r or no dataset).
-            let types = dataset_types(types, &["filesystem", "snapshot", "bookmark"])?;
+            let types = dataset_types(types, &["filesystem", "volume", "snapshot", "bookmark"])?;
             let request = Request::TypedProps { datasets, recursive, props: wanted, parsable, types, depth, sort: vec![] };
             let response = send(&socket, &request)?;
             let rows: Vec<DatasetRow> = data(response)?;
@@ -322,7 +328,7 @@ pub fn run(cli: Cli) -> Result<i32, Failure> {
             }
             Ok(0)
         }
-        Command::Set { mut args } => {
+        Command::Set { force, mut args } => {
             let dataset = args.pop().unwrap_or_default();
             let mut assignments = Vec::new();
             for arg in &args {
@@ -330,7 +336,7 @@ pub fn run(cli: Cli) -> Result<i32, Failure> {
                 props::check_name(&prop).map_err(prop_failure)?;
                 assignments.push((prop, value));
             }
-            send(&socket, &Request::Set { assignments, dataset })?;
+            send(&socket, &Request::Set { assignments, dataset, force })?;
             Ok(0)
         }
         Command::Inherit { recursive, prop, datasets } => {

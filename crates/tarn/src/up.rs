@@ -126,7 +126,7 @@ pub fn up(flag: Option<&Path>) -> Result<i32, Failure> {
         &Request::Props { datasets: vec![DATASET.into()], recursive: false, props: vec!["name".into()], parsable: true },
     )?;
     if !has_data.ok {
-        call_ok(&socket, &Request::Create { dataset: DATASET.into(), parents: true, props: vec![], key: None })?;
+        call_ok(&socket, &Request::Create { dataset: DATASET.into(), parents: true, props: vec![], key: None, volume: None })?;
         println!("created dataset '{DATASET}'");
     }
     // Share the default dataset unless its owner chose otherwise.
@@ -137,7 +137,7 @@ pub fn up(flag: Option<&Path>) -> Result<i32, Failure> {
         )?;
         let row = got.data.as_ref().map(|d| d[0]["props"][0].clone()).unwrap_or_default();
         if wanted && row["value"] == "off" && row["source"].as_str().is_none_or(|s| s == "default" || s == "-") {
-            call_ok(&socket, &Request::Set { assignments: vec![(prop.into(), "on".into())], dataset: DATASET.into() })?;
+            call_ok(&socket, &Request::Set { assignments: vec![(prop.into(), "on".into())], dataset: DATASET.into(), force: false })?;
         }
     }
     let status = call_ok(&socket, &Request::PoolStatus { pools: vec![POOL.into()], verbose: false })?;

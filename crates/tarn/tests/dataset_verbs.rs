@@ -506,11 +506,9 @@ fn properties_tarn_does_not_have_yet_and_unknown_ones() {
         assert_eq!(refused(&harness, &["create", "-o", &format!("{prop}=on"), "tank/b"], 1), want);
         assert_eq!(refused(&harness, &["list", "-o", &format!("name,{prop}")], 1), want);
     }
-    // Volumes.
-    let line = refused(&harness, &["create", "-V", "1G", "tank/vol"], 1);
-    assert!(line.contains("not yet supported") && line.contains("tank/vol"), "{line}");
-    refused(&harness, &["create", "-s", "-V", "1G", "tank/vol"], 1);
+    // Volume options without -V: bad usage (volumes: tests/volumes.rs).
     refused(&harness, &["create", "-s", "tank/vol"], 2);
+    refused(&harness, &["create", "-b", "8K", "tank/vol"], 2);
 
     // A name no ZFS has: bad usage.
     for args in [

@@ -1,0 +1,150 @@
+//! Issue 13 through the daemon and CLI: volumes created with `create -V`
+//! (`-b`, `-s`, `-p`), listed and typed as `volume`, served over NBD by
+//! name (`[nbd]` in the daemon's config) to qemu-io and nbdinfo;
+//! snapshots served read-only as `pool/vol@snap`, clones as volumes of
+//! their own; `volsize` grown (seen by new connections) and shrunk only
+//! with `-f`; contents kept across export/import and across a daemon
+//! killed after a FLUSH (the intent log replayed when the volume opens);
+//! a destroyed volume is no longer served; bad sizes refused in one line.
+
+mod common;
+
+use std::process::Command;
+
+use common::{path_str, Harness};
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn uri(port: u16, export: &str) -> String {
+    format!("nbd://127.0.0.1:{port}/{export}")
+}
+
+/// qemu-io on `export`: every command must succeed.
+fn qemu_io(port: u16, export: &str, commands: &[&str]) {
+    let mut c = Command::new("qemu-io");
+    if export.contains('@') {
+        c.arg("-r"); // snapshots are served read-only
+    }
+    c.args(["-f", "raw", &uri(port, export)]);
+    for cmd in commands {
+        c.args(["-c", cmd]);
+    }
+    let out = common::run_with_timeout(c, std::time::Duration::from_secs(120));
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && !text.contains("failed") && !text.contains("error"), "qemu-io {export} {commands:?}:\n{text}");
+}
+
+/// qemu-io on `export` whose output must contain `want`.
+fn qemu_io_says(port: u16, export: &str, command: &str, want: &str) {
+    let mut c = Command::new("qemu-io");
+    c.args(["-f", "raw", &uri(port, export), "-c", command]);
+    let out = common::run_with_timeout(c, std::time::Duration::from_secs(120));
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains(want), "qemu-io {export} {command}: wanted '{want}' in:\n{text}");
+}
+
+fn nbdinfo(args: &[&str]) -> String {
+    let mut c = Command::new("nbdinfo");
+    c.args(args);
+    let out = common::run_with_timeout(c, std::time::Duration::from_secs(60));
+    assert!(out.status.success(), "nbdinfo {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn size_of(port: u16, export: &str) -> u64 {
+    nbdinfo(&["--size", &uri(port, export)]).trim().parse().unwrap()
+}
+
+#[test]
+fn volumes_through_the_cli_served_over_nbd() {
+    let port = free_port();
+    let config = move |_: &std::path::Path| format!("[nbd]\nlisten = \"127.0.0.1:{port}\"\n");
+    let mut h = Harness::start_with_config(Some(&config));
+    let vdevs = h.vdev_files("vdevs", 2, 512 << 20);
+    let vdir = vdevs[0].parent().unwrap().to_path_buf();
+    h.create_pool("tank", &["mirror".into(), path_str(&vdevs[0]), path_str(&vdevs[1])]);
+    h.tarn_ok(&["create", "-V", "64M", "tank/vol"]);
+    h.tarn_ok(&["create", "-p", "-s", "-b", "4K", "-V", "1G", "tank/vm/scratch"]);
+    let rows = h.tarn_ok(&["list", "-H", "-t", "volume", "-o", "name,type,volsize,volblocksize"]);
+    assert_eq!(rows, "tank/vm/scratch\tvolume\t1G\t4K\ntank/vol\tvolume\t64M\t16K\n", "{rows}");
+    let fs_rows = h.tarn_ok(&["list", "-H", "-t", "filesystem", "-o", "name"]);
+    assert_eq!(fs_rows, "tank\ntank/vm\n");
+    assert_eq!(h.tarn_ok(&["get", "-H", "-o", "value", "volsize", "tank/vol"]).trim(), "64M");
+    assert_eq!(h.tarn_ok(&["get", "-H", "-o", "value", "volsize", "tank/vm"]).trim(), "-");
+    assert!(!h.mountpoint("tank").join("vol").exists(), "a volume was mounted");
+
+    // Bad input: one line each, nothing created.
+    for (args, want) in [
+        (&["create", "-V", "10M", "-b", "3K", "tank/bad"][..], "volblocksize"),
+        (&["create", "-V", "100000", "tank/bad"], "multiple of volblocksize"),
+        (&["create", "-V", "0", "tank/bad"], "greater than zero"),
+        (&["create", "-V", "lots", "tank/bad"], "bad volsize"),
+    ] {
+        let e = common::refused(&h, args, 1);
+        assert!(e.contains(want), "{args:?}: {e}");
+    }
+    assert!(h.tarn(&["list", "tank/bad"]).status.code() != Some(0));
+
+    let list = nbdinfo(&["--list", "--json", &format!("nbd://127.0.0.1:{port}")]);
+    assert!(list.contains("\"tank/vol\"") && list.contains("\"tank/vm/scratch\""), "{list}");
+    assert_eq!(size_of(port, "tank/vol"), 64 << 20);
+    qemu_io(port, "tank/vol", &["write -P 0xa1 0 8M", "write -P 0xa2 60M 4M", "flush", "read -P 0xa1 0 8M", "read -P 0xa2 60M 4M", "read -P 0 8M 52M"]);
+    qemu_io(port, "tank/vm/scratch", &["write -P 0x5c 900M 1M", "read -P 0x5c 900M 1M"]);
+
+    // Snapshot: served read-only with the contents it was taken with.
+    h.tarn_ok(&["snapshot", "tank/vol@a"]);
+    qemu_io(port, "tank/vol", &["write -P 0xb1 0 4M", "flush"]);
+    qemu_io(port, "tank/vol@a", &["read -P 0xa1 0 8M"]);
+    // Opened for writing, a snapshot is refused.
+    qemu_io_says(port, "tank/vol@a", "write -P 0 0 4k", "Permission denied");
+    qemu_io(port, "tank/vol", &["read -P 0xb1 0 4M", "read -P 0xa1 4M 4M"]);
+    // A clone: a volume of its own, starting as the snapshot.
+    h.tarn_ok(&["clone", "tank/vol@a", "tank/volclone"]);
+    assert_eq!(h.tarn_ok(&["get", "-H", "-o", "value", "type,volsize", "tank/volclone"]), "volume\n64M\n");
+    qemu_io(port, "tank/volclone", &["read -P 0xa1 0 8M", "write -P 0xc1 0 1M", "read -P 0xc1 0 1M"]);
+    qemu_io(port, "tank/vol@a", &["read -P 0xa1 0 8M"]);
+
+    // volsize: grown, seen by a new connection; shrunk only with -f.
+    h.tarn_ok(&["set", "volsize=128M", "tank/vol"]);
+    assert_eq!(size_of(port, "tank/vol"), 128 << 20);
+    qemu_io(port, "tank/vol", &["read -P 0 64M 64M", "write -P 0xd1 120M 1M", "read -P 0xa2 60M 4M"]);
+    let e = common::refused(&h, &["set", "volsize=32M", "tank/vol"], 1);
+    assert!(e.contains("-f"), "{e}");
+    assert_eq!(size_of(port, "tank/vol"), 128 << 20);
+    h.tarn_ok(&["set", "-f", "volsize=96M", "tank/vol"]);
+    assert_eq!(size_of(port, "tank/vol"), 96 << 20);
+    h.tarn_ok(&["set", "volsize=128M", "tank/vol"]);
+    qemu_io(port, "tank/vol", &["read -P 0 96M 32M", "read -P 0xa2 60M 4M"]);
+    let e = common::refused(&h, &["set", "volsize=1G", "tank/vm"], 1);
+    assert!(e.contains("not a volume"), "{e}");
+
+    // Export and import: the contents are kept, the volume served again.
+    h.export("tank");
+    assert!(!nbdinfo(&["--list", "--json", &format!("nbd://127.0.0.1:{port}")]).contains("tank/vol"));
+    h.import("tank", &vdir);
+    qemu_io(port, "tank/vol", &["read -P 0xb1 0 4M", "read -P 0xa1 4M 4M", "read -P 0xa2 60M 4M"]);
+
+    // A write acknowledged by a FLUSH survives the daemon's death: the
+    // log replays when the volume opens again.
+    h.tarn_ok(&["tunable", "set", "txg_timeout=600"]);
+    h.tarn_ok(&["pool", "sync", "tank"]);
+    qemu_io(port, "tank/vol", &["write -P 0xe1 16M 2M", "flush"]);
+    h.kill_daemon();
+    h.restart_daemon();
+    let mut tries = 0;
+    while !nbdinfo(&["--list", "--json", &format!("nbd://127.0.0.1:{port}")]).contains("\"tank/vol\"") {
+        tries += 1;
+        assert!(tries < 100, "the volume is not served after the restart:\n{}", common::tail(&h.daemon_log(), 30));
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    qemu_io(port, "tank/vol", &["read -P 0xe1 16M 2M", "read -P 0xb1 0 4M"]);
+    let check = h.tarn_ok(&["debug", "check", "tank"]);
+    assert!(check.contains("no damage, leaks or double allocations found"), "{check}");
+
+    // Destroyed: no longer served.
+    h.tarn_ok(&["destroy", "tank/volclone"]);
+    let list = nbdinfo(&["--list", "--json", &format!("nbd://127.0.0.1:{port}")]);
+    assert!(!list.contains("tank/volclone") && list.contains("\"tank/vol\""), "{list}");
+}
