@@ -114,6 +114,9 @@ impl Daemon {
             Request::ReceiveAbort { dataset } => self.receive_abort(&dataset),
             other => return self.handle(other),
         };
+        // A receive creates and mounts datasets: shares and NBD exports
+        // follow at once, not at the next periodic refresh.
+        self.refresh_shares();
         result.unwrap_or_else(Response::error)
     }
 
@@ -177,6 +180,14 @@ impl Daemon {
             parsable.push_str(&format!("size\t{total}\n"));
             let data = json!({ "estimates": estimates, "total": total, "text": text, "parsable": parsable });
             return Ok(Response::data(data));
+        }
+        // A dataset sent as plaintext needs its key: refused before a
+        // byte is written (a partial stream left in a file misleads).
+        for d in plan.header.datasets.iter().filter(|d| d.crypt.is_none()) {
+            let full = if d.name.is_empty() { plan.header.source.clone() } else { format!("{}/{}", plan.header.source, d.name) };
+            if !ds.key_available(&full) {
+                return Err(fail(format!("encryption key not loaded for '{full}' (load-key, or send it raw with -w)")));
+            }
         }
         let fd = fd.ok_or_else(|| fail("no output descriptor came with the request".into()))?;
         if fd.is_terminal() {
