@@ -53,6 +53,10 @@ pub struct PackageSnap {
     pub guid: u64,
     /// Unix seconds on the sender.
     pub creation: u64,
+    /// A volume's snapshot: its geometry then (the received snapshot keeps
+    /// it, the received volume takes the newest's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume: Option<crate::volumes::VolumeRecord>,
 }
 
 /// One dataset of a package.
@@ -387,7 +391,7 @@ impl Pool {
     fn package_snap(&self, full: &str) -> Result<PackageSnap> {
         let r = self.snapshot_record(full)?;
         let name = full.split_once('@').map(|(_, s)| s.to_string()).unwrap_or_default();
-        Ok(PackageSnap { name, guid: r.guid, creation: r.creation })
+        Ok(PackageSnap { name, guid: r.guid, creation: r.creation, volume: r.volume })
     }
 
     /// Resolves `tarn send` arguments into a plan.
@@ -502,7 +506,7 @@ impl Pool {
             props: spec.props,
             datasets: vec![PackageDataset {
                 name: String::new(),
-                base: Some(PackageSnap { name: short, guid: bm.guid, creation: bm.creation }),
+                base: Some(PackageSnap { name: short, guid: bm.guid, creation: bm.creation, volume: None }),
                 snapshots: names.iter().map(|n| self.package_snap(n)).collect::<Result<Vec<_>>>()?,
                 props: if spec.props { self.record(top)?.props } else { BTreeMap::new() },
                 crypt: self.package_crypt(top, spec.raw)?,
@@ -638,9 +642,9 @@ impl Pool {
         let mut names = Vec::new();
         let mut records = Vec::new();
         for s in made {
-            let (short, creation) = match entry.snapshots.iter().find(|p| p.guid == s.guid) {
-                Some(p) => (p.name.clone(), p.creation),
-                None => (format!("recv-{:016x}", s.guid), now_unix()),
+            let (short, creation, volume) = match entry.snapshots.iter().find(|p| p.guid == s.guid) {
+                Some(p) => (p.name.clone(), p.creation, p.volume),
+                None => (format!("recv-{:016x}", s.guid), now_unix(), None),
             };
             let name = format!("{dataset}@{short}");
             let record = DatasetRecord {
@@ -650,6 +654,7 @@ impl Pool {
                 createtxg: s.txg,
                 props: Default::default(),
                 holds: vec![],
+                volume,
                 ..Default::default()
             };
             let encoded = serde_json::to_vec(&record).map_err(|e| DsError::Corrupt(e.to_string()))?;
@@ -1087,6 +1092,8 @@ impl Pool {
         match result {
             Ok(outcome) => {
                 let props = received;
+                // A volume arrives with the geometry of its newest snapshot.
+                let volume = entry.snapshots.last().and_then(|s| s.volume);
                 let undo = match plan {
                     Plan::New => {
                         let guid = new_guid();
@@ -1098,6 +1105,7 @@ impl Pool {
                             props,
                             holds: vec![],
                             crypt: self.received_crypt(spec, header, entry, guid),
+                            volume,
                             ..Default::default()
                         };
                         let crypt = record.crypt.clone();
@@ -1114,6 +1122,7 @@ impl Pool {
                         rec.objset = outcome.head.0;
                         rec.crypt = self.received_crypt(spec, header, entry, rec.guid);
                         rec.props = props;
+                        rec.volume = volume;
                         // A root replaced by a full stream has a new key:
                         // the old one's loaded state goes with it.
                         if rec.crypt.as_ref().map(|c| &c.wrapped) != old.crypt.as_ref().map(|c| &c.wrapped) {
@@ -1129,6 +1138,9 @@ impl Pool {
                     Plan::Incremental(mut rec) | Plan::Resume(mut rec, _) => {
                         let old = rec.clone();
                         rec.recv = None;
+                        if volume.is_some() {
+                            rec.volume = volume;
+                        }
                         if header.props || !spec.set.is_empty() {
                             for (k, v) in props {
                                 rec.props.insert(k, v);
@@ -1172,6 +1184,7 @@ impl Pool {
                             props: received,
                             holds: vec![],
                             crypt: self.received_crypt(spec, header, entry, guid),
+                            volume: entry.snapshots.last().and_then(|s| s.volume),
                             ..Default::default()
                         }
                     }
@@ -1356,7 +1369,7 @@ mod tests {
             datasets: vec![PackageDataset {
                 name: String::new(),
                 base: None,
-                snapshots: vec![PackageSnap { name: "s".into(), guid: 5, creation: 1 }],
+                snapshots: vec![PackageSnap { name: "s".into(), guid: 5, creation: 1, volume: None }],
                 props: BTreeMap::new(),
                 crypt: None,
             }],

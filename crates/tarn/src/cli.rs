@@ -238,8 +238,9 @@ pub enum Command {
         /// With -n: machine-parsable estimate lines (`size<TAB>BYTES`).
         #[arg(short = 'P')]
         parsable: bool,
-        /// Raw: as stored. For unencrypted datasets the same stream as
-        /// without -w (as in zfs); refused for encrypted ones (not yet).
+        /// Raw: as stored. An encrypted dataset travels as ciphertext with
+        /// its wrapped key (no key needed on either side); for unencrypted
+        /// datasets the same stream as without -w (as in zfs).
         #[arg(short = 'w')]
         raw: bool,
         /// Continue an interrupted receive from its receive_resume_token.
@@ -1136,7 +1137,10 @@ mod tests {
 
     #[test]
     fn set_splits_assignments_and_dataset() {
-        let Command::Set { args } = parse("set a=1 b=2 tank").unwrap().command else { panic!() };
+        let Command::Set { force, args } = parse("set a=1 b=2 tank").unwrap().command else { panic!() };
         assert_eq!(args, vec!["a=1", "b=2", "tank"]);
+        assert!(!force);
+        let Command::Set { force, .. } = parse("set -f volsize=1G tank/vol").unwrap().command else { panic!() };
+        assert!(force);
     }
 }

@@ -53,6 +53,20 @@ fn nbdinfo(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// `tarn send SEND | tarn recv RECV` through a real pipe.
+fn pipe(h: &Harness, send: &[&str], recv: &[&str]) {
+    let tarn = |args: &[&str]| {
+        let mut c = Command::new(common::TARN);
+        c.arg("--socket").arg(&h.socket).args(args);
+        c
+    };
+    let mut sender = tarn(&[&["send"], send].concat()).stdout(std::process::Stdio::piped()).spawn().expect("spawn tarn send");
+    let stream = sender.stdout.take().expect("sender stdout");
+    let receiver = tarn(&[&["recv"], recv].concat()).stdin(stream).output().expect("run tarn recv");
+    assert!(sender.wait().unwrap().success(), "tarn send {send:?}");
+    assert!(receiver.status.success(), "tarn recv {recv:?}: {}", String::from_utf8_lossy(&receiver.stderr));
+}
+
 fn size_of(port: u16, export: &str) -> u64 {
     nbdinfo(&["--size", &uri(port, export)]).trim().parse().unwrap()
 }
@@ -119,6 +133,18 @@ fn volumes_through_the_cli_served_over_nbd() {
     qemu_io(port, "tank/vol", &["read -P 0 96M 32M", "read -P 0xa2 60M 4M"]);
     let e = common::refused(&h, &["set", "volsize=1G", "tank/vm"], 1);
     assert!(e.contains("not a volume"), "{e}");
+
+    // Send and receive: a volume arrives as a volume of the same size and
+    // contents, its snapshots keeping the size they had; an incremental
+    // brings the new size.
+    pipe(&h, &["tank/vol@a"], &["tank/copy"]);
+    assert_eq!(h.tarn_ok(&["get", "-H", "-o", "value", "type,volsize,volblocksize", "tank/copy"]), "volume\n64M\n16K\n");
+    qemu_io(port, "tank/copy", &["read -P 0xa1 0 8M", "read -P 0xa2 60M 4M"]);
+    qemu_io(port, "tank/copy@a", &["read -P 0xa1 0 8M"]);
+    h.tarn_ok(&["snapshot", "tank/vol@b"]);
+    pipe(&h, &["-i", "@a", "tank/vol@b"], &["-F", "tank/copy"]);
+    assert_eq!(h.tarn_ok(&["get", "-H", "-o", "value", "volsize", "tank/copy", "tank/copy@a", "tank/copy@b"]), "128M\n64M\n128M\n");
+    qemu_io(port, "tank/copy", &["read -P 0xb1 0 4M", "read -P 0xa1 4M 4M", "read -P 0 96M 32M"]);
 
     // Export and import: the contents are kept, the volume served again.
     h.export("tank");
