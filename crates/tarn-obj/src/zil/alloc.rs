@@ -47,6 +47,16 @@ pub(crate) fn alloc_block(s: &Shared, st: &mut LogState, psize: u64, copies: u8,
 /// them (`free_block`). Data (`metadata` false) is placed with data.
 pub(crate) fn alloc_extents(s: &Shared, psize: u64, copies: u8, class: VdevClass, metadata: bool, txg: Txg) -> Result<Vec<Extent>> {
     let tops = s.io.tops();
+    // On the normal vdevs a log block takes space the open txgs' dirty
+    // data was promised: refused (the commit falls back to a txg sync)
+    // unless it fits as new data would (space.rs), or a full pool's sync
+    // would find its space gone and suspend the pool.
+    let has_slog = class == VdevClass::Log && tops.iter().any(|t| crate::log_vdevs::takes_log_blocks(s, t));
+    if !has_slog {
+        let n = u64::from(copies.clamp(1, tarn_block::bp::MAX_COPIES as u8));
+        let asize = tops.iter().map(|t| t.alloc_size(psize)).max().unwrap_or(psize);
+        s.check_space(asize * n)?;
+    }
     let slogs: Vec<usize> = match class {
         VdevClass::Log => tops.iter().filter(|t| crate::log_vdevs::takes_log_blocks(s, t)).map(|t| t.id() as usize).collect(),
         VdevClass::Normal => vec![],
