@@ -687,8 +687,13 @@ impl Daemon {
             None => imported.ds.create_dataset_keyed(dataset, properties, parents, &mount::format, material.as_ref()),
             Some(spec) => {
                 let geometry = crate::volumes::geometry(spec).map_err(fail)?;
+                // Not sparse: the volume's size is set aside (as zfs).
+                let mut properties = properties.to_vec();
+                if !spec.sparse && !properties.iter().any(|(p, _)| p == "refreservation") {
+                    properties.push(("refreservation".into(), geometry.volsize.to_string()));
+                }
                 let init = move |os: &tarn_obj::ObjectSet, tx: &tarn_obj::Tx| tarn_vol::Volume::format(os, tx, geometry.volblocksize).map_err(|e| e.to_string());
-                imported.ds.create_volume(dataset, properties, parents, &mount::format, &init, material.as_ref(), geometry)
+                imported.ds.create_volume(dataset, &properties, parents, &mount::format, &init, material.as_ref(), geometry)
             }
         }
         .map_err(|e| match e {

@@ -81,6 +81,9 @@ impl tarn_fs::SpaceLimit for DatasetLimit {
     fn remaining(&self) -> Option<(u64, bool)> {
         self.ds.upgrade()?.quota_remaining(self.objset)
     }
+    fn held_elsewhere(&self) -> u64 {
+        self.ds.upgrade().map_or(0, |ds| ds.reserved_elsewhere_of(self.objset))
+    }
 }
 
 pub fn space_limit(ds: &Arc<tarn_ds::Pool>, os: &ObjectSet) -> Arc<dyn tarn_fs::SpaceLimit> {

@@ -68,7 +68,10 @@ pub(crate) fn open_volume(imported: &mut Imported, name: &str) -> Result<(), Str
     let settings = imported.ds.settings(name).map_err(|e| e.to_string())?;
     let os = imported.ds.objset(name).map_err(|e| e.to_string())?;
     let opts = VolOptions { size: geometry.volsize, sync: sync_mode(settings.sync), readonly: settings.readonly };
+    let objset = os.id();
     let volume = Volume::open(imported.ds.obj().clone(), os, opts).map_err(|e| e.to_string())?;
+    let ds = Arc::downgrade(&imported.ds);
+    volume.set_space_hold(Some(Arc::new(move || ds.upgrade().map_or(0, |ds| ds.reserved_elsewhere_of(objset)))));
     imported.volumes.insert(name.to_string(), volume);
     Ok(())
 }

@@ -28,6 +28,7 @@ pub mod pool;
 pub mod props;
 pub mod quota;
 pub mod rename;
+pub mod reservation;
 pub mod replication;
 pub mod size;
 pub mod snapshots;

@@ -454,6 +454,9 @@ impl Pool {
         if self.exists(name) {
             return Err(DsError::Exists(name.to_string()));
         }
+        if let Some(bytes) = local.get("refreservation").and_then(|v| v.parse::<u64>().ok()) {
+            self.check_refreservation(name, bytes)?;
+        }
         // Missing ancestors, nearest to the root first.
         let mut missing = Vec::new();
         let mut current = props::parent_name(name);
@@ -597,6 +600,11 @@ impl Pool {
                 }
             }
         }
+        if prop == "refreservation" {
+            if let Ok(bytes) = stored.parse::<u64>() {
+                self.check_refreservation(name, bytes)?;
+            }
+        }
         record.props.insert(prop.clone(), stored);
         let tx = self.obj.begin();
         self.store_record(&tx, name, &record)?;
@@ -701,7 +709,7 @@ impl Pool {
     /// (A clone's blocks shared with its origin count in the origin's
     /// dataset, see `clones.rs`.)
     pub fn used_bytes(&self, name: &str) -> u64 {
-        self.obj.deflate(self.used_raw(name))
+        self.obj.deflate(self.used_raw(name)) + self.subtree_unused_refreservation(name)
     }
 
     fn logical_bytes(&self, name: &str) -> u64 {
@@ -723,7 +731,7 @@ impl Pool {
     /// free space less the slop), capped by the quota of the dataset and of
     /// every ancestor.
     pub fn available_bytes(&self, name: &str) -> u64 {
-        let mut available = self.obj.deflate(self.obj.space().available);
+        let mut available = self.obj.deflate(self.obj.space().available).saturating_sub(self.reserved_elsewhere(name));
         let mut current = Some(name);
         while let Some(dataset) = current {
             let quota = self.state.read().datasets.get(dataset).and_then(|r| r.props.get("quota").cloned());
@@ -787,9 +795,12 @@ impl Pool {
                 "logicalused" => number(self.logical_bytes(name)),
                 "usedbysnapshots" => number(self.obj.deflate(self.snapshot_space_raw(name))),
                 "usedbydataset" => number(self.obj.deflate(self.dataset_space_raw(name))),
-                "usedbychildren" => number(self.obj.deflate(
-                    self.used_raw(name).saturating_sub(self.dataset_space_raw(name)).saturating_sub(self.snapshot_space_raw(name)),
-                )),
+                "usedbyrefreservation" => number(self.unused_refreservation(name)),
+                "usedbychildren" => number(
+                    self.obj.deflate(
+                        self.used_raw(name).saturating_sub(self.dataset_space_raw(name)).saturating_sub(self.snapshot_space_raw(name)),
+                    ) + self.subtree_unused_refreservation(name).saturating_sub(self.unused_refreservation(name)),
+                ),
                 "origin" => record.origin.clone().unwrap_or_else(|| "-".to_string()),
                 "clones" => "-".to_string(),
                 // Known to the daemon, which owns the mounts (it fills this in).

@@ -42,6 +42,7 @@ pub const PROPERTIES: &[PropDef] = &[
     readonly("compressratio"),
     readonly("mounted"),
     settable("quota", false, "none"),
+    settable("refreservation", false, "none"),
     settable("recordsize", true, "131072"),
     settable("mountpoint", true, "-"),
     settable("checksum", true, "on"),
@@ -60,6 +61,7 @@ pub const PROPERTIES: &[PropDef] = &[
     readonly("usedbysnapshots"),
     readonly("usedbydataset"),
     readonly("usedbychildren"),
+    readonly("usedbyrefreservation"),
     readonly("written"),
     readonly("createtxg"),
     readonly("userrefs"),
@@ -127,8 +129,6 @@ pub const NOT_YET_SUPPORTED: &[&str] = &[
     "volmode",
     "refquota",
     "reservation",
-    "refreservation",
-    "usedbyrefreservation",
     "dedup",
     "canmount",
     "exec",
@@ -300,7 +300,7 @@ fn validate_native(prop: &str, value: &str) -> Result<(&'static str, String), Pr
             "latency" | "throughput" => value.to_string(),
             _ => return Err(bad(name, value, "must be latency or throughput")),
         },
-        "quota" => {
+        "quota" | "refreservation" => {
             if value == "none" {
                 "none".to_string()
             } else {
@@ -433,7 +433,7 @@ pub fn display_value(prop: &str, stored: &str, parsable: bool) -> String {
             Ok(bytes) if !parsable => format_bytes(bytes),
             _ => stored.to_string(),
         },
-        "quota" => match stored.parse::<u64>() {
+        "quota" | "refreservation" => match stored.parse::<u64>() {
             Ok(bytes) if !parsable => format_bytes(bytes),
             Ok(_) => stored.to_string(),
             Err(_) if parsable => "0".to_string(),

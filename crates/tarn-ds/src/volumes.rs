@@ -85,6 +85,12 @@ impl Pool {
                 format_bytes(size)
             )));
         }
+        // A reservation of the old size (a volume created without -s)
+        // follows the size.
+        if record.props.get("refreservation").and_then(|v| v.parse::<u64>().ok()) == Some(volume.volsize) {
+            self.check_refreservation(name, size)?;
+            record.props.insert("refreservation".into(), size.to_string());
+        }
         volume.volsize = size;
         record.volume = Some(volume);
         let tx = self.obj.begin();

@@ -28,7 +28,9 @@ impl Fs {
     /// (`ObjectSet::reserve` syncs txgs while pending work may make room).
     pub(crate) fn make_room(&self, extra: u64) -> Result<()> {
         let limit = self.limit.read().clone();
+        let mut held = 0;
         if let Some(limit) = limit {
+            held = limit.held_elsewhere();
             let mut tries = 0;
             while let Some((remaining, pending)) = limit.remaining() {
                 if extra <= remaining {
@@ -41,7 +43,8 @@ impl Fs {
                 tries += 1;
             }
         }
-        self.os.reserve(extra)?;
+        // Others' reservations stay free (ENOSPC, as the pool's own limit).
+        self.os.reserve(extra.saturating_add(held))?;
         Ok(())
     }
 

@@ -42,6 +42,11 @@ pub trait SpaceLimit: Send + Sync {
     /// changes not yet written out, and whether any such changes were
     /// counted (writing them out may leave more room). None: no limit.
     fn remaining(&self) -> Option<(u64, bool)>;
+    /// Bytes of the pool other datasets' reservations hold back from this
+    /// one (`refreservation`): a change must leave them free.
+    fn held_elsewhere(&self) -> u64 {
+        0
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

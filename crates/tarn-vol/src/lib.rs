@@ -140,7 +140,15 @@ pub struct Volume {
     /// Every operation holds it shared; [`Volume::close`] takes it
     /// exclusively, so it returns once none is running, and sets it.
     closed: RwLock<bool>,
+    /// What other datasets' reservations hold back from this one
+    /// (`refreservation`, the dataset layer's): a write that adds data
+    /// must leave it free.
+    held: RwLock<Option<SpaceHold>>,
 }
+
+/// Asked before a write that adds data: bytes of the pool it must leave
+/// free for other datasets' reservations.
+pub type SpaceHold = Arc<dyn Fn() -> u64 + Send + Sync>;
 
 /// Stripe locks held for one transaction's changes: dropping it appends
 /// the changes to the intent log before the locks go (see the crate doc).
@@ -208,6 +216,7 @@ impl Volume {
             readonly: AtomicBool::new(opts.readonly),
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
             closed: RwLock::new(false),
+            held: RwLock::new(None),
         });
         if writable && info.length > opts.size {
             vol.free_tail(opts.size)?;
@@ -220,6 +229,22 @@ impl Volume {
     /// export: nothing may reach the object set after it).
     pub fn close(&self) {
         *self.closed.write() = true;
+    }
+
+    /// Sets what the volume's writes must leave free (see [`SpaceHold`]).
+    pub fn set_space_hold(&self, hold: Option<SpaceHold>) {
+        *self.held.write() = hold;
+    }
+
+    /// Before adding `len` bytes, outside any transaction: room for them
+    /// and for what others' reservations hold (ENOSPC otherwise). The
+    /// pool waits here (syncing txgs) while frees on their way back
+    /// (deferred, or not yet written: the intent log's blocks after each
+    /// commit) would make the room, as the POSIX layer's writers do.
+    fn make_room(&self, len: u64) -> Result<()> {
+        let held = self.held.read().clone().map_or(0, |h| h());
+        self.os.reserve(len.saturating_add(held))?;
+        Ok(())
     }
 
     pub fn is_closed(&self) -> bool {
@@ -333,6 +358,7 @@ impl Volume {
         if data.is_empty() {
             return Ok(());
         }
+        self.make_room(data.len() as u64)?;
         {
             let tx = self.begin();
             let _held = self.hold(&tx, offset, data.len() as u64);
@@ -374,6 +400,7 @@ impl Volume {
             let _held = self.hold(&tx, offset, len);
             self.os.free_range(&tx, DATA_OBJECT, offset, Some(len))?;
         } else {
+            self.make_room(len)?;
             let zeros = vec![0u8; ZERO_CHUNK.min(len) as usize];
             let mut done = 0u64;
             while done < len {

@@ -174,3 +174,74 @@ fn volumes_through_the_cli_served_over_nbd() {
     let list = nbdinfo(&["--list", "--json", &format!("nbd://127.0.0.1:{port}")]);
     assert!(!list.contains("tank/volclone") && list.contains("\"tank/vol\""), "{list}");
 }
+
+fn bytes(h: &Harness, prop: &str, name: &str) -> u64 {
+    h.tarn_ok(&["get", "-Hp", "-o", "value", prop, name]).trim().parse().unwrap_or_else(|e| panic!("{prop} of {name}: {e}"))
+}
+
+/// Issue 13, test 5's space accounting: a volume created without `-s`
+/// reserves its size (`refreservation = volsize`); what its data does not
+/// use yet is `usedbyrefreservation`, counted in its `used` and its
+/// parent's, and held back from every other dataset: their `available`
+/// drops by it, and filling a file system stops with ENOSPC short of it,
+/// while the volume can still write all of its size. A sparse volume
+/// reserves nothing; a reservation that cannot fit is refused.
+#[test]
+fn refreservation_holds_space_for_a_volume() {
+    let port = free_port();
+    let config = move |_: &std::path::Path| format!("[nbd]\nlisten = \"127.0.0.1:{port}\"\n");
+    let h = Harness::start_with_config(Some(&config));
+    let vdevs = h.vdev_files("vdevs", 2, 384 << 20);
+    h.create_pool("tank", &["mirror".into(), path_str(&vdevs[0]), path_str(&vdevs[1])]);
+    h.tarn_ok(&["create", "-o", "compression=off", "tank/fs"]);
+    let avail_before = bytes(&h, "available", "tank/fs");
+    h.tarn_ok(&["create", "-o", "compression=off", "-V", "96M", "tank/vol"]);
+    h.tarn_ok(&["create", "-s", "-V", "1G", "tank/sparse"]);
+    assert_eq!(bytes(&h, "refreservation", "tank/vol"), 96 << 20);
+    assert_eq!(h.tarn_ok(&["get", "-H", "-o", "value,source", "refreservation", "tank/sparse"]).trim(), "none\tdefault");
+    let unused = bytes(&h, "usedbyrefreservation", "tank/vol");
+    assert!(unused > 90 << 20 && unused <= 96 << 20, "usedbyrefreservation {unused}");
+    assert!(bytes(&h, "used", "tank/vol") >= 96 << 20);
+    assert!(bytes(&h, "used", "tank") >= 96 << 20, "the parent's used counts the child's reservation");
+    let avail_after = bytes(&h, "available", "tank/fs");
+    assert!(avail_before - avail_after >= 95 << 20, "others' available: {avail_before} -> {avail_after}");
+
+    // Written data moves from usedbyrefreservation to referenced.
+    qemu_io(port, "tank/vol", &["write -P 0x61 0 32M", "flush"]);
+    h.tarn_ok(&["pool", "sync", "tank"]);
+    let unused2 = bytes(&h, "usedbyrefreservation", "tank/vol");
+    assert!(unused - unused2 >= 31 << 20, "usedbyrefreservation {unused} -> {unused2} after 32M written");
+
+    // A file system filling the pool stops short of the reservation.
+    let big = h.mountpoint("tank").join("fs/big");
+    let mut f = std::fs::File::create(&big).unwrap();
+    let chunk = vec![0x5au8; 1 << 20];
+    let mut written = 0u64;
+    let err = loop {
+        match std::io::Write::write_all(&mut f, &chunk) {
+            Ok(()) => written += 1 << 20,
+            Err(e) => break e,
+        }
+        assert!(written < 1 << 30, "wrote 1 GiB into a 384 MiB pool");
+    };
+    assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "{err}");
+    drop(f);
+    h.tarn_ok(&["pool", "sync", "tank"]);
+    // The volume still writes every byte of its size.
+    qemu_io(port, "tank/vol", &["write -P 0x62 32M 64M", "flush", "read -P 0x61 0 32M", "read -P 0x62 32M 64M"]);
+    h.tarn_ok(&["pool", "sync", "tank"]);
+    assert!(bytes(&h, "usedbyrefreservation", "tank/vol") < 1 << 20, "the reservation is used up by the volume's data");
+
+    // Too large to fit: refused, nothing changed.
+    let e = common::refused(&h, &["set", "refreservation=10G", "tank/fs"], 1);
+    assert!(e.contains("out of space"), "{e}");
+    let e = common::refused(&h, &["create", "-V", "10G", "tank/huge"], 1);
+    assert!(e.contains("out of space"), "{e}");
+    assert_eq!(h.tarn_ok(&["get", "-H", "-o", "value", "refreservation", "tank/fs"]).trim(), "none");
+    // Removing the reservation gives the space back to the others.
+    let before = bytes(&h, "available", "tank/fs");
+    h.tarn_ok(&["set", "refreservation=none", "tank/vol"]);
+    // (The property's own record takes a few KiB.)
+    let after = bytes(&h, "available", "tank/fs");
+    assert!(before.abs_diff(after) < 256 << 10, "a fully used reservation held nothing more: {before} -> {after}");
+}
