@@ -194,6 +194,28 @@ mod tests {
     }
 
     #[test]
+    fn parses_nbd() {
+        assert!(parse_config("").unwrap().nbd.is_none());
+        let n = parse_config("[nbd]\n").unwrap().nbd.unwrap();
+        assert_eq!(n.listen.to_string(), "127.0.0.1:10809");
+        assert!(n.enable);
+        let n = parse_config("[nbd]\nlisten = \"0.0.0.0:10810\"\nhosts = [\"@192.168.1.0/24\", \"127.0.0.1\"]\nenable = false\n").unwrap().nbd.unwrap();
+        assert_eq!(n.listen.port(), 10810);
+        assert!(!n.enable);
+        assert!(n.hosts.0.iter().any(|h| h.matches("192.168.1.7".parse().unwrap())));
+        assert!(!n.hosts.0.iter().any(|h| h.matches("10.0.0.1".parse().unwrap())));
+        for (bad, want) in [
+            ("[nbd]\nlisten = \"nowhere\"\n", "ADDRESS:PORT"),
+            ("[nbd]\nhosts = [\"@1.2.3.0/99\"]\n", "[nbd] hosts"),
+            ("[nbd]\nport = 1\n", "unknown key 'port' in [nbd]"),
+            ("[nbd]\nenable = \"yes\"\n", "[nbd] enable"),
+        ] {
+            let e = parse_config(bad).unwrap_err();
+            assert!(e.contains(want) && !e.contains('\n'), "{bad}: {e}");
+        }
+    }
+
+    #[test]
     fn rejects_unknown_keys() {
         assert!(parse_config("[tunables]\narc_maxx = 1\n").unwrap_err().contains("arc_maxx"));
         assert!(parse_config("[other]\n").unwrap_err().contains("other"));

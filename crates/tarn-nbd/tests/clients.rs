@@ -114,6 +114,7 @@ fn fio_nbd_engine_verifies_with_crc32c() {
                 "--verify=crc32c",
                 "--verify_fatal=1",
                 "--do_verify=1",
+                "--verify_state_save=0",
             ],
         );
     }

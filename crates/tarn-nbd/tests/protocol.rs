@@ -272,3 +272,26 @@ fn bad_input_gets_errors_or_a_closed_connection_never_a_panic() {
 }
 
 const MAX_PAYLOAD_PLUS_ONE: u32 = tarn_nbd::MAX_PAYLOAD + 1;
+
+/// The allow-list: a client whose address it does not name is answered
+/// `ERR_POLICY` for LIST, INFO, GO and meta contexts, and EXPORT_NAME
+/// closes; named again, it is served.
+#[test]
+fn clients_not_allowed_get_err_policy() {
+    let s = support::serve(1 << 20);
+    let addr = s.server.local_addr();
+    s.server.set_allow(tarn_share::nfs::HostList::from_items(&["@10.9.8.0/24"]).unwrap());
+    let mut c = Client::ok(addr);
+    c.option(OPT_LIST, &[]);
+    assert_eq!(c.reply(OPT_LIST).0, REP_ERR_POLICY);
+    c.option(OPT_INFO, &Client::go_data("tank/vol"));
+    assert_eq!(c.reply(OPT_INFO).0, REP_ERR_POLICY);
+    c.option(OPT_GO, &Client::go_data("tank/vol"));
+    let (t, msg) = c.reply(OPT_GO);
+    assert_eq!(t, REP_ERR_POLICY, "{}", String::from_utf8_lossy(&msg));
+    c.option(OPT_EXPORT_NAME, b"tank/vol");
+    assert!(c.closed());
+    s.server.set_allow(tarn_share::nfs::HostList::from_items(&["127.0.0.1"]).unwrap());
+    let mut c = Client::ok(addr);
+    assert_eq!(c.go("tank/vol").0, 1 << 20);
+}

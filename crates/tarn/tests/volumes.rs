@@ -67,6 +67,18 @@ fn pipe(h: &Harness, send: &[&str], recv: &[&str]) {
     assert!(receiver.status.success(), "tarn recv {recv:?}: {}", String::from_utf8_lossy(&receiver.stderr));
 }
 
+/// xxh3 of the whole device behind `export` (nbdcopy to a file, hashed).
+fn device_hash(h: &Harness, port: u16, export: &str) -> u64 {
+    let out = h.dir.join(format!("dev-{}.img", export.replace(['/', '@'], "_")));
+    let mut c = Command::new("nbdcopy");
+    c.args([&uri(port, export), out.to_str().unwrap()]);
+    let o = common::run_with_timeout(c, std::time::Duration::from_secs(120));
+    assert!(o.status.success(), "nbdcopy {export}: {}", String::from_utf8_lossy(&o.stderr));
+    let hash = common::hash_file(&out);
+    std::fs::remove_file(&out).unwrap();
+    hash
+}
+
 fn size_of(port: u16, export: &str) -> u64 {
     nbdinfo(&["--size", &uri(port, export)]).trim().parse().unwrap()
 }
@@ -116,6 +128,9 @@ fn volumes_through_the_cli_served_over_nbd() {
     qemu_io(port, "tank/vol", &["read -P 0xb1 0 4M", "read -P 0xa1 4M 4M"]);
     // A clone: a volume of its own, starting as the snapshot.
     h.tarn_ok(&["clone", "tank/vol@a", "tank/volclone"]);
+    let hash_a = device_hash(&h, port, "tank/vol@a");
+    assert_eq!(device_hash(&h, port, "tank/volclone"), hash_a, "a clone is its origin, whole");
+    assert_ne!(device_hash(&h, port, "tank/vol"), hash_a, "the head changed since @a");
     assert_eq!(h.tarn_ok(&["get", "-H", "-o", "value", "type,volsize", "tank/volclone"]), "volume\n64M\n");
     qemu_io(port, "tank/volclone", &["read -P 0xa1 0 8M", "write -P 0xc1 0 1M", "read -P 0xc1 0 1M"]);
     qemu_io(port, "tank/vol@a", &["read -P 0xa1 0 8M"]);
@@ -141,10 +156,15 @@ fn volumes_through_the_cli_served_over_nbd() {
     assert_eq!(h.tarn_ok(&["get", "-H", "-o", "value", "type,volsize,volblocksize", "tank/copy"]), "volume\n64M\n16K\n");
     qemu_io(port, "tank/copy", &["read -P 0xa1 0 8M", "read -P 0xa2 60M 4M"]);
     qemu_io(port, "tank/copy@a", &["read -P 0xa1 0 8M"]);
+    assert_eq!(device_hash(&h, port, "tank/copy@a"), hash_a, "the received snapshot, whole");
+    assert_eq!(device_hash(&h, port, "tank/copy"), hash_a);
     h.tarn_ok(&["snapshot", "tank/vol@b"]);
     pipe(&h, &["-i", "@a", "tank/vol@b"], &["-F", "tank/copy"]);
     assert_eq!(h.tarn_ok(&["get", "-H", "-o", "value", "volsize", "tank/copy", "tank/copy@a", "tank/copy@b"]), "128M\n64M\n128M\n");
     qemu_io(port, "tank/copy", &["read -P 0xb1 0 4M", "read -P 0xa1 4M 4M", "read -P 0 96M 32M"]);
+    let hash_b = device_hash(&h, port, "tank/vol@b");
+    assert_eq!(device_hash(&h, port, "tank/copy@b"), hash_b);
+    assert_eq!(device_hash(&h, port, "tank/copy"), hash_b);
 
     // Export and import: the contents are kept, the volume served again.
     h.export("tank");
@@ -168,6 +188,16 @@ fn volumes_through_the_cli_served_over_nbd() {
     qemu_io(port, "tank/vol", &["read -P 0xe1 16M 2M", "read -P 0xb1 0 4M"]);
     let check = h.tarn_ok(&["debug", "check", "tank"]);
     assert!(check.contains("no damage, leaks or double allocations found"), "{check}");
+
+    // Rollback: the volume is closed, rolled back and served again, whole.
+    h.tarn_ok(&["rollback", "tank/vol@b"]);
+    assert_eq!(device_hash(&h, port, "tank/vol"), hash_b, "rolled back to @b, whole");
+    // readonly=on: opened for writing, refused; read as before.
+    h.tarn_ok(&["set", "readonly=on", "tank/vol"]);
+    qemu_io_says(port, "tank/vol", "write -P 0 0 4k", "Permission denied");
+    qemu_io(port, "tank/vol@b", &["read -P 0xb1 0 4M"]);
+    h.tarn_ok(&["set", "readonly=off", "tank/vol"]);
+    qemu_io(port, "tank/vol", &["write -P 0xf1 0 4k", "read -P 0xf1 0 4k"]);
 
     // Destroyed: no longer served.
     h.tarn_ok(&["destroy", "tank/volclone"]);
@@ -244,4 +274,63 @@ fn refreservation_holds_space_for_a_volume() {
     // (The property's own record takes a few KiB.)
     let after = bytes(&h, "available", "tank/fs");
     assert!(before.abs_diff(after) < 256 << 10, "a fully used reservation held nothing more: {before} -> {after}");
+}
+
+/// Issue 13, test 3 through the daemon: fio's nbd engine writes with
+/// crc32c verification from several jobs (random and sequential), the
+/// pool is exported and imported, and fio verifies every block again.
+#[test]
+fn fio_verifies_across_export_and_import() {
+    let port = free_port();
+    let config = move |_: &std::path::Path| format!("[nbd]\nlisten = \"127.0.0.1:{port}\"\n");
+    let h = Harness::start_with_config(Some(&config));
+    let vdevs = h.vdev_files("vdevs", 4, 256 << 20);
+    let vdir = vdevs[0].parent().unwrap().to_path_buf();
+    let spec: Vec<String> = std::iter::once("raidz1".to_string()).chain(vdevs.iter().map(|v| path_str(v))).collect();
+    h.create_pool("tank", &spec);
+    h.tarn_ok(&["create", "-V", "256M", "tank/vol"]);
+    let fio = |rw: &str, offset: &str, verify_only: bool| {
+        let mut c = Command::new("fio");
+        c.current_dir(&h.dir); // its verify state files go there
+        c.args([
+            "--name=v",
+            "--ioengine=nbd",
+            &format!("--uri={}", uri(port, "tank/vol")),
+            &format!("--rw={rw}"),
+            "--bs=16k",
+            "--size=40m",
+            "--numjobs=3",
+            &format!("--offset={offset}"),
+            "--offset_increment=40m",
+            "--iodepth=8",
+            "--verify=crc32c",
+            "--verify_fatal=1",
+        ]);
+        if verify_only {
+            c.arg("--verify_only=1");
+        }
+        let out = common::run_with_timeout(c, std::time::Duration::from_secs(300));
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success() && !text.contains("verify failed") && !text.contains("bad magic"), "fio {rw} (verify only: {verify_only}):\n{text}");
+    };
+    fio("randwrite", "0", false);
+    fio("write", "128m", false);
+    h.export("tank");
+    h.import("tank", &vdir);
+    let mut tries = 0;
+    while !nbdinfo(&["--list", "--json", &format!("nbd://127.0.0.1:{port}")]).contains("\"tank/vol\"") {
+        tries += 1;
+        assert!(tries < 100, "the volume is not served after import");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    fio("randwrite", "0", true);
+    fio("write", "128m", true);
+    // The check can fail: data changed under fio's feet is caught.
+    qemu_io(port, "tank/vol", &["write -P 0x77 1M 64k", "flush"]);
+    let mut c = Command::new("fio");
+    c.current_dir(&h.dir); // its verify state files go there
+    c.args(["--name=v", "--ioengine=nbd", &format!("--uri={}", uri(port, "tank/vol")), "--rw=randwrite", "--bs=16k", "--size=40m", "--numjobs=3", "--offset=0", "--offset_increment=40m", "--verify=crc32c", "--verify_only=1"]);
+    let out = common::run_with_timeout(c, std::time::Duration::from_secs(300));
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(!out.status.success() || text.contains("verify"), "fio verified a volume that was changed behind it:\n{text}");
 }
