@@ -116,6 +116,8 @@ pub struct Pool {
     pub(crate) sending: Mutex<BTreeMap<String, usize>>,
     pub(crate) state: RwLock<State>,
     pub(crate) quota_cache: crate::quota::SharedQuotaCache,
+    /// Unused reservations as of the last synced txg (reservation.rs).
+    pub(crate) reservation_cache: parking_lot::Mutex<crate::reservation::ReservationCache>,
     /// Wrapping keys of loaded encryption roots (encryption.rs).
     pub(crate) wrapping: crate::encryption::Wrapping,
 }
@@ -224,6 +226,7 @@ impl Pool {
             change: Mutex::new(()),
             sending: Mutex::new(BTreeMap::new()),
             quota_cache: Default::default(),
+            reservation_cache: Default::default(),
             wrapping: Default::default(),
             state: RwLock::new(State {
                 datasets: BTreeMap::from([(name.clone(), record)]),
@@ -302,6 +305,7 @@ impl Pool {
             sending: Mutex::new(BTreeMap::new()),
             state: RwLock::new(State { datasets, snapshots, bookmarks, objsets, pool_props }),
             quota_cache: Default::default(),
+            reservation_cache: Default::default(),
             wrapping: Default::default(),
         };
         let names: Vec<String> = pool.state.read().datasets.keys().cloned().collect();

@@ -29,7 +29,7 @@ pub(crate) type SharedQuotaCache = Mutex<QuotaCache>;
 
 impl Pool {
     /// The name of the dataset whose head is object set `id`.
-    fn name_of_objset(&self, id: ObjsetId) -> Option<String> {
+    pub(crate) fn name_of_objset(&self, id: ObjsetId) -> Option<String> {
         self.state.read().datasets.iter().find(|(_, r)| r.objset == id.0).map(|(n, _)| n.clone())
     }
 

@@ -11,12 +11,25 @@
 //!
 //! Setting one (or creating a dataset with one) larger than what the
 //! dataset could still get is refused, as in ZFS.
+//!
+//! Writers ask before every change, so the unused reservations are
+//! computed once per synced txg (`referenced` moves only when a txg is
+//! written, and every change of a reservation, a dataset's name or its
+//! existence syncs a txg before it returns), not by walking every
+//! dataset record on each write.
 
 use tarn_obj::ObjsetId;
 
 use crate::pool::Pool;
 use crate::size::format_bytes;
 use crate::{DsError, Result};
+
+/// The datasets with an unused reservation and how much, as of `txg`.
+#[derive(Default)]
+pub(crate) struct ReservationCache {
+    txg: Option<u64>,
+    unused: Vec<(String, u64)>,
+}
 
 impl Pool {
     /// The refreservation of head `name` (None: none).
@@ -29,31 +42,44 @@ impl Pool {
         self.refreservation(name).map_or(0, |r| r.saturating_sub(self.referenced_bytes(name)))
     }
 
-    /// Datasets with a refreservation.
-    fn reserving(&self) -> Vec<String> {
-        self.state.read().datasets.iter().filter(|(_, r)| r.props.contains_key("refreservation")).map(|(n, _)| n.clone()).collect()
+    /// The sum of the unused reservations of the datasets `pick` takes,
+    /// from the cache of the last synced txg.
+    fn unused_reserved(&self, pick: impl Fn(&str) -> bool) -> u64 {
+        let txg = self.obj.last_synced_txg();
+        let mut cache = self.reservation_cache.lock();
+        if cache.txg != Some(txg) {
+            let reserving: Vec<String> =
+                self.state.read().datasets.iter().filter(|(_, r)| r.props.contains_key("refreservation")).map(|(n, _)| n.clone()).collect();
+            cache.unused = reserving
+                .into_iter()
+                .filter_map(|d| {
+                    let unused = self.unused_refreservation(&d);
+                    (unused > 0).then_some((d, unused))
+                })
+                .collect();
+            cache.txg = Some(txg);
+        }
+        cache.unused.iter().filter(|(d, _)| pick(d)).map(|(_, u)| u).sum()
     }
 
     /// What the other datasets' reservations hold back from `name`.
     pub fn reserved_elsewhere(&self, name: &str) -> u64 {
-        self.reserving().iter().filter(|d| d.as_str() != name).map(|d| self.unused_refreservation(d)).sum()
+        self.unused_reserved(|d| d != name)
     }
 
     /// [`Pool::reserved_elsewhere`] of the dataset whose head is `objset`
     /// (every reservation when no dataset has that head).
     pub fn reserved_elsewhere_of(&self, objset: ObjsetId) -> u64 {
-        let reserving = self.reserving();
-        if reserving.is_empty() {
+        if self.unused_reserved(|_| true) == 0 {
             return 0;
         }
-        let name = self.state.read().datasets.iter().find(|(_, r)| r.objset == objset.0).map(|(n, _)| n.clone()).unwrap_or_default();
-        self.reserved_elsewhere(&name)
+        self.reserved_elsewhere(&self.name_of_objset(objset).unwrap_or_default())
     }
 
     /// Unused reservations of `name` and its descendants (part of `used`).
     pub(crate) fn subtree_unused_refreservation(&self, name: &str) -> u64 {
         let prefix = format!("{name}/");
-        self.reserving().iter().filter(|d| d.as_str() == name || d.starts_with(&prefix)).map(|d| self.unused_refreservation(d)).sum()
+        self.unused_reserved(|d| d == name || d.starts_with(&prefix))
     }
 
     /// Refuses a refreservation of `name` that would hold more than it
