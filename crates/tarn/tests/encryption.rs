@@ -16,7 +16,7 @@ use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use common::{assert_clean_failure, path_str, wait_mounted, wait_unmounted, Harness};
+use common::{assert_clean_failure, longest_run, path_str, wait_mounted, wait_unmounted, Harness};
 
 const PASS: &str = "correct horse battery staple";
 const NEW_PASS: &str = "a new passphrase for media";
@@ -229,24 +229,6 @@ fn key_lifecycle_through_the_cli_and_no_plaintext_on_disk() {
     fs::write(mnt.join(NAME), MARK).unwrap();
     h.export("tank");
     assert!(vdevs.iter().all(|v| contains(v, MARK) && contains(v, NAME.as_bytes())), "the scan finds plaintext of an unencrypted dataset");
-}
-
-/// The longest run of consecutive 4 KiB pages in `pages` (sorted): its first
-/// page and length in pages.
-fn longest_run(pages: &[u64]) -> (u64, usize) {
-    let (mut best, mut start, mut len) = ((0, 0), 0, 0);
-    for (i, &p) in pages.iter().enumerate() {
-        if i > 0 && pages[i - 1] + 4096 == p {
-            len += 1;
-        } else {
-            start = p;
-            len = 1;
-        }
-        if len > best.1 {
-            best = (start, len);
-        }
-    }
-    best
 }
 
 /// Issue 12, test 3 through the daemon: pages of an encrypted file's data

@@ -19,28 +19,12 @@ use std::collections::HashSet;
 use std::fs;
 use std::os::unix::fs::FileExt;
 
-use common::{path_str, wait_mounted, Harness};
+use common::{longest_run, path_str, wait_mounted, Harness};
 
 const PAGE: usize = 4096;
 /// Blocks of each file.
 const BLOCKS: usize = 64;
 
-/// The longest run of consecutive pages in `pages` (sorted): (start, pages).
-fn longest_run(pages: &[u64]) -> (u64, usize) {
-    let (mut best, mut start, mut len) = ((0, 0), 0, 0);
-    for (i, &p) in pages.iter().enumerate() {
-        if i > 0 && pages[i - 1] + PAGE as u64 == p {
-            len += 1;
-        } else {
-            start = p;
-            len = 1;
-        }
-        if len > best.1 {
-            best = (start, len);
-        }
-    }
-    best
-}
 
 /// The pages of `device` written since `before` was taken: the longest
 /// run of them, which a session that wrote one file of `BLOCKS` 4 KiB

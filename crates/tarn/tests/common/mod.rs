@@ -728,6 +728,24 @@ pub fn written_pages(path: &Path) -> Vec<u64> {
     pages
 }
 
+/// The longest run of consecutive 4 KiB pages in `pages` (sorted, as
+/// [`written_pages`] gives them): (first page's offset, pages).
+pub fn longest_run(pages: &[u64]) -> (u64, usize) {
+    let (mut best, mut start, mut len) = ((0, 0), 0, 0);
+    for (i, &p) in pages.iter().enumerate() {
+        if i > 0 && pages[i - 1] + 4096 == p {
+            len += 1;
+        } else {
+            start = p;
+            len = 1;
+        }
+        if len > best.1 {
+            best = (start, len);
+        }
+    }
+    best
+}
+
 pub fn open_rw(path: &Path) -> File {
     OpenOptions::new()
         .read(true)
