@@ -123,6 +123,9 @@ pub fn detach(path: &Path) -> std::io::Result<()> {
     umount2(path, libc::MNT_DETACH)
 }
 
+/// How often an unmount that found the mount busy tries again (50 ms apart).
+const UNMOUNT_BUSY_RETRIES: u32 = 20;
+
 fn umount2(path: &Path, flags: i32) -> std::io::Result<()> {
     let c = CString::new(path.as_os_str().as_bytes())
         .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
@@ -149,7 +152,8 @@ impl MountHandle {
     }
 
     /// Unmount only if nothing uses the mount: a busy mount stays mounted
-    /// and served, and the error is EBUSY.
+    /// and served, and the error is EBUSY (after about a second of
+    /// retries, so a momentary path walk does not count as a user).
     pub fn try_unmount(&mut self) -> std::io::Result<()> {
         self.do_unmount(false)
     }
@@ -158,7 +162,20 @@ impl MountHandle {
         if self.session.is_none() {
             return Ok(());
         }
-        match umount2(&self.mountpoint, 0) {
+        // A path walk in flight through the mount (a statfs, a lookup by
+        // another process) holds it for an instant: EBUSY is retried for a
+        // moment before it is taken for a user of the mount.
+        let mut result = umount2(&self.mountpoint, 0);
+        for _ in 0..if force { 0 } else { UNMOUNT_BUSY_RETRIES } {
+            match &result {
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                    result = umount2(&self.mountpoint, 0);
+                }
+                _ => break,
+            }
+        }
+        match result {
             Ok(()) => {
                 // The connection is gone: the workers see ENODEV (or, racing
                 // the teardown, ECONNABORTED) and exit. The mount is gone
