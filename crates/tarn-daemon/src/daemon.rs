@@ -834,9 +834,9 @@ impl Daemon {
     fn debug_check(&self, pool: &str) -> HandlerResult {
         let pools = self.pools.lock();
         let imported = pools.get(pool).ok_or_else(|| format!("cannot open '{pool}': no such pool"))?;
-        let obj = imported.ds.obj().clone();
+        let ds = imported.ds.clone();
         drop(pools);
-        let report = obj.check();
+        let report = ds.check().map_err(|e| format!("cannot check '{pool}': {e}"))?;
         let mut out = format!(
             "pool {pool}:\n\tobject sets:          {}\n\tblocks:               {}\n\tallocated bytes:      {}\n\tleaked bytes:         {}\n\tdouble-allocated:     {}\n\tdamaged blocks:       {}\n",
             report.objsets,
@@ -848,6 +848,9 @@ impl Daemon {
         );
         for damage in &report.damaged {
             out.push_str(&format!("\tdamaged: {damage}\n"));
+        }
+        for orphan in &report.orphans {
+            out.push_str(&format!("\tleaked: {orphan}\n"));
         }
         if report.ok() {
             out.push_str("no damage, leaks or double allocations found\n");
@@ -970,6 +973,8 @@ fn obj_notes(imported: &Imported) -> Vec<String> {
         notes.push(format!("log device {} is missing; intent log records on it are lost", paths.join(", ")));
     }
     notes.extend(obj.import_notes());
+    // Receives the last run left in the middle, settled by the import.
+    notes.extend(imported.ds.recovered_receives());
     notes
 }
 

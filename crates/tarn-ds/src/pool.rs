@@ -2,8 +2,11 @@
 //!
 //! On disk (all in the MOS):
 //! - object 1, the *pool directory* (type [`DS_DIRECTORY`]): its bonus holds
-//!   `magic "TARNDSD1" | version u64 | datasets ZAP id u64 | pool props ZAP id u64`
-//!   (little-endian).
+//!   `magic "TARNDSD1" | version u64 | datasets ZAP id u64 | pool props ZAP id u64
+//!   | history ring id u64 | receives ZAP id u64` (little-endian; the history
+//!   ring is `history.rs`'s; the receives map, 0 until the
+//!   first receive, holds the journals of receives in progress:
+//!   `replication/journal.rs`).
 //! - the *datasets ZAP* (type [`DS_ZAP`]): full dataset name → JSON
 //!   [`DatasetRecord`] (object set id, guid, creation time, creation txg,
 //!   locally set properties).
@@ -35,6 +38,8 @@ pub const DS_ZAP: ObjType = ObjType(33);
 const DIRECTORY_OBJECT: ObjectId = ObjectId(1);
 const DIRECTORY_MAGIC: &[u8; 8] = b"TARNDSD1";
 const DIRECTORY_VERSION: u64 = 1;
+/// Byte offset in the directory's bonus of the receives map's id.
+pub(crate) const DIRECTORY_RECEIVES: usize = 40;
 
 /// One dataset as stored in the datasets ZAP.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
@@ -120,6 +125,8 @@ pub struct Pool {
     pub(crate) reservation_cache: parking_lot::Mutex<crate::reservation::ReservationCache>,
     /// Wrapping keys of loaded encryption roots (encryption.rs).
     pub(crate) wrapping: crate::encryption::Wrapping,
+    /// The receives map (replication/journal.rs).
+    pub(crate) journals: crate::replication::journal::JournalMap,
 }
 
 pub(crate) fn now_unix() -> u64 {
@@ -228,6 +235,7 @@ impl Pool {
             quota_cache: Default::default(),
             reservation_cache: Default::default(),
             wrapping: Default::default(),
+            journals: Default::default(),
             state: RwLock::new(State {
                 datasets: BTreeMap::from([(name.clone(), record)]),
                 snapshots: BTreeMap::new(),
@@ -264,6 +272,7 @@ impl Pool {
         }
         let datasets_zap = ObjectId(word(16));
         let props_zap = ObjectId(word(24));
+        let receives_zap = word(DIRECTORY_RECEIVES);
         let mut datasets = BTreeMap::new();
         let mut decode_error = None;
         let mut bookmarks = BTreeMap::new();
@@ -307,6 +316,7 @@ impl Pool {
             quota_cache: Default::default(),
             reservation_cache: Default::default(),
             wrapping: Default::default(),
+            journals: crate::replication::journal::JournalMap(Mutex::new(receives_zap), Default::default()),
         };
         let names: Vec<String> = pool.state.read().datasets.keys().cloned().collect();
         for name in names {
@@ -314,7 +324,19 @@ impl Pool {
         }
         pool.apply_failmode();
         pool.apply_autotrim();
+        // Receives a crash interrupted are settled before anything else
+        // sees the datasets.
+        *pool.journals.1.lock() = pool.recover_receives()?;
         Ok(Arc::new(pool))
+    }
+
+    /// Sets one word of the pool directory's bonus (in `tx`).
+    pub(crate) fn set_directory_word(&self, tx: &Tx, offset: usize, value: u64) -> Result<()> {
+        let mos = self.obj.mos();
+        let mut bonus = mos.bonus(DIRECTORY_OBJECT).map_err(|e| DsError::Corrupt(format!("pool directory (MOS object 1): {e}")))?;
+        bonus[offset..offset + 8].copy_from_slice(&value.to_le_bytes());
+        mos.set_bonus(tx, DIRECTORY_OBJECT, &bonus)?;
+        Ok(())
     }
 
     pub fn obj(&self) -> &Arc<ObjPool> {

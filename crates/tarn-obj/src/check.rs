@@ -27,6 +27,9 @@ struct Walker<'a> {
     /// Log headers of the object sets walked (their own, not a snapshot's
     /// copy of its origin's).
     logs: Vec<crate::zil::LogHeader>,
+    /// Per object set of the table: its id and the range of `refs` its
+    /// walk added.
+    spans: Vec<(u64, std::ops::Range<usize>)>,
     report: CheckReport,
 }
 
@@ -151,6 +154,7 @@ fn walk_from<'a>(s: &'a Shared, mos_root: &BlockPtr) -> Walker<'a> {
         in_dataset: false,
         last_log: Default::default(),
         logs: Vec::new(),
+        spans: Vec::new(),
         report: CheckReport::default(),
     };
     match w.objset("MOS", mos_root, true) {
@@ -159,9 +163,11 @@ fn walk_from<'a>(s: &'a Shared, mos_root: &BlockPtr) -> Walker<'a> {
                 match BlockPtr::decode(chunk) {
                     Ok(bp) if !bp.is_hole() => {
                         w.last_log = Default::default();
+                        let start = w.refs.len();
                         if let Err(e) = w.objset(&format!("objset {i}"), &bp, false) {
                             w.report.damaged.push(format!("objset {i}: {e}"));
                         }
+                        w.spans.push((i as u64, start..w.refs.len()));
                         if !w.last_log.is_empty() && w.last_log.owner == i as u64 {
                             w.logs.push(w.last_log);
                         }
@@ -211,9 +217,38 @@ pub(crate) fn tree_extents(s: &Shared, mos_root: &BlockPtr, spacemap_head: &Bloc
     (out, w.report.damaged)
 }
 
-pub(crate) fn check(s: &Shared) -> CheckReport {
+/// Object sets of the table not in `named`: their ids and the bytes (every
+/// copy) that no other object set's tree reaches.
+fn orphans(w: &Walker, named: &std::collections::BTreeSet<u64>) -> Vec<(u64, u64)> {
+    let (orphan, kept): (Vec<_>, Vec<_>) = w.spans.iter().partition(|(id, _)| !named.contains(id));
+    if orphan.is_empty() {
+        return Vec::new();
+    }
+    let mut reached: Vec<Extent> = kept.iter().flat_map(|(_, r)| w.refs[r.clone()].iter().map(|(e, _)| *e)).collect();
+    reached.sort();
+    reached.dedup();
+    let mut out = Vec::new();
+    let mut counted: std::collections::BTreeSet<Extent> = Default::default();
+    for (id, r) in orphan {
+        let bytes = w.refs[r.clone()]
+            .iter()
+            .map(|(e, _)| *e)
+            .filter(|e| reached.binary_search(e).is_err() && counted.insert(*e))
+            .map(|e| e.len)
+            .sum();
+        out.push((*id, bytes));
+    }
+    out
+}
+
+pub(crate) fn check(s: &Shared, named: Option<&std::collections::BTreeSet<u64>>) -> CheckReport {
     let mos_root = *s.mos.root_bp.lock();
     let mut w = walk_from(s, &mos_root);
+    let mut orphan_bytes = 0;
+    for (id, bytes) in named.map(|n| orphans(&w, n)).unwrap_or_default() {
+        w.report.orphans.push(format!("object set {id} is named by no dataset, snapshot or receive ({bytes} bytes only it holds)"));
+        orphan_bytes += bytes;
+    }
     let sm_blocks = s.root.lock().spacemap_blocks.clone();
     for bp in &sm_blocks {
         w.note(bp);
@@ -270,8 +305,9 @@ pub(crate) fn check(s: &Shared) -> CheckReport {
             w.report.damaged.push(format!("block at vdev {} offset {} (+{}) is in use but marked free", e.vdev, e.offset, e.len));
         }
     }
+    w.report.leaked_bytes = orphan_bytes;
     if allocated_bytes > referenced_bytes {
-        w.report.leaked_bytes = allocated_bytes - referenced_bytes;
+        w.report.leaked_bytes += allocated_bytes - referenced_bytes;
     } else if referenced_bytes > allocated_bytes && w.report.double_allocated_bytes == 0 {
         w.report.double_allocated_bytes = referenced_bytes - allocated_bytes;
     }

@@ -248,10 +248,15 @@ pub struct CheckReport {
     pub damaged: Vec<String>,
     pub leaked_bytes: u64,
     pub double_allocated_bytes: u64,
+    /// Object sets of the MOS's table that the caller's list of named ones
+    /// ([`ObjPool::check_named`]) does not hold: each with the bytes only
+    /// it references, which are counted in `leaked_bytes` too.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub orphans: Vec<String>,
 }
 impl CheckReport {
     pub fn ok(&self) -> bool {
-        self.damaged.is_empty() && self.leaked_bytes == 0 && self.double_allocated_bytes == 0
+        self.damaged.is_empty() && self.leaked_bytes == 0 && self.double_allocated_bytes == 0 && self.orphans.is_empty()
     }
 }
 

@@ -35,7 +35,7 @@ mod send;
 mod verify;
 
 pub use format::{Begin, Position, ResumeToken};
-pub use recv::{abort_partial, peek_begin, receive};
+pub use recv::{abort_partial, peek_begin, receive, undo_receive};
 pub use verify::verify_copy;
 pub use send::{estimate, estimate_raw, estimate_resume, estimate_series, send, send_raw, send_resume, send_series, send_series_resume};
 
@@ -113,7 +113,25 @@ pub enum RecvTarget {
     Resume { head: ObjsetId, token: String },
 }
 
-#[derive(Clone, Debug, Default)]
+/// What a receive tells its caller as it goes, each call inside the
+/// transaction of the change it describes, so that a journal the caller
+/// writes in that transaction is in the same txg as the change: an import
+/// after a crash finds the journal and the object sets consistent (the
+/// dataset layer's "receive in progress" record, `docs/send-stream.md`,
+/// "Crash safety").
+pub trait RecvJournal: Send + Sync {
+    /// A full stream's object set `head` was created in `tx`; `token`
+    /// resumes the stream from its start.
+    fn created(&self, tx: &tarn_obj::Tx, head: ObjsetId, token: &str) -> tarn_obj::Result<()>;
+    /// `tx` holds the first change of its txg; every state that includes
+    /// it is at or past `token`'s position.
+    fn progress(&self, tx: &tarn_obj::Tx, token: &str) -> tarn_obj::Result<()>;
+    /// Snapshot `snap` is taken in `tx` (it exists once `tx`'s txg is on
+    /// disk); `token` resumes after it.
+    fn snapshot(&self, tx: &tarn_obj::Tx, snap: &ReceivedSnap, token: &str) -> tarn_obj::Result<()>;
+}
+
+#[derive(Clone, Default)]
 pub struct RecvOptions {
     /// `-s`: on failure keep what arrived and return a resume token.
     pub resumable: bool,
@@ -124,6 +142,19 @@ pub struct RecvOptions {
     /// against its CRYPT record before anything is created); `None`: a
     /// plain stream is (a raw one is refused).
     pub raw: Option<tarn_obj::crypt::Crypt>,
+    /// Told of every change as it is made (see [`RecvJournal`]).
+    pub journal: Option<std::sync::Arc<dyn RecvJournal>>,
+}
+
+impl std::fmt::Debug for RecvOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecvOptions")
+            .field("resumable", &self.resumable)
+            .field("props", &self.props)
+            .field("raw", &self.raw)
+            .field("journal", &self.journal.is_some())
+            .finish()
+    }
 }
 
 /// A snapshot a receive created.

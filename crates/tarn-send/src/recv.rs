@@ -17,11 +17,12 @@
 //! its position.
 
 use std::io::Read;
+use std::sync::Arc;
 
-use tarn_obj::{ObjError, ObjPool, ObjType, ObjectId, ObjectSet, ObjsetId};
+use tarn_obj::{ObjError, ObjPool, ObjType, ObjectId, ObjectSet, ObjsetId, Tx};
 
 use crate::format::*;
-use crate::{PartialRecv, ReceivedSnap, RecvOptions, RecvOutcome, RecvTarget, Result, SendError, SnapRef};
+use crate::{PartialRecv, ReceivedSnap, RecvJournal, RecvOptions, RecvOutcome, RecvTarget, Result, SendError, SnapRef};
 
 fn corrupt<T>(m: impl Into<String>) -> Result<T> {
     Err(SendError::Corrupt(m.into()))
@@ -89,6 +90,10 @@ struct Receiver<'p> {
     /// come), and whether an OBJECT or FREEOBJECTS came yet (SEALs first).
     touched: std::collections::BTreeSet<u64>,
     objects_started: bool,
+    /// Told of the position at the first change of every txg.
+    journal: Option<Arc<dyn RecvJournal>>,
+    /// The txg whose first change the journal was last told of.
+    noted_txg: u64,
 }
 
 /// Applies a send stream (see the crate documentation and
@@ -133,6 +138,8 @@ pub fn receive(pool: &ObjPool, input: &mut dyn Read, target: RecvTarget, opts: &
         raw,
         touched: Default::default(),
         objects_started: false,
+        journal: opts.journal.clone(),
+        noted_txg: 0,
     };
     r.reset_cursor();
     let ran = r.run(&mut rd).and_then(|()| Ok(r.os.end_raw()?));
@@ -150,6 +157,23 @@ fn read_crypt(rd: &mut RecordReader) -> Result<CryptRec> {
     match rd.read_record()? {
         (RecordType::Crypt, p) => CryptRec::decode(&p),
         (ty, _) => corrupt(format!("a raw sub-stream starts with {ty:?}, not CRYPT")),
+    }
+}
+
+/// The token of a stream's first sub-stream, before any of it arrived.
+fn start_token(b: &Begin, head: ObjsetId) -> ResumeToken {
+    ResumeToken {
+        stream_guid: b.stream_guid,
+        series_index: b.series_index,
+        series_count: b.series_count,
+        to_guid: b.to_guid,
+        to_txg: b.to_txg,
+        from_guid: b.from_guid,
+        from_txg: b.from_txg,
+        series_last_guid: b.series_last_guid,
+        position: if b.flags & FLAG_RESUME != 0 { b.resume } else { Position::default() },
+        head: head.0,
+        ..Default::default()
     }
 }
 
@@ -182,10 +206,14 @@ fn setup(pool: &ObjPool, begin: &Begin, raw: Option<&CryptRec>, target: RecvTarg
             }
             let id = {
                 let tx = pool.begin();
-                match raw {
+                let id = match raw {
                     Some(c) => pool.create_objset_raw(&tx, tarn_obj::crypt::Crypt { cipher: c.cipher, key_guid: c.key_guid })?,
                     None => pool.create_objset(&tx)?,
+                };
+                if let Some(j) = &opts.journal {
+                    j.created(&tx, id, &start_token(begin, id).encode())?;
                 }
+                id
             };
             (Kind::New, id, pool.open_objset(id)?, opts.resumable)
         }
@@ -298,6 +326,19 @@ impl Receiver<'_> {
         }
     }
 
+    /// A transaction for the next change; the first of its txg tells the
+    /// journal the position reached before it.
+    fn begin_tx(&mut self) -> Result<Tx> {
+        let tx = self.pool.begin();
+        if let Some(j) = &self.journal {
+            if tx.txg() > self.noted_txg {
+                j.progress(&tx, &self.token(0, 0).encode())?;
+                self.noted_txg = tx.txg();
+            }
+        }
+        Ok(tx)
+    }
+
     fn position(&self) -> Position {
         if let Some(p) = self.pending_resume {
             return p;
@@ -397,12 +438,22 @@ impl Receiver<'_> {
     }
 
     fn snapshot(&mut self) -> Result<()> {
-        let (snap, txg) = {
-            let tx = self.pool.begin();
-            (self.pool.snapshot(&tx, self.head)?, tx.txg())
+        let made = {
+            let tx = self.begin_tx()?;
+            let snap = self.pool.snapshot(&tx, self.head)?;
+            let made = ReceivedSnap { objset: snap, txg: tx.txg(), guid: self.begin.to_guid, source_txg: self.begin.to_txg };
+            if let Some(j) = &self.journal {
+                // What follows resumes after this sub-stream.
+                self.between = true;
+                let token = self.token(0, 0).encode();
+                self.between = false;
+                j.snapshot(&tx, &made, &token)?;
+                self.noted_txg = tx.txg();
+            }
+            made
         };
         self.pool.sync()?;
-        self.created.push(ReceivedSnap { objset: snap, txg, guid: self.begin.to_guid, source_txg: self.begin.to_txg });
+        self.created.push(made);
         Ok(())
     }
 
@@ -414,11 +465,11 @@ impl Receiver<'_> {
         let info = self.os.info(id)?;
         let want = c.nblocks * c.bs;
         if info.length > want {
-            let tx = self.pool.begin();
+            let tx = self.begin_tx()?;
             self.os.free_range(&tx, id, want, None)?;
         } else if info.length < want && self.raw.is_none() {
             // (Raw: the OBJECT record's shape sets the length.)
-            let tx = self.pool.begin();
+            let tx = self.begin_tx()?;
             self.os.write_data(&tx, id, want - c.bs, &vec![0u8; c.bs as usize])?;
         }
         self.cur = None;
@@ -447,7 +498,7 @@ impl Receiver<'_> {
         }
         self.finish_object()?;
         {
-            let tx = self.pool.begin();
+            let tx = self.begin_tx()?;
             if r.flags & OBJ_NEW != 0 {
                 match self.os.info(id) {
                     Ok(_) => self.os.free(&tx, id)?,
@@ -526,7 +577,7 @@ impl Receiver<'_> {
         let end = first + count;
         for id in self.os.objects_in_range(ObjectId(first), ObjectId(end))? {
             self.touched.insert(id.0 / tarn_obj::format::DNODES_PER_BLOCK);
-            let tx = self.pool.begin();
+            let tx = self.begin_tx()?;
             match self.os.free(&tx, id) {
                 Ok(()) | Err(ObjError::NotFound(_)) => {}
                 Err(e) => return Err(e.into()),
@@ -556,7 +607,7 @@ impl Receiver<'_> {
             return corrupt(format!("WRITE of object {}: raw and plain records mixed", h.object));
         }
         {
-            let tx = self.pool.begin();
+            let tx = self.begin_tx()?;
             if h.flags & WRITE_RAW != 0 {
                 self.os.write_raw_block(&tx, ObjectId(h.object), h.offset / c.bs, h.raw_block(), data.to_vec())?;
             } else {
@@ -574,7 +625,7 @@ impl Receiver<'_> {
             return corrupt(format!("FREE of object {object} at {offset} out of order (next offset {})", c.end));
         }
         let end = {
-            let tx = self.pool.begin();
+            let tx = self.begin_tx()?;
             if len == u64::MAX {
                 self.os.free_range(&tx, ObjectId(object), offset, None)?;
                 u64::MAX
@@ -640,38 +691,54 @@ impl Receiver<'_> {
     fn restore(self) -> tarn_obj::Result<()> {
         let Receiver { pool, kind, head, os, created, .. } = self;
         drop(os);
-        let base_txg = match kind {
-            Kind::Existing { base } => base.txg,
-            _ => 0,
-        };
-        for k in (0..created.len()).rev() {
-            let prev = if k == 0 { base_txg } else { created[k - 1].txg };
+        match kind {
+            Kind::New => undo_receive(pool, head, None, &created),
+            Kind::Existing { base } => undo_receive(pool, head, Some(&base), &created),
+            Kind::Resume => Ok(()),
+        }
+    }
+}
+
+/// Takes back a receive into `head`: destroys the snapshots it `created`
+/// (newest first), then rolls `head` back to `base` (an incremental) or,
+/// with no base (a full stream into an object set it created), destroys
+/// `head`. What is gone already (an undo cut short by a crash, done again
+/// at import) is skipped, so it may run any number of times.
+pub fn undo_receive(pool: &ObjPool, head: ObjsetId, base: Option<&SnapRef>, created: &[ReceivedSnap]) -> tarn_obj::Result<()> {
+    let base_txg = base.map_or(0, |b| b.txg);
+    for k in (0..created.len()).rev() {
+        if pool.open_objset(created[k].objset).is_err() {
+            continue;
+        }
+        // The snapshot before it that still exists.
+        let prev = created[..k].iter().rev().find(|c| pool.open_objset(c.objset).is_ok()).map_or(base_txg, |c| c.txg);
+        {
+            let tx = pool.begin();
+            pool.destroy_snapshot(&tx, created[k].objset, prev, head)?;
+        }
+        pool.sync()?;
+    }
+    if pool.open_objset(head).is_err() {
+        return Ok(());
+    }
+    match base {
+        None => {
             {
                 let tx = pool.begin();
-                pool.destroy_snapshot(&tx, created[k].objset, prev, head)?;
+                pool.destroy_objset(&tx, head)?;
             }
             pool.sync()?;
         }
-        match kind {
-            Kind::New => {
-                {
-                    let tx = pool.begin();
-                    pool.destroy_objset(&tx, head)?;
-                }
-                pool.sync()?;
+        Some(base) => {
+            pool.sync()?;
+            {
+                let tx = pool.begin();
+                pool.rollback(&tx, head, base.objset)?;
             }
-            Kind::Existing { base } => {
-                pool.sync()?;
-                {
-                    let tx = pool.begin();
-                    pool.rollback(&tx, head, base.objset)?;
-                }
-                pool.sync()?;
-            }
-            Kind::Resume => {}
+            pool.sync()?;
         }
-        Ok(())
     }
+    Ok(())
 }
 
 /// Gives up an interrupted resumable receive: `head` is rolled back to

@@ -43,6 +43,7 @@ fn recv(pool: &ObjPool, s: &[u8], target: RecvTarget, resumable: bool) -> Result
             resumable,
             props: None,
             raw: None,
+            journal: None,
         },
     )
 }

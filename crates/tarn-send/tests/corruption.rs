@@ -72,7 +72,7 @@ impl Dst {
 
     fn recv(&self, stream: &[u8], target: RecvTarget, resumable: bool) -> Result<RecvOutcome> {
         let mut input = stream;
-        receive(&self.pool, &mut input, target, &RecvOptions { resumable, props: None, raw: None })
+        receive(&self.pool, &mut input, target, &RecvOptions { resumable, props: None, raw: None, journal: None })
     }
 
     /// The target is exactly as before the failed receive.
@@ -421,7 +421,7 @@ fn partial_state_survives_a_crash() {
         let o = receive(&pool, &mut input, RecvTarget::New, &RecvOptions::default()).unwrap();
         let cut = rng.gen_range(REC_HEADER + BEGIN_LEN..fx.series.len());
         let mut input = &fx.series[..cut];
-        let e = receive(&pool, &mut input, RecvTarget::Existing { head: o.head, base: o.snapshots[0].snap_ref(), force: false }, &RecvOptions { resumable: true, props: None, raw: None }).unwrap_err();
+        let e = receive(&pool, &mut input, RecvTarget::Existing { head: o.head, base: o.snapshots[0].snap_ref(), force: false }, &RecvOptions { resumable: true, props: None, raw: None, journal: None }).unwrap_err();
         let p = partial(e, &format!("trial {trial}: cut at {cut}"));
         drop(pool); // no export: as if the power went
         let pool = reimport(&devs);

@@ -46,6 +46,7 @@ fn scenario(seed: u64, src_layout: Layout, dst_layout: Layout) {
         resumable: false,
         props: Some(WriteProps { compression: Compression::Off, checksum: tarn_obj::ChecksumKind::Blake3, copies: 1, primarycache: Default::default(), secondarycache: Default::default() }),
         raw: None,
+        journal: None,
     };
 
     // Full of s0, then incremental s0 -> s1, then the series s1 -> {s2, s3, s4}.

@@ -380,6 +380,7 @@ fn join(top: &str, rel: &str) -> String {
     }
 }
 
+pub(crate) mod journal;
 mod recv;
 mod send;
 

@@ -3,11 +3,13 @@
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
+use std::sync::Arc;
 
 use tarn_obj::zap::Zap;
 use tarn_obj::{ObjsetId, WriteProps};
-use tarn_send::{RecvOptions, RecvTarget, SendError};
+use tarn_send::{RecvOptions, RecvTarget, SendError, SnapRef};
 
+use super::journal::{Before, Current, JournalHook, JournalSnap, Keep, Settled};
 use super::*;
 use crate::pool::{now_unix, new_guid, validate_dataset_name, DatasetRecord, Pool};
 use crate::props;
@@ -28,44 +30,8 @@ impl Pool {
         Ok(names)
     }
 
-    fn register_snapshots(&self, dataset: &str, entry: &PackageDataset, made: &[tarn_send::ReceivedSnap]) -> Result<Vec<String>> {
-        let _change = self.change.lock();
-        let mos = self.obj.mos();
-        let tx = self.obj.begin();
-        let mut names = Vec::new();
-        let mut records = Vec::new();
-        for s in made {
-            let (short, creation, volume) = match entry.snapshots.iter().find(|p| p.guid == s.guid) {
-                Some(p) => (p.name.clone(), p.creation, p.volume),
-                None => (format!("recv-{:016x}", s.guid), now_unix(), None),
-            };
-            let name = format!("{dataset}@{short}");
-            let record = DatasetRecord {
-                objset: s.objset.0,
-                guid: s.guid,
-                creation,
-                createtxg: s.txg,
-                props: Default::default(),
-                holds: vec![],
-                volume,
-                ..Default::default()
-            };
-            let encoded = serde_json::to_vec(&record).map_err(|e| DsError::Corrupt(e.to_string()))?;
-            Zap::update(&mos, &tx, self.datasets_zap, name.as_bytes(), &encoded)?;
-            records.push((name.clone(), record));
-            names.push(name);
-        }
-        drop(tx);
-        self.obj.sync()?;
-        let mut state = self.state.write();
-        for (n, r) in records {
-            state.snapshots.insert(n, r);
-        }
-        Ok(names)
-    }
-
     /// Stores `record` for `name` (new or changed) and its object set handle.
-    fn put_dataset(&self, name: &str, record: DatasetRecord) -> Result<()> {
+    pub(super) fn put_dataset(&self, name: &str, record: DatasetRecord) -> Result<()> {
         let _change = self.change.lock();
         let tx = self.obj.begin();
         self.store_record(&tx, name, &record)?;
@@ -114,7 +80,7 @@ impl Pool {
         WriteProps { compression: s.compression, checksum: s.checksum, copies: s.copies, primarycache: s.primarycache, secondarycache: s.secondarycache }
     }
 
-    fn refresh_objset(&self, name: &str) -> Result<()> {
+    pub(super) fn refresh_objset(&self, name: &str) -> Result<()> {
         let record = self.record(name)?;
         let os = self.obj.open_objset(ObjsetId(record.objset))?;
         self.state.write().objsets.insert(name.to_string(), os);
@@ -158,6 +124,9 @@ impl Pool {
     /// Receives a package whose header was read by [`read_header`]; the
     /// rest of it is `input`. The caller keeps the target datasets
     /// unmounted ([`Pool::receive_targets`]) and mounts them afterwards.
+    ///
+    /// Every change is journaled (`journal.rs`): a failure here, or a crash
+    /// found at the next import, is settled the same way.
     pub fn receive_package(&self, spec: &RecvSpec, header: &PackageHeader, input: &mut dyn Read) -> Result<RecvReport> {
         for (k, v) in &spec.set {
             props::validate(k, v)?;
@@ -186,71 +155,33 @@ impl Pool {
                 return Err(recv_err(format!("cannot receive into '{top}': it has no interrupted receive that this stream continues")));
             }
         }
+        let journal = self.journal_begin(spec, header, &top, restart)?;
         let mut report = RecvReport::default();
-        let mut done: Vec<(Undo, Vec<String>)> = Vec::new();
-        let result = self.receive_entries(spec, header, input, targets, start, restart, &top, &mut report, &mut done);
+        let result = self.receive_entries(spec, header, input, targets, start, &journal, &mut report);
         if let Err(e) = result {
-            // Without -s a failed package leaves nothing behind: what it
-            // received of earlier datasets is undone, newest first.
-            if !spec.resumable {
-                for (undo, snaps) in done.into_iter().rev() {
-                    if let Err(u) = self.undo(undo, &snaps) {
-                        return Err(recv_err(format!("{e}; and undoing the datasets received before failed: {u}")));
-                    }
+            let keep = match &e {
+                Failure::Interrupted(_) => Keep { partial: true, marker: false },
+                Failure::Stopped(_) => Keep { partial: false, marker: true },
+                Failure::Refused(_) => Keep { partial: false, marker: false },
+            };
+            let settled = self.settle(&journal, keep);
+            let e = e.into_error();
+            return Err(match settled {
+                Err(u) if spec.resumable => recv_err(format!("{e}; and keeping what was received failed: {u}")),
+                Err(u) => recv_err(format!("{e}; and undoing the datasets received before failed: {u}")),
+                Ok(Settled { resumable: Some((dataset, token)), snapshots }) => {
+                    let snapshots = if dataset == top && snapshots.is_empty() { report.snapshots.clone() } else { snapshots };
+                    let cause = match e {
+                        DsError::Recv(m) => m,
+                        other => other.to_string(),
+                    };
+                    DsError::RecvInterrupted { dataset, snapshots, cause, token }
                 }
-            } else {
-                self.finish(done)?;
-            }
-            return Err(e);
+                Ok(_) => e,
+            });
         }
-        self.finish(done)?;
-        if restart {
-            let mut rec = self.record(&top)?;
-            rec.recv = None;
-            self.put_dataset(&top, rec)?;
-        }
+        self.journal_end(&journal)?;
         Ok(report)
-    }
-
-    /// Drops the object sets that replaced datasets gave up.
-    fn finish(&self, done: Vec<(Undo, Vec<String>)>) -> Result<()> {
-        for (undo, _) in done {
-            if let Undo::Replaced(_, old) = undo {
-                let _change = self.change.lock();
-                let tx = self.obj.begin();
-                self.obj.destroy_objset(&tx, ObjsetId(old.objset))?;
-                drop(tx);
-                self.obj.sync()?;
-            }
-        }
-        Ok(())
-    }
-
-    fn undo(&self, undo: Undo, snaps: &[String]) -> Result<()> {
-        match undo {
-            Undo::Nothing => Ok(()),
-            Undo::Created(dst) => self.destroy_dataset(&dst, true).map(|_| ()),
-            Undo::RolledForward(dst, base, old) => {
-                for s in snaps.iter().rev() {
-                    self.destroy_snapshot(s, true)?;
-                }
-                self.rollback(&base, false)?;
-                self.put_dataset(&dst, DatasetRecord { objset: self.record(&dst)?.objset, ..old })
-            }
-            Undo::Replaced(dst, old) => {
-                for s in snaps.iter().rev() {
-                    self.destroy_snapshot(s, true)?;
-                }
-                let new = self.record(&dst)?.objset;
-                self.put_dataset(&dst, old)?;
-                let _change = self.change.lock();
-                let tx = self.obj.begin();
-                self.obj.destroy_objset(&tx, ObjsetId(new))?;
-                drop(tx);
-                self.obj.sync()?;
-                Ok(())
-            }
-        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -261,45 +192,22 @@ impl Pool {
         input: &mut dyn Read,
         targets: Vec<String>,
         start: usize,
-        restart: bool,
-        top: &str,
+        journal: &Arc<JournalHook>,
         report: &mut RecvReport,
-        done: &mut Vec<(Undo, Vec<String>)>,
-    ) -> Result<()> {
+    ) -> std::result::Result<(), Failure> {
         for (i, dst) in (start..header.datasets.len()).zip(targets) {
             let entry = &header.datasets[i];
             let resume = header.resume.as_ref().filter(|r| r.index == i && !r.inner.is_empty()).map(|r| r.inner.clone());
-            let resumed = resume.is_some();
-            match self.receive_one(spec, header, i, entry, &dst, resume, input, &mut report.warnings) {
-                Ok((bytes, snaps, undo)) => {
-                    report.bytes += bytes;
-                    report.snapshots.extend(snaps.iter().cloned());
-                    report.datasets.push(dst);
-                    done.push((undo, snaps));
-                }
-                // Nothing of this dataset arrived, but earlier ones did: the
-                // top dataset keeps a token that restarts the package here.
-                Err(DsError::Recv(cause))
-                    if spec.resumable && !resumed && i > 0 && (i > start || restart) && cause.contains(STREAM_STOPPED) =>
-                {
-                    let token = encode_token(&SendToken {
-                        spec: header.send.clone(),
-                        index: i,
-                        name: entry.name.clone(),
-                        inner: String::new(),
-                    });
-                    let mut rec = self.record(top)?;
-                    rec.recv = Some(RecvPartial { token: token.clone(), inner: String::new(), fresh: false });
-                    self.put_dataset(top, rec)?;
-                    let snapshots = report.snapshots.clone();
-                    return Err(DsError::RecvInterrupted { dataset: top.to_string(), snapshots, cause, token });
-                }
-                Err(e) => return Err(e),
-            }
+            let (bytes, snaps) = self.receive_one(spec, header, i, entry, &dst, resume, input, journal, &mut report.warnings)?;
+            report.bytes += bytes;
+            report.snapshots.extend(snaps);
+            report.datasets.push(dst);
         }
         Ok(())
     }
 
+    /// Receives dataset `index` of the package; returns the bytes and the
+    /// snapshots received.
     #[allow(clippy::too_many_arguments)]
     fn receive_one(
         &self,
@@ -310,9 +218,10 @@ impl Pool {
         dst: &str,
         resume: Option<String>,
         input: &mut dyn Read,
+        journal: &Arc<JournalHook>,
         warnings: &mut Vec<String>,
-    ) -> Result<(u64, Vec<String>, Undo)> {
-        let fail = |m: String| recv_err(format!("cannot receive into '{dst}': {m}"));
+    ) -> std::result::Result<(u64, Vec<String>), Failure> {
+        let fail = |m: String| Failure::Refused(recv_err(format!("cannot receive into '{dst}': {m}")));
         let existing = self.record(dst).ok();
         if let (Some(rec), None) = (&existing, &resume) {
             if rec.recv.is_some() {
@@ -387,13 +296,14 @@ impl Pool {
         let mut opts = RecvOptions {
             resumable: spec.resumable,
             props: Some(self.write_props_with(dst, &received)),
-            raw: entry.crypt.as_ref().map(|c| crate::encryption::package_crypt_of(&c.cipher, c.key_guid)).transpose()?,
+            raw: entry.crypt.as_ref().map(|c| crate::encryption::package_crypt_of(&c.cipher, c.key_guid)).transpose().map_err(Failure::Refused)?,
+            journal: Some(journal.clone() as Arc<dyn tarn_send::RecvJournal>),
         };
-        let mut base_name: Option<String> = None;
         // -F's destruction (newer snapshots, the head's own changes) waits
         // until the stream is known to be whole: it is spooled and verified.
         let mut doomed: Vec<String> = Vec::new();
         let mut spool = false;
+        let mut base: Option<(String, SnapRef)> = None;
         let target = match &plan {
             Plan::New => RecvTarget::New,
             Plan::Replace(_) => {
@@ -402,9 +312,9 @@ impl Pool {
                 RecvTarget::New
             }
             Plan::Incremental(rec) => {
-                let base = entry.base.as_ref().map(|b| b.guid).unwrap_or(0);
+                let base_guid = entry.base.as_ref().map(|b| b.guid).unwrap_or(0);
                 let chain = self.snapshots(Some(dst));
-                let Some(pos) = chain.iter().position(|n| self.snapshot_record(n).is_ok_and(|r| r.guid == base)) else {
+                let Some(pos) = chain.iter().position(|n| self.snapshot_record(n).is_ok_and(|r| r.guid == base_guid)) else {
                     return Err(fail(format!(
                         "the stream's base snapshot ({}) is not on the destination",
                         entry.base.as_ref().map(|b| b.name.as_str()).unwrap_or("?")
@@ -420,7 +330,7 @@ impl Pool {
                     }
                     // Refuse now what would stop the destruction half-way.
                     for s in later {
-                        let r = self.snapshot_record(s)?;
+                        let r = self.snapshot_record(s).map_err(Failure::Refused)?;
                         if !r.holds.is_empty() {
                             return Err(fail(format!("newer snapshot '{s}' is held ({}); release it first", r.holds.join(", "))));
                         }
@@ -433,14 +343,14 @@ impl Pool {
                     }
                     doomed = later.to_vec();
                 }
-                base_name = Some(chain[pos].clone());
-                let base = self.snap_ref(&chain[pos])?;
-                let modified = self.obj.open_objset(ObjsetId(rec.objset)).is_ok_and(|os| os.changed_since(base.txg));
+                let snap = self.snap_ref(&chain[pos]).map_err(Failure::Refused)?;
+                let modified = self.obj.open_objset(ObjsetId(rec.objset)).is_ok_and(|os| os.changed_since(snap.txg));
                 if modified && !spec.force {
                     return Err(fail("destination has been modified since its most recent snapshot (use -F to roll it back first)".into()));
                 }
                 spool = spec.force && (modified || !doomed.is_empty());
-                RecvTarget::Existing { head: ObjsetId(rec.objset), base, force: spec.force }
+                base = Some((chain[pos].clone(), snap));
+                RecvTarget::Existing { head: ObjsetId(rec.objset), base: snap, force: spec.force }
             }
             Plan::Resume(rec, p) => RecvTarget::Resume { head: ObjsetId(rec.objset), token: p.inner.clone() },
         };
@@ -464,12 +374,72 @@ impl Pool {
             }
         }
         if spec.force {
-            if let Some(b) = &base_name {
+            if let Some((b, _)) = &base {
                 // -F may roll the head back to the base: a bookmark of a
                 // later state would no longer describe this dataset.
-                let txg = self.snapshot_record(b)?.createtxg;
-                self.forget_bookmarks_after(dst, txg)?;
+                let txg = self.snapshot_record(b).map_err(Failure::Refused)?.createtxg;
+                self.forget_bookmarks_after(dst, txg).map_err(Failure::Refused)?;
             }
+        }
+        // What the dataset is when received whole, and what it was.
+        // A volume arrives with the geometry of its newest snapshot.
+        let volume = entry.snapshots.last().and_then(|s| s.volume);
+        let (record, before, head, fresh, inner) = match &plan {
+            Plan::New => {
+                let guid = new_guid();
+                let record = DatasetRecord {
+                    guid,
+                    creation: now_unix(),
+                    props: received.clone(),
+                    crypt: self.received_crypt(spec, header, entry, guid),
+                    volume,
+                    ..Default::default()
+                };
+                (record, Before::New, 0, true, String::new())
+            }
+            Plan::Replace(rec) => {
+                let mut new = rec.clone();
+                new.crypt = self.received_crypt(spec, header, entry, rec.guid);
+                new.props = received.clone();
+                new.volume = volume;
+                (new, Before::Replace { old: rec.clone() }, 0, false, String::new())
+            }
+            Plan::Incremental(rec) | Plan::Resume(rec, _) => {
+                let mut new = rec.clone();
+                new.recv = None;
+                if volume.is_some() {
+                    new.volume = volume;
+                }
+                if header.props || !spec.set.is_empty() {
+                    for (k, v) in &received {
+                        new.props.insert(k.clone(), v.clone());
+                    }
+                }
+                let (before, fresh, inner) = match (&plan, &base) {
+                    (Plan::Resume(_, p), _) => (Before::Resume { old: rec.clone() }, p.fresh, p.inner.clone()),
+                    (_, Some((name, snap))) => {
+                        (Before::Incremental { old: rec.clone(), base: name.clone(), base_objset: snap.objset.0, base_txg: snap.txg }, false, String::new())
+                    }
+                    _ => unreachable!("an incremental has a base"),
+                };
+                (new, before, rec.objset, fresh, inner)
+            }
+        };
+        let current = Current {
+            index,
+            name: entry.name.clone(),
+            dst: dst.to_string(),
+            before,
+            record,
+            entry_snaps: entry.snapshots.clone(),
+            head,
+            snaps: Vec::new(),
+            inner,
+            fresh,
+        };
+        {
+            let tx = self.obj.begin();
+            journal.update(&tx, |j| j.current = Some(current)).map_err(|e| Failure::Refused(e.into()))?;
         }
         let source: &mut dyn Read = match spooled.as_mut() {
             Some(f) => f,
@@ -480,122 +450,45 @@ impl Pool {
         // forward in place (the object layer then drops its in-memory
         // state): hand out a fresh handle whatever the outcome.
         if self.exists(dst) {
-            self.refresh_objset(dst)?;
+            self.refresh_objset(dst).map_err(Failure::Refused)?;
         }
         match result {
             Ok(outcome) => {
-                let props = received;
-                // A volume arrives with the geometry of its newest snapshot.
-                let volume = entry.snapshots.last().and_then(|s| s.volume);
-                let undo = match plan {
-                    Plan::New => {
-                        let guid = new_guid();
-                        let record = DatasetRecord {
-                            objset: outcome.head.0,
-                            guid,
-                            creation: now_unix(),
-                            createtxg: outcome.snapshots.first().map_or(0, |s| s.txg),
-                            props,
-                            holds: vec![],
-                            crypt: self.received_crypt(spec, header, entry, guid),
-                            volume,
-                            ..Default::default()
-                        };
-                        let crypt = record.crypt.clone();
-                        self.put_dataset(dst, record)?;
-                        if let Some(c) = &crypt {
-                            self.load_member_key(dst, c)?;
-                        }
-                        Undo::Created(dst.to_string())
+                let c = journal.snapshot().current.expect("the dataset being received");
+                if let Before::Replace { old } = &c.before {
+                    self.forget_bookmarks_after(dst, 0).map_err(Failure::Refused)?;
+                    // A root replaced by a full stream has a new key: the
+                    // old one's loaded state goes with it.
+                    if c.record.crypt.as_ref().map(|k| &k.wrapped) != old.crypt.as_ref().map(|k| &k.wrapped) {
+                        self.forget_root_key(old.guid);
                     }
-                    Plan::Replace(mut rec) => {
-                        // The old object set goes when the whole package is in.
-                        let old = rec.clone();
-                        self.forget_bookmarks_after(dst, 0)?;
-                        rec.objset = outcome.head.0;
-                        rec.crypt = self.received_crypt(spec, header, entry, rec.guid);
-                        rec.props = props;
-                        rec.volume = volume;
-                        // A root replaced by a full stream has a new key:
-                        // the old one's loaded state goes with it.
-                        if rec.crypt.as_ref().map(|c| &c.wrapped) != old.crypt.as_ref().map(|c| &c.wrapped) {
-                            self.forget_root_key(rec.guid);
-                        }
-                        let crypt = rec.crypt.clone();
-                        self.put_dataset(dst, rec)?;
-                        if let Some(c) = &crypt {
-                            self.load_member_key(dst, c)?;
-                        }
-                        Undo::Replaced(dst.to_string(), old)
+                }
+                let (names, _) = self.complete(journal, &c, &outcome.snapshots).map_err(Failure::Refused)?;
+                if matches!(c.before, Before::New | Before::Replace { .. }) {
+                    if let Some(k) = &c.record.crypt {
+                        self.load_member_key(dst, k).map_err(Failure::Refused)?;
                     }
-                    Plan::Incremental(mut rec) | Plan::Resume(mut rec, _) => {
-                        let old = rec.clone();
-                        rec.recv = None;
-                        if volume.is_some() {
-                            rec.volume = volume;
-                        }
-                        if header.props || !spec.set.is_empty() {
-                            for (k, v) in props {
-                                rec.props.insert(k, v);
-                            }
-                        }
-                        if rec.createtxg == 0 {
-                            rec.createtxg = outcome.snapshots.first().map_or(0, |s| s.txg);
-                        }
-                        self.put_dataset(dst, rec)?;
-                        match base_name {
-                            Some(base) => Undo::RolledForward(dst.to_string(), base, old),
-                            None => Undo::Nothing,
-                        }
-                    }
-                };
-                let names = self.register_snapshots(dst, entry, &outcome.snapshots)?;
-                Ok((outcome.bytes, names, undo))
+                }
+                Ok((outcome.bytes, names))
             }
             Err(SendError::Interrupted { cause, partial }) => {
-                let names = self.register_snapshots(dst, entry, &partial.snapshots)?;
-                let token = encode_token(&SendToken {
-                    spec: header.send.clone(),
-                    index,
-                    name: entry.name.clone(),
-                    inner: partial.token.clone(),
-                });
-                let fresh = match &plan {
-                    Plan::New => true,
-                    Plan::Resume(_, p) => p.fresh,
-                    _ => false,
-                };
-                let partial_state = RecvPartial { token: token.clone(), inner: partial.token.clone(), fresh };
-                let mut rec = match plan {
-                    Plan::New => {
-                        let guid = new_guid();
-                        DatasetRecord {
-                            objset: partial.head.0,
-                            guid,
-                            creation: now_unix(),
-                            createtxg: 0,
-                            props: received,
-                            holds: vec![],
-                            crypt: self.received_crypt(spec, header, entry, guid),
-                            volume: entry.snapshots.last().and_then(|s| s.volume),
-                            ..Default::default()
+                // The stream's own position and snapshots are exact.
+                let tx = self.obj.begin();
+                journal
+                    .update(&tx, |j| {
+                        if let Some(c) = j.current.as_mut() {
+                            c.inner = partial.token.clone();
+                            c.head = partial.head.0;
+                            c.snaps = partial.snapshots.iter().map(JournalSnap::from).collect();
                         }
-                    }
-                    Plan::Incremental(rec) | Plan::Resume(rec, _) | Plan::Replace(rec) => rec,
-                };
-                rec.recv = Some(partial_state);
-                self.put_dataset(dst, rec)?;
-                Err(DsError::RecvInterrupted {
-                    dataset: dst.to_string(),
-                    snapshots: names,
-                    cause: cause.to_string(),
-                    token,
-                })
+                    })
+                    .map_err(|e| Failure::Refused(e.into()))?;
+                Err(Failure::Interrupted(recv_err(cause.to_string())))
             }
-            Err(SendError::Modified) => Err(fail(
-                "destination has been modified since its most recent snapshot (use -F to roll it back first)".into(),
-            )),
-            Err(e @ (SendError::Truncated(_) | SendError::Io(_))) => Err(fail(format!("{STREAM_STOPPED}: {e}"))),
+            Err(SendError::Modified) => Err(fail("destination has been modified since its most recent snapshot (use -F to roll it back first)".into())),
+            Err(e @ (SendError::Truncated(_) | SendError::Io(_))) => {
+                Err(Failure::Stopped(recv_err(format!("cannot receive into '{dst}': {STREAM_STOPPED}: {e}"))))
+            }
             Err(e) => Err(fail(e.to_string())),
         }
     }
@@ -670,13 +563,21 @@ impl Pool {
     }
 }
 
-enum Undo {
-    Nothing,
-    /// The dataset was created by the receive.
-    Created(String),
-    /// Rolled forward from snapshot `.1`; `.2` is its record before.
-    RolledForward(String, String, DatasetRecord),
-    /// A full stream replaced the dataset; `.1` is its record before (its
-    /// object set is destroyed only when the whole package is in).
-    Replaced(String, DatasetRecord),
+/// How a dataset's receive failed, which decides what `-s` keeps.
+enum Failure {
+    /// The stream stopped inside the dataset's stream (or was damaged):
+    /// the receive kept what arrived.
+    Interrupted(DsError),
+    /// The stream stopped before the dataset's stream began.
+    Stopped(DsError),
+    /// Refused or failed otherwise: nothing of the dataset is kept.
+    Refused(DsError),
+}
+
+impl Failure {
+    fn into_error(self) -> DsError {
+        match self {
+            Failure::Interrupted(e) | Failure::Stopped(e) | Failure::Refused(e) => e,
+        }
+    }
 }

@@ -566,7 +566,16 @@ impl ObjPool {
     pub fn check(&self) -> CheckReport {
         let _ = self.sync();
         let _g = self.shared.sync_lock.lock();
-        crate::check::check(&self.shared)
+        crate::check::check(&self.shared, None)
+    }
+
+    /// [`ObjPool::check`], and every object set of the table that `named`
+    /// (the ids the caller's records name) does not hold is an orphan: a
+    /// leak no dataset, snapshot or receive accounts for.
+    pub fn check_named(&self, named: &std::collections::BTreeSet<u64>) -> CheckReport {
+        let _ = self.sync();
+        let _g = self.shared.sync_lock.lock();
+        crate::check::check(&self.shared, Some(named))
     }
 
 }
