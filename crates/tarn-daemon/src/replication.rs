@@ -250,7 +250,12 @@ impl Daemon {
         let (ds, targets, unmounted) = {
             let mut pools = self.pools.lock();
             let imported = pools.get_mut(&pool).ok_or_else(|| fail(format!("no such pool '{pool}'")))?;
-            let targets = imported.ds.receive_targets(&header, &target).map_err(|e| fail(e.to_string()))?;
+            let mut targets = imported.ds.receive_targets(&header, &target).map_err(|e| fail(e.to_string()))?;
+            // `-R -F`: what the sender no longer has is destroyed after the
+            // package: unmounted and claimed with the targets.
+            targets.extend(imported.ds.receive_prunes(&header, &target, spec.force));
+            targets.sort();
+            targets.dedup();
             if let Some(busy) = targets.iter().find(|t| imported.busy.contains(*t)) {
                 return Err(fail(format!("'{busy}' is busy (a rollback or receive is in progress)")));
             }

@@ -107,6 +107,9 @@ pub fn recv(socket: &Path, a: RecvArgs) -> Result<i32, Failure> {
         for s in &report.snapshots {
             println!("received {s}");
         }
+        for d in &report.destroyed {
+            println!("destroyed {d} (not on the sender)");
+        }
         println!("received {} stream in {:.1} seconds", format_bytes(report.bytes), started.elapsed().as_secs_f64());
     }
     Ok(0)

@@ -86,6 +86,9 @@ impl JournalSnap {
 pub(crate) enum Before {
     /// It did not exist.
     New,
+    /// It did not exist and is made a clone of snapshot `origin` (the
+    /// stream is an incremental from it).
+    Clone { origin: String },
     /// It existed, without snapshots, and a full stream replaces it.
     Replace { old: DatasetRecord },
     /// An incremental onto its snapshot `base` (object set, txg).
@@ -439,7 +442,7 @@ impl Pool {
         let token = encode_token(&SendToken { spec: j.send.clone(), index: c.index, name: c.name.clone(), inner: c.inner.clone() });
         let partial = RecvPartial { token: token.clone(), inner: c.inner.clone(), fresh: c.fresh };
         let mut rec = match &c.before {
-            Before::New | Before::Replace { .. } => DatasetRecord { objset: c.head, ..c.record.clone() },
+            Before::New | Before::Clone { .. } | Before::Replace { .. } => DatasetRecord { objset: c.head, ..c.record.clone() },
             Before::Incremental { old, .. } | Before::Resume { old } => old.clone(),
         };
         rec.recv = Some(partial);
@@ -478,10 +481,10 @@ impl Pool {
     fn take_back(&self, c: &Current) -> Result<()> {
         let made: Vec<ReceivedSnap> = c.snaps.iter().map(|s| s.received()).collect();
         match &c.before {
-            Before::New | Before::Replace { .. } if c.head != 0 => {
+            Before::New | Before::Clone { .. } | Before::Replace { .. } if c.head != 0 => {
                 tarn_send::undo_receive(&self.obj, ObjsetId(c.head), None, &made)?;
             }
-            Before::New | Before::Replace { .. } => {}
+            Before::New | Before::Clone { .. } | Before::Replace { .. } => {}
             Before::Incremental { base_objset, base_txg, .. } => {
                 let base = SnapRef { objset: ObjsetId(*base_objset), txg: *base_txg, guid: 0 };
                 tarn_send::undo_receive(&self.obj, ObjsetId(c.head), Some(&base), &made)?;
@@ -565,7 +568,7 @@ impl Pool {
         let snaps = self.snapshot_records(&c.dst, &c.entry_snaps, made);
         let names: Vec<String> = snaps.iter().map(|(n, _)| n.clone()).collect();
         let undo = match &c.before {
-            Before::New => Undo::Created { dataset: c.dst.clone() },
+            Before::New | Before::Clone { .. } => Undo::Created { dataset: c.dst.clone() },
             Before::Replace { old } => Undo::Replaced { dataset: c.dst.clone(), old: old.clone(), snaps: names.clone() },
             Before::Incremental { old, base, .. } => {
                 Undo::RolledForward { dataset: c.dst.clone(), base: base.clone(), old: old.clone(), snaps: names.clone() }

@@ -74,6 +74,25 @@ pub struct PackageDataset {
     /// the clear). Its stream is a raw one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub crypt: Option<PackageCrypt>,
+    /// A clone sent as one: its stream is an incremental from its origin
+    /// snapshot (`base`), which the receiver holds, and the receiver makes
+    /// the dataset a clone of that snapshot (sharing its blocks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<PackageOrigin>,
+    /// `-R`: the guids of every snapshot the dataset has on the sender; a
+    /// receive with `-F` destroys the dataset's other snapshots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sender_snapshots: Option<Vec<u64>>,
+}
+
+/// Where a clone of a package comes from.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PackageOrigin {
+    /// The origin's dataset, relative to the sent one, when it is in the
+    /// package (`-R`); absent (`send -i origin@snap clone@x`): the
+    /// receiver finds the snapshot by its guid (`base`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dataset: Option<String>,
 }
 
 /// An encrypted dataset of a raw package.
@@ -120,6 +139,11 @@ pub struct PackageHeader {
     pub datasets: Vec<PackageDataset>,
     #[serde(default)]
     pub resume: Option<PackageResume>,
+    /// `-R`: every dataset under the sent one on the sender (relative
+    /// names; those without the snapshot too): a receive with `-F`
+    /// destroys the target's descendants that are not listed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sender_datasets: Option<Vec<String>>,
 }
 
 /// What `tarn send` was asked for.
@@ -205,8 +229,13 @@ pub struct RecvReport {
     /// Snapshots received (full names).
     pub snapshots: Vec<String>,
     pub bytes: u64,
-    /// Properties not applied (one line each).
+    /// Properties not applied, snapshots and datasets `-R -F` kept (one
+    /// line each).
     pub warnings: Vec<String>,
+    /// Snapshots and datasets `-R -F` destroyed (the sender no longer has
+    /// them).
+    #[serde(default)]
+    pub destroyed: Vec<String>,
 }
 
 /// A partially received stream kept by `recv -s` (in the dataset record).
@@ -420,8 +449,11 @@ mod tests {
                 snapshots: vec![PackageSnap { name: "s".into(), guid: 5, creation: 1, volume: None }],
                 props: BTreeMap::new(),
                 crypt: None,
+                origin: None,
+                sender_snapshots: None,
             }],
             resume: None,
+            sender_datasets: None,
         };
         let mut buf = Vec::new();
         write_header(&h, &mut buf).unwrap();

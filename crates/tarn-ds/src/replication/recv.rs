@@ -181,7 +181,83 @@ impl Pool {
             });
         }
         self.journal_end(&journal)?;
+        if header.recursive && spec.force {
+            self.prune_replica(spec, header, &mut report)?;
+        }
         Ok(report)
+    }
+
+    /// The datasets under `target` that a `-R -F` receive of `header`
+    /// destroys because the sender no longer has them (the daemon unmounts
+    /// them with the targets).
+    pub fn receive_prunes(&self, header: &PackageHeader, target: &str, force: bool) -> Vec<String> {
+        let Some(kept) = header.sender_datasets.as_ref().filter(|_| header.recursive && force) else { return Vec::new() };
+        let kept: std::collections::BTreeSet<String> = kept.iter().map(|r| join(target, r)).collect();
+        self.subtree(target).into_iter().filter(|d| !kept.contains(d)).collect()
+    }
+
+    /// `recv -R -F`: after the package, the replica loses what the sender
+    /// no longer has: snapshots of the received datasets that the sender's
+    /// list does not name, and datasets under the target it does not list
+    /// (as zfs; what a hold, a clone or a send keeps is left, with a
+    /// warning).
+    fn prune_replica(&self, spec: &RecvSpec, header: &PackageHeader, report: &mut RecvReport) -> Result<()> {
+        for entry in &header.datasets {
+            let Some(keep) = &entry.sender_snapshots else { continue };
+            let dst = join(&spec.target, &entry.name);
+            let mut snaps = self.snapshots(Some(&dst));
+            snaps.reverse();
+            for s in snaps {
+                let Ok(r) = self.snapshot_record(&s) else { continue };
+                if keep.contains(&r.guid) {
+                    continue;
+                }
+                match self.prune_refusal(&s, &r) {
+                    Some(why) => report.warnings.push(format!("'{s}' is not on the sender, but is kept: {why}")),
+                    None => {
+                        self.destroy_snapshot(&s, false)?;
+                        report.destroyed.push(s);
+                    }
+                }
+            }
+        }
+        let mut gone = self.receive_prunes(header, &spec.target, spec.force);
+        // Deepest first; a dataset whose descendants were kept stays too.
+        gone.reverse();
+        for d in gone {
+            if !self.exists(&d) {
+                continue;
+            }
+            let snaps = self.snapshots(Some(&d));
+            let blocked = if self.subtree(&d).len() > 1 {
+                Some("datasets under it are kept".to_string())
+            } else {
+                snaps.iter().find_map(|s| self.snapshot_record(s).ok().and_then(|r| self.prune_refusal(s, &r).map(|w| format!("'{s}' is {w}"))))
+            };
+            match blocked {
+                Some(why) => report.warnings.push(format!("'{d}' is not on the sender, but is kept: {why}")),
+                None => {
+                    for s in snaps.iter().rev() {
+                        self.destroy_snapshot(s, false)?;
+                    }
+                    self.destroy_dataset(&d, false)?;
+                    report.destroyed.push(d);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Why a snapshot the sender no longer has cannot be destroyed.
+    fn prune_refusal(&self, name: &str, r: &DatasetRecord) -> Option<String> {
+        if !r.holds.is_empty() {
+            return Some(format!("held ({})", r.holds.join(", ")));
+        }
+        if self.sending.lock().contains_key(name) {
+            return Some("being sent".into());
+        }
+        let clones = self.clones_of(name);
+        (!clones.is_empty()).then(|| format!("it has clones ({})", clones.join(", ")))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -233,6 +309,8 @@ impl Pool {
         // Where the stream goes.
         enum Plan {
             New,
+            /// A clone of this snapshot, its origin (the stream's base).
+            Clone(String),
             Replace(DatasetRecord),
             Incremental(DatasetRecord),
             Resume(DatasetRecord, RecvPartial),
@@ -276,12 +354,26 @@ impl Pool {
                 }
                 Plan::Replace(rec)
             }
+            (None, Some(base), None) if entry.origin.is_some() => {
+                let parent = props::parent_name(dst).ok_or_else(|| fail("a pool's root dataset cannot be a clone".into()))?;
+                if !self.exists(parent) {
+                    return Err(fail(format!("parent '{parent}' does not exist")));
+                }
+                let origin = self.received_origin(spec, entry, base.guid).ok_or_else(|| {
+                    fail(format!("it is sent as a clone of snapshot '{}', which this pool does not have (guid {:#x})", base.name, base.guid))
+                })?;
+                Plan::Clone(origin)
+            }
             (None, Some(_), None) => return Err(fail("dataset does not exist (an incremental stream needs its base)".into())),
             (None, Some(_), Some(rec)) => Plan::Incremental(rec),
         };
         // A raw stream goes onto a dataset of the same key (whose key is
         // not loaded here: tarn-send checks), a plain one onto a dataset
         // whose key is loaded if it is encrypted.
+        let origin_rec = match &plan {
+            Plan::Clone(o) => Some(self.record(o.split('@').next().unwrap_or_default()).map_err(Failure::Refused)?),
+            _ => None,
+        };
         if let Plan::Incremental(rec) | Plan::Resume(rec, _) = &plan {
             match (&entry.crypt, &rec.crypt) {
                 (Some(p), Some(c)) if p.key_guid == c.key_guid => {}
@@ -289,6 +381,16 @@ impl Pool {
                 (None, Some(c)) if self.obj.keys_loaded(c.key_guid) => {}
                 (None, Some(_)) => return Err(fail("the destination is encrypted and its key is not loaded (load-key, or send raw with -w)".into())),
                 (None, None) => {}
+            }
+        }
+        if let Some(rec) = &origin_rec {
+            // A clone shares its origin's key (or its absence).
+            match (&entry.crypt, &rec.crypt) {
+                (Some(p), Some(c)) if p.key_guid == c.key_guid => {}
+                (None, Some(c)) if self.obj.keys_loaded(c.key_guid) => {}
+                (None, None) => {}
+                (None, Some(_)) => return Err(fail("its origin is encrypted and its key is not loaded (load-key, or send raw with -w)".into())),
+                (Some(_), _) => return Err(fail("the raw stream's key is not its origin's here".into())),
             }
         }
         // The data is written with the properties the dataset will have.
@@ -306,6 +408,8 @@ impl Pool {
         let mut base: Option<(String, SnapRef)> = None;
         let target = match &plan {
             Plan::New => RecvTarget::New,
+            // The clone is made with the journal's entry (below).
+            Plan::Clone(_) => RecvTarget::New,
             Plan::Replace(_) => {
                 // A replacement is all or nothing.
                 opts.resumable = false;
@@ -397,6 +501,19 @@ impl Pool {
                 };
                 (record, Before::New, 0, true, String::new())
             }
+            Plan::Clone(origin) => {
+                let guid = new_guid();
+                let record = DatasetRecord {
+                    guid,
+                    creation: now_unix(),
+                    props: received.clone(),
+                    origin: Some(origin.clone()),
+                    crypt: origin_rec.as_ref().and_then(|r| r.crypt.clone()).map(|c| crate::encryption::CryptRecord { keylocation: None, ..c }),
+                    volume,
+                    ..Default::default()
+                };
+                (record, Before::Clone { origin: origin.clone() }, 0, true, String::new())
+            }
             Plan::Replace(rec) => {
                 let mut new = rec.clone();
                 new.crypt = self.received_crypt(spec, header, entry, rec.guid);
@@ -437,10 +554,25 @@ impl Pool {
             inner,
             fresh,
         };
-        {
-            let tx = self.obj.begin();
-            journal.update(&tx, |j| j.current = Some(current)).map_err(|e| Failure::Refused(e.into()))?;
-        }
+        let target = match &plan {
+            Plan::Clone(origin) => {
+                // The clone and the journal entry that names it, in one txg.
+                let o = self.snapshot_record(origin).map_err(Failure::Refused)?;
+                let head = {
+                    let tx = self.obj.begin();
+                    let head = self.obj.clone_objset(&tx, ObjsetId(o.objset), o.createtxg).map_err(|e| Failure::Refused(e.into()))?;
+                    journal.update(&tx, |j| j.current = Some(Current { head: head.0, ..current })).map_err(|e| Failure::Refused(e.into()))?;
+                    head
+                };
+                self.obj.sync().map_err(|e| Failure::Refused(e.into()))?;
+                RecvTarget::Existing { head, base: SnapRef { objset: ObjsetId(o.objset), txg: o.createtxg, guid: o.guid }, force: false }
+            }
+            _ => {
+                let tx = self.obj.begin();
+                journal.update(&tx, |j| j.current = Some(current)).map_err(|e| Failure::Refused(e.into()))?;
+                target
+            }
+        };
         let source: &mut dyn Read = match spooled.as_mut() {
             Some(f) => f,
             None => input,
@@ -545,6 +677,20 @@ impl Pool {
     /// (The root must be the one this package brought — the same wrapped
     /// key as its entry — never some other dataset of this pool the
     /// package names.)
+    /// The snapshot a clone of the package is made from: the one with the
+    /// origin's guid, in the origin's dataset of this package (`-R`), or
+    /// anywhere in the pool (`send -i origin@snap clone@x`).
+    fn received_origin(&self, spec: &RecvSpec, entry: &PackageDataset, guid: u64) -> Option<String> {
+        let within = entry.origin.as_ref()?.dataset.as_ref().map(|rel| join(&spec.target, rel));
+        let state = self.state.read();
+        state
+            .snapshots
+            .iter()
+            .filter(|(n, r)| r.guid == guid && within.as_ref().is_none_or(|d| n.split('@').next() == Some(d.as_str())))
+            .map(|(n, _)| n.clone())
+            .next()
+    }
+
     fn received_crypt(&self, spec: &RecvSpec, header: &PackageHeader, entry: &PackageDataset, guid: u64) -> Option<crate::encryption::CryptRecord> {
         let c = entry.crypt.as_ref()?;
         let root = c.root.as_deref().and_then(|rel| {

@@ -11,7 +11,7 @@ use tarn_obj::ObjsetId;
 use super::*;
 use crate::pool::{DatasetRecord, Pool};
 use crate::snapshots::validate_snapshot_name;
-use crate::Result;
+use crate::{props, Result};
 
 impl Pool {
     pub(super) fn snap_ref(&self, full: &str) -> Result<SnapRef> {
@@ -32,6 +32,8 @@ impl Pool {
         if let Some(mark) = spec.from.as_deref().filter(|f| f.contains('#')) {
             return self.send_plan_from_bookmark(spec, mark, &top, &top_rec);
         }
+        // `send -i origin@snap clone@x`: one clone, from its origin.
+        let mut from_origin: Option<String> = None;
         let from_name = match spec.from.as_deref() {
             None => None,
             Some(f) => {
@@ -39,17 +41,22 @@ impl Pool {
                     .split_once('@')
                     .ok_or_else(|| recv_err(format!("'{f}': the base of an incremental send is a snapshot (@name or fs@name)")))?;
                 if !fds.is_empty() && fds != top {
-                    return Err(recv_err(format!("'{f}' is not a snapshot of '{top}'")));
+                    if spec.recursive || self.record(&top)?.origin.as_deref() != Some(f) {
+                        return Err(recv_err(format!("'{f}' is not a snapshot of '{top}' (nor its origin)")));
+                    }
+                    from_origin = Some(f.to_string());
+                    None
+                } else {
+                    let full = format!("{top}@{fsnap}");
+                    let base = self.snapshot_record(&full).map_err(|_| recv_err(format!("snapshot '{full}' does not exist")))?;
+                    if base.createtxg >= top_rec.createtxg {
+                        return Err(recv_err(format!("'{full}' is not earlier than '{}'", spec.snapshot)));
+                    }
+                    Some(fsnap.to_string())
                 }
-                let full = format!("{top}@{fsnap}");
-                let base = self.snapshot_record(&full).map_err(|_| recv_err(format!("snapshot '{full}' does not exist")))?;
-                if base.createtxg >= top_rec.createtxg {
-                    return Err(recv_err(format!("'{full}' is not earlier than '{}'", spec.snapshot)));
-                }
-                Some(fsnap.to_string())
             }
         };
-        let datasets = if spec.recursive { self.subtree(&top) } else { vec![top.clone()] };
+        let datasets = if spec.recursive { self.send_order(&top, &snap) } else { vec![(top.clone(), from_origin)] };
         let series = spec.series || spec.recursive;
         let mut header = PackageHeader {
             version: PACKAGE_VERSION,
@@ -59,16 +66,20 @@ impl Pool {
             props: spec.props || spec.recursive,
             datasets: vec![],
             resume: None,
+            sender_datasets: spec.recursive.then(|| self.subtree(&top).iter().map(|d| relative(&top, d)).collect()),
         };
         let mut streams = Vec::new();
         // Dataset guid -> relative name, of the datasets in the package
         // (parents come first: a root is known before its children).
         let mut in_package: BTreeMap<u64, String> = BTreeMap::new();
-        for ds in datasets {
+        for (ds, origin) in datasets {
             let target = format!("{ds}@{snap}");
             let Ok(target_rec) = self.snapshot_record(&target) else { continue };
             let chain = self.snapshots(Some(&ds));
             let base = from_name.as_ref().map(|f| format!("{ds}@{f}")).filter(|b| chain.contains(b));
+            // A clone the receiver does not have yet goes from its origin.
+            let origin = origin.filter(|_| base.is_none());
+            let base = base.or_else(|| origin.clone());
             let base_txg = match &base {
                 Some(b) => self.snapshot_record(b)?.createtxg,
                 None => 0,
@@ -91,6 +102,7 @@ impl Pool {
             let from = base.as_deref().map(|b| self.snap_ref(b).map(SendBase::Snapshot)).transpose()?;
             let ds_rec = self.record(&ds)?;
             let props = if header.props { ds_rec.props.clone() } else { BTreeMap::new() };
+            let sender_snapshots = spec.recursive.then(|| chain.iter().filter_map(|n| self.snapshot_record(n).ok()).map(|r| r.guid).collect());
             header.datasets.push(PackageDataset {
                 name: relative(&top, &ds),
                 base: base.as_deref().map(|b| self.package_snap(b)).transpose()?,
@@ -100,6 +112,10 @@ impl Pool {
                     c.root = ds_rec.crypt.as_ref().filter(|k| k.root != ds_rec.guid).and_then(|k| in_package.get(&k.root).cloned());
                     c
                 }),
+                origin: origin.as_deref().map(|o| PackageOrigin {
+                    dataset: spec.recursive.then(|| relative(&top, o.split('@').next().unwrap_or_default())),
+                }),
+                sender_snapshots,
             });
             in_package.insert(ds_rec.guid, relative(&top, &ds));
             names.extend(base);
@@ -109,6 +125,52 @@ impl Pool {
             return Err(recv_err(format!("snapshot '{}' does not exist", spec.snapshot)));
         }
         Ok(SendPlan { header, streams })
+    }
+
+    /// The datasets `send -R top@snap` sends, in package order: parents
+    /// before children, and a clone after its origin's dataset, when the
+    /// clone is sent as one (its origin snapshot is sent too: the origin's
+    /// dataset is in the tree and its `@snap` is no older than the origin).
+    /// With each, the origin it is sent from. Where the two orders cannot
+    /// both hold (a clone of a snapshot of its own descendant), the clone
+    /// goes as an independent dataset.
+    fn send_order(&self, top: &str, snap: &str) -> Vec<(String, Option<String>)> {
+        let sent: Vec<String> = self.subtree(top).into_iter().filter(|d| self.snapshot_record(&format!("{d}@{snap}")).is_ok()).collect();
+        let mut origin_of: BTreeMap<String, String> = BTreeMap::new();
+        for d in &sent {
+            let Some(origin) = self.record(d).ok().and_then(|r| r.origin) else { continue };
+            let Some((ods, _)) = origin.split_once('@') else { continue };
+            let (Ok(o), Ok(at)) = (self.snapshot_record(&origin), self.snapshot_record(&format!("{ods}@{snap}"))) else { continue };
+            if sent.iter().any(|s| s == ods) && o.createtxg <= at.createtxg {
+                origin_of.insert(d.clone(), origin);
+            }
+        }
+        let mut left = sent.clone();
+        let mut placed: Vec<String> = Vec::new();
+        while !left.is_empty() {
+            let ready = |d: &String, placed: &[String], origin_of: &BTreeMap<String, String>| {
+                let parent_ok = props::parent_name(d).is_none_or(|p| !sent.iter().any(|s| s == p) || placed.iter().any(|x| x == p));
+                let origin_ok = origin_of.get(d).is_none_or(|o| placed.iter().any(|x| Some(x.as_str()) == o.split('@').next()));
+                parent_ok && origin_ok
+            };
+            match left.iter().position(|d| ready(d, &placed, &origin_of)) {
+                Some(i) => placed.push(left.remove(i)),
+                None => {
+                    // A cycle: the first clone left goes on its own.
+                    let first = left.iter().find(|d| origin_of.contains_key(*d)).cloned();
+                    match first {
+                        Some(d) => {
+                            origin_of.remove(&d);
+                        }
+                        None => placed.push(left.remove(0)),
+                    }
+                }
+            }
+        }
+        placed.into_iter().map(|d| {
+            let o = origin_of.get(&d).cloned();
+            (d, o)
+        }).collect()
     }
 
     /// `send [-I] -i fs#mark fs@snap`: one dataset, from a bookmark (the
@@ -141,8 +203,11 @@ impl Pool {
                 snapshots: names.iter().map(|n| self.package_snap(n)).collect::<Result<Vec<_>>>()?,
                 props: if spec.props { self.record(top)?.props } else { BTreeMap::new() },
                 crypt: self.package_crypt(top, spec.raw)?,
+                origin: None,
+                sender_snapshots: None,
             }],
             resume: None,
+            sender_datasets: None,
         };
         Ok(SendPlan { header, streams: vec![PlannedStream { index: 0, names, snaps, from: Some(base), resume: None }] })
     }
