@@ -1,7 +1,7 @@
 //! Power cuts in the middle of receives (issue 14, item 1).
 //!
-//! A package (a full `-R`, an incremental `-R`, a `-I` series of one
-//! dataset) is received, with and without `-s`, into a pool on crash
+//! A package (a full `-R` of a tree with a clone, an incremental `-R`, a
+//! `-I` series of one dataset) is received, with and without `-s`, into a pool on crash
 //! recording devices; then the durable image at seeded cut points is
 //! imported. At every cut:
 //! - the pool checker finds no damage and no leak, object sets that no
@@ -38,12 +38,18 @@ fn source() -> Arc<Pool> {
         pool.create_dataset(ds, &[], false, &no_init).unwrap();
     }
     let mut rng = <ChaCha8Rng as rand::SeedableRng>::seed_from_u64(0x5eed);
+    let mut all = vec!["src/a", "src/a/b", "src/a/c"];
     for round in 1..=3 {
-        for ds in ["src/a", "src/a/b", "src/a/c"] {
+        for ds in &all {
             change(&pool, ds, &mut rng, round);
         }
-        let names: Vec<String> = ["src/a", "src/a/b", "src/a/c"].iter().map(|d| format!("{d}@s{round}")).collect();
+        let names: Vec<String> = all.iter().map(|d| format!("{d}@s{round}")).collect();
         pool.snapshot(&names).unwrap();
+        if round == 1 {
+            // A clone inside the tree: sent as a clone of the origin.
+            pool.clone_snapshot("src/a/c@s1", "src/a/k", &[]).unwrap();
+            all.push("src/a/k");
+        }
     }
     pool
 }
@@ -186,7 +192,14 @@ fn run(src: &Pool, sc: &Scenario, resumable: bool, cuts: u64, rng: &mut ChaCha8R
         let report = pool.check().unwrap();
         assert!(report.ok(), "{what}: check failed: {report:?}");
         let now = tree(&pool, sc.target);
-        if now == before || now == after {
+        if now == after {
+            // Received whole: the clone is one again.
+            if let Some(k) = pool.subtree(sc.target).iter().find(|d| d.ends_with("/k")) {
+                assert!(pool.record(k).unwrap().origin.is_some_and(|o| o.ends_with("/c@s1")), "{what}: {k} is not a clone");
+            }
+            continue;
+        }
+        if now == before {
             continue;
         }
         assert!(resumable, "{what}: without -s the target is neither as before nor as after:\nnow {now:#?}\nbefore {before:#?}\nafter {after:#?}");
