@@ -328,16 +328,24 @@ impl Pool {
     /// set that no dataset, snapshot or receive in progress names counted
     /// as an orphan (leaked).
     pub fn check(&self) -> Result<tarn_obj::CheckReport> {
-        let _change = self.change.lock();
-        self.obj.sync()?;
-        let mut named = self.journal_objsets()?;
-        {
-            let state = self.state.read();
-            named.extend(state.datasets.values().map(|r| r.objset));
-            named.extend(state.snapshots.values().map(|r| r.objset));
+        // Named before the walk's sync or after it: a dataset destroyed or
+        // a receive started meanwhile is not taken for an orphan.
+        let mut named = self.named_objsets()?;
+        let mut report = self.obj.check_named(&named);
+        if !report.orphans.is_empty() {
+            named.extend(self.named_objsets()?);
+            report = self.obj.check_named(&named);
         }
-        drop(_change);
-        Ok(self.obj.check_named(&named))
+        Ok(report)
+    }
+
+    /// Every object set a dataset, snapshot or receive in progress names.
+    fn named_objsets(&self) -> Result<BTreeSet<u64>> {
+        let mut named = self.journal_objsets()?;
+        let state = self.state.read();
+        named.extend(state.datasets.values().map(|r| r.objset));
+        named.extend(state.snapshots.values().map(|r| r.objset));
+        Ok(named)
     }
 
     /// What the import said of the receives a crash had interrupted.
