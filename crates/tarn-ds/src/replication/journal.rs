@@ -359,15 +359,24 @@ impl Pool {
         if self.obj.readonly() {
             return Ok(Vec::new());
         }
+        // A journal that cannot be read or settled is reported, never a
+        // failed import: its object sets stay named (no leak is reported,
+        // nothing is lost) until a later import settles it.
+        let journals = match self.journals() {
+            Ok(j) => j,
+            Err(e) => return Ok(vec![format!("receives in progress were not settled: {e}")]),
+        };
         let mut said = Vec::new();
-        for j in self.journals()? {
-            let map = self.journal_map(false)?.expect("read");
+        for j in journals {
+            let Some(map) = self.journal_map(false)? else { break };
             let hook = Arc::new(JournalHook { obj: self.obj.clone(), map, state: Mutex::new(j.clone()) });
-            let settled = self.settle(&hook, Keep::CRASH)?;
-            said.push(match settled.resumable {
-                Some((ds, _)) => format!("the receive into '{}' was interrupted; '{ds}' keeps what arrived (see its receive_resume_token)", j.top),
-                None if j.resumable => format!("the receive into '{}' was interrupted before anything of it could be kept", j.top),
-                None => format!("the receive into '{}' was interrupted and taken back", j.top),
+            said.push(match self.settle(&hook, Keep::CRASH) {
+                Ok(Settled { resumable: Some((ds, _)), .. }) => {
+                    format!("the receive into '{}' was interrupted; '{ds}' keeps what arrived (see its receive_resume_token)", j.top)
+                }
+                Ok(_) if j.resumable => format!("the receive into '{}' was interrupted before anything of it could be kept", j.top),
+                Ok(_) => format!("the receive into '{}' was interrupted and taken back", j.top),
+                Err(e) => format!("the receive into '{}' was interrupted and could not be settled: {e}", j.top),
             });
         }
         Ok(said)
