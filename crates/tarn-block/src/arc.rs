@@ -35,8 +35,25 @@ use crate::BlockPtr;
 pub const ENTRY_OVERHEAD: u64 = 128;
 /// A cached buffer is charged 1/8 more than its size (`block_weight`).
 pub const ALLOCATOR_SLACK_DIVISOR: u64 = 8;
-/// Default `arc_max` (1 GiB).
+/// `arc_max` where the machine's memory is not known (1 GiB).
 pub const ARC_MAX_DEFAULT: u64 = 1 << 30;
+
+/// The default `arc_max`: half of the machine's memory (`MemTotal`), as
+/// OpenZFS on Linux defaults it, at least 64 MiB; [`ARC_MAX_DEFAULT`] if
+/// /proc/meminfo cannot be read. A NAS's memory is there to cache its
+/// pools; the daemon lowers the ARC's target when the machine runs short
+/// (tarn-daemon memory.rs).
+pub fn default_arc_max() -> u64 {
+    let total = std::fs::read_to_string("/proc/meminfo").ok().and_then(|t| {
+        let line = t.lines().find(|l| l.starts_with("MemTotal:"))?;
+        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        kib.checked_mul(1024)
+    });
+    match total {
+        Some(bytes) => (bytes / 2).max(4 * ARC_MAX_FLOOR),
+        None => ARC_MAX_DEFAULT,
+    }
+}
 /// Default `arc_min` (32 MiB).
 pub const ARC_MIN_DEFAULT: u64 = 32 << 20;
 /// Smallest `arc_max` accepted (16 MiB).
@@ -151,7 +168,7 @@ pub fn arc() -> &'static ArcCache {
 
 /// The process's ARC as a read cache for `BlockIo`.
 pub fn shared_arc() -> &'static Arc<ArcCache> {
-    ARC.get_or_init(|| Arc::new(ArcCache::new(ARC_MAX_DEFAULT, ARC_MIN_DEFAULT)))
+    ARC.get_or_init(|| Arc::new(ArcCache::new(default_arc_max(), ARC_MIN_DEFAULT)))
 }
 
 impl ArcCache {

@@ -282,7 +282,7 @@ pub struct Tunables {
 impl Default for Tunables {
     fn default() -> Self {
         Tunables {
-            arc_max: tarn_block::arc::ARC_MAX_DEFAULT,
+            arc_max: tarn_block::arc::default_arc_max(),
             arc_min: tarn_block::arc::ARC_MIN_DEFAULT,
             dirty_data_max: 512 << 20, txg_timeout_ms: 5000, scan_mem_max: 64 << 20, scan_rate_max: 0,
             l2arc_write_max: l2arc::WRITE_MAX_DEFAULT, l2arc_write_boost: l2arc::WRITE_BOOST_DEFAULT }

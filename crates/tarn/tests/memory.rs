@@ -299,5 +299,8 @@ fn tunable_and_arcstat_verbs() {
     let out = bare.tarn(&["tunable", "set", "--persist", "arc_max=128M"]);
     assert_clean_failure(&out, "tunable set --persist without --config");
     assert_eq!(out.status.code(), Some(1));
-    assert_eq!(bare.tarn_ok(&["tunable", "get", "-H", "arc_max"]), format!("arc_max\t{}\tdefault\n", 1u64 << 30));
+    // The default: half of the machine's memory.
+    assert_eq!(bare.tarn_ok(&["tunable", "get", "-H", "arc_max"]), format!("arc_max\t{}\tdefault\n", tarn_block::arc::default_arc_max()));
+    let total: u64 = std::fs::read_to_string("/proc/meminfo").unwrap().lines().find(|l| l.starts_with("MemTotal:")).unwrap().split_whitespace().nth(1).unwrap().parse().unwrap();
+    assert_eq!(tarn_block::arc::default_arc_max(), total * 1024 / 2);
 }
