@@ -150,6 +150,17 @@ pub(crate) fn package_crypt_of(cipher: &str, key_guid: u64) -> Result<Crypt> {
     Ok(Crypt { cipher, key_guid })
 }
 
+/// `copies=3` on an encrypted dataset is refused, as OpenZFS refuses it:
+/// an encrypted block pointer carries its IV in the third copy's place,
+/// so it has room for two. (A `copies=3` an encrypted dataset inherits
+/// from an unencrypted ancestor is capped at 2: docs/encryption.md.)
+pub(crate) fn refuse_three_copies(copies: Option<&str>, encrypted: bool) -> Result<()> {
+    if encrypted && copies == Some("3") {
+        return Err(DsError::BadValue("copies=3 is not possible with encryption (an encrypted block has room for 2 copies)".into()));
+    }
+    Ok(())
+}
+
 /// The associated data a master key is wrapped with: its key guid.
 fn aad(key_guid: u64) -> [u8; 8] {
     key_guid.to_le_bytes()

@@ -197,6 +197,7 @@ impl Pool {
             let (prop, stored) = props::validate(prop, value)?;
             local.insert(prop.to_string(), stored);
         }
+        crate::encryption::refuse_three_copies(local.get("copies").map(String::as_str), crypt.is_some())?;
         let mos = obj.mos();
         let tx = obj.begin();
         let datasets_zap = Zap::create(&mos, &tx, DS_ZAP)?;
@@ -373,6 +374,18 @@ impl Pool {
             .collect()
     }
 
+    /// The nearest of `name`'s ancestors that exists.
+    fn nearest_existing(&self, name: &str) -> Option<String> {
+        let mut current = props::parent_name(name);
+        while let Some(parent) = current {
+            if self.exists(parent) {
+                return Some(parent.to_string());
+            }
+            current = props::parent_name(parent);
+        }
+        None
+    }
+
     /// The object set of a dataset (one shared handle per dataset, so write
     /// properties set here reach every user of it).
     pub fn objset(&self, name: &str) -> Result<ObjectSet> {
@@ -483,6 +496,13 @@ impl Pool {
         if let Some(bytes) = local.get("refreservation").and_then(|v| v.parse::<u64>().ok()) {
             self.check_refreservation(name, bytes)?;
         }
+        // Encrypted: a new root, or under an encrypted ancestor (the
+        // nearest that exists; missing parents made here follow it).
+        let encrypted = match crypt_req.encryption {
+            Some(cipher) => cipher.is_some(),
+            None => crypt_req.keyformat.is_some() || self.nearest_existing(name).is_some_and(|a| self.encryption_root(&a).is_some()),
+        };
+        crate::encryption::refuse_three_copies(local.get("copies").map(String::as_str), encrypted)?;
         // Missing ancestors, nearest to the root first.
         let mut missing = Vec::new();
         let mut current = props::parent_name(name);
@@ -614,6 +634,9 @@ impl Pool {
         let (prop, stored) = props::validate(prop, value)?;
         let _change = self.change.lock();
         let mut record = self.record(name)?;
+        if prop == "copies" {
+            crate::encryption::refuse_three_copies(Some(&stored), record.crypt.is_some())?;
+        }
         if prop == "quota" {
             if let Ok(quota) = stored.parse::<u64>() {
                 let used = self.used_bytes(name);

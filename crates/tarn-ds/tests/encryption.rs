@@ -112,6 +112,9 @@ fn encryption_roots_children_and_the_key_lifecycle() {
         ("tank/x", vec![("encryption", "on"), ("keyformat", "passphrase"), ("pbkdf2iters", "1000")], "pbkdf2iters must be between"),
         ("tank/x", vec![("encryption", "on"), ("keyformat", "passphrase")], "keylocation=prompt and no key"),
         ("tank/x", vec![("encryption", "on"), ("keyformat", "raw"), ("keylocation", "file:///nonexistent/k")], "No such file"),
+        ("tank/x", vec![("encryption", "on"), ("keyformat", "raw"), ("keylocation", raw_loc.as_str()), ("copies", "3")], "copies=3 is not possible with encryption"),
+        ("tank/secure/x", vec![("copies", "3")], "copies=3 is not possible with encryption"),
+        ("tank/secure/y/z", vec![("copies", "3")], "copies=3 is not possible with encryption"),
     ] {
         let e = err(pool.create_dataset(name, &opts(&props), false, &common::no_init));
         assert!(e.contains(why), "{name} {props:?}: {e}");
@@ -119,6 +122,10 @@ fn encryption_roots_children_and_the_key_lifecycle() {
     }
     let e = err(pool.create_dataset_keyed("tank/x", &opts(&[("encryption", "on"), ("keyformat", "raw")]), false, &common::no_init, Some(&pass("a passphrase"))));
     assert!(e.contains("keyformat is raw"), "{e}");
+    assert!(err(pool.set_property("tank/secure/docs", "copies", "3")).contains("copies=3 is not possible with encryption"));
+    pool.set_property("tank/secure/docs", "copies", "2").unwrap();
+    pool.set_property("tank/plain", "copies", "3").unwrap();
+    pool.inherit_property("tank/plain", "copies", false).unwrap();
     for prop in ["encryption", "keyformat", "pbkdf2iters", "keystatus", "encryptionroot"] {
         let e = err(pool.set_property("tank/secure", prop, "off"));
         assert!(e.contains("read-only") || e.contains("readonly"), "{prop}: {e}");
@@ -267,3 +274,4 @@ fn change_key_makes_a_new_root_and_inherit_joins_the_parent() {
     assert!(check.ok(), "{check:?}");
     assert!(check.allocated_bytes <= used + (1 << 20), "change-key rewrote data: {used} -> {}", check.allocated_bytes);
 }
+
