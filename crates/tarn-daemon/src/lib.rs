@@ -45,6 +45,7 @@ pub mod events;
 pub mod history;
 mod iostat;
 pub mod keys;
+mod key_bytes;
 mod diff;
 pub mod fdpass;
 mod memory;
