@@ -6,7 +6,8 @@
 //!
 //! is damaged. Then `stat` of the files whose dnodes were in the block,
 //! and `readdir` of the directory and `stat` of the names in it, fail with
-//! EIO (nothing else: no attributes, no names); files of other dnode
+//! EIO (nothing else: no attributes, no names), while the directory
+//! holding those files still lists every name; files of other dnode
 //! blocks still read back what was written; `pool scrub -w` counts the
 //! errors; `pool status -v` names the files by path while the key is
 //! loaded, and as `dataset:<0x…>` (the objects) once it is not.
@@ -20,7 +21,7 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
-use std::os::unix::fs::{FileExt, MetadataExt};
+use std::os::unix::fs::{DirEntryExt, FileExt, MetadataExt};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -140,6 +141,16 @@ fn tampered_dnode_and_name_blocks_fail_with_eio_and_status_names_them() {
             let p = ds.join(format!("f{i:02}"));
             assert_eio(fs::metadata(&p), &format!("{when}: stat {}", p.display()));
             assert_eio(fs::read(&p), &format!("{when}: read {}", p.display()));
+        }
+        // Their directory still lists every name with its inode number
+        // (as `ls` on ZFS: only the damaged entries' `stat` fails).
+        let listed: BTreeMap<String, u64> = fs::read_dir(&ds)
+            .unwrap_or_else(|e| panic!("{when}: readdir of the dataset: {e}"))
+            .map(|e| e.map(|e| (e.file_name().into_string().unwrap(), e.ino())))
+            .collect::<std::io::Result<_>>()
+            .unwrap_or_else(|e| panic!("{when}: readdir of the dataset: {e}"));
+        for i in 0..FILES {
+            assert_eq!(listed.get(&format!("f{i:02}")), Some(&file_inos[i]), "{when}: f{i:02} in the listing");
         }
         // The damaged directory: no listing, no name in it resolves; the
         // directory itself (its dnode is intact) still stats.
