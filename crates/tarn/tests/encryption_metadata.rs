@@ -149,8 +149,8 @@ fn tampered_dnode_and_name_blocks_fail_with_eio_and_status_names_them() {
             .map(|e| e.map(|e| (e.file_name().into_string().unwrap(), e.ino())))
             .collect::<std::io::Result<_>>()
             .unwrap_or_else(|e| panic!("{when}: readdir of the dataset: {e}"));
-        for i in 0..FILES {
-            assert_eq!(listed.get(&format!("f{i:02}")), Some(&file_inos[i]), "{when}: f{i:02} in the listing");
+        for (i, ino) in file_inos.iter().enumerate() {
+            assert_eq!(listed.get(&format!("f{i:02}")), Some(ino), "{when}: f{i:02} in the listing");
         }
         // The damaged directory: no listing, no name in it resolves; the
         // directory itself (its dnode is intact) still stats.
