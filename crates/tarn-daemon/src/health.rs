@@ -190,9 +190,12 @@ const DAMAGE_WALK_LIMIT: u64 = 1_000_000;
 /// mounted dataset when the object is a reachable file, else the
 /// `<dataset>:<0xobject>` form zpool prints. A damaged dnode block loses
 /// the objects it holds: with the dataset mounted (its key loaded) the
-/// files among them are named by a walk of the directories (their own
-/// inodes do not read); without, or for what the walk does not find, the
-/// block is named by its objects' range, `<dataset>:<0xfirst-0xlast>`.
+/// files among them that a directory names are found by a walk of the
+/// directories (their own inodes do not read) and named by path; when
+/// the walk finds none (or the dataset is not mounted), the block is
+/// named by its objects' range, `<dataset>:<0xfirst-0xlast>`. The walk
+/// runs only when there is such damage, and stops after
+/// `DAMAGE_WALK_LIMIT` entries.
 fn describe_damage(imported: &Imported, st: &ScanStats) -> Vec<String> {
     let mut names: BTreeMap<u64, String> = BTreeMap::new();
     for ds in imported.ds.list() {
