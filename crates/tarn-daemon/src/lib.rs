@@ -38,6 +38,7 @@ pub mod cache;
 mod clones;
 pub mod config;
 pub mod daemon;
+mod damage;
 mod health;
 mod dataset_ops;
 mod listing;

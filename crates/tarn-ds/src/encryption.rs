@@ -281,6 +281,26 @@ impl Pool {
     /// The encryption of a new dataset `name` whose record will have
     /// `guid`, following `req` and its parent; loads its keys. None: not
     /// encrypted.
+    /// Whether dataset `name`, about to be created with `req`, will be
+    /// encrypted: a new root, or under an encrypted ancestor (the nearest
+    /// that exists; missing parents made on the way follow it).
+    pub(crate) fn will_be_encrypted(&self, name: &str, req: &CryptRequest) -> bool {
+        match req.encryption {
+            Some(cipher) => cipher.is_some(),
+            None if req.keyformat.is_some() => true,
+            None => {
+                let mut current = props::parent_name(name);
+                while let Some(parent) = current {
+                    if self.exists(parent) {
+                        return self.encryption_root(parent).is_some();
+                    }
+                    current = props::parent_name(parent);
+                }
+                false
+            }
+        }
+    }
+
     pub(crate) fn crypt_for_new(
         &self,
         name: &str,

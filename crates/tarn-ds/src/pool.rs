@@ -374,18 +374,6 @@ impl Pool {
             .collect()
     }
 
-    /// The nearest of `name`'s ancestors that exists.
-    fn nearest_existing(&self, name: &str) -> Option<String> {
-        let mut current = props::parent_name(name);
-        while let Some(parent) = current {
-            if self.exists(parent) {
-                return Some(parent.to_string());
-            }
-            current = props::parent_name(parent);
-        }
-        None
-    }
-
     /// The object set of a dataset (one shared handle per dataset, so write
     /// properties set here reach every user of it).
     pub fn objset(&self, name: &str) -> Result<ObjectSet> {
@@ -496,13 +484,7 @@ impl Pool {
         if let Some(bytes) = local.get("refreservation").and_then(|v| v.parse::<u64>().ok()) {
             self.check_refreservation(name, bytes)?;
         }
-        // Encrypted: a new root, or under an encrypted ancestor (the
-        // nearest that exists; missing parents made here follow it).
-        let encrypted = match crypt_req.encryption {
-            Some(cipher) => cipher.is_some(),
-            None => crypt_req.keyformat.is_some() || self.nearest_existing(name).is_some_and(|a| self.encryption_root(&a).is_some()),
-        };
-        crate::encryption::refuse_three_copies(local.get("copies").map(String::as_str), encrypted)?;
+        crate::encryption::refuse_three_copies(local.get("copies").map(String::as_str), self.will_be_encrypted(name, &crypt_req))?;
         // Missing ancestors, nearest to the root first.
         let mut missing = Vec::new();
         let mut current = props::parent_name(name);
