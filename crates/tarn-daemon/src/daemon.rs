@@ -206,11 +206,11 @@ impl Daemon {
             Request::PoolList { pools, parsable } => self.pool_list(&pools, parsable),
             Request::PoolStatus { pools, verbose } => self.pool_status(&pools, verbose),
             Request::PoolSet { prop, value, pool } => self.pool_set(&prop, &value, &pool),
-            Request::Create { dataset, parents, props, key, volume } => self.create(&dataset, parents, &props, key.as_deref(), volume.as_ref()),
+            Request::Create { dataset, parents, props, key, volume } => self.create(&dataset, parents, &props, key.as_ref().map(KeyBytes::expose), volume.as_ref()),
             Request::KeyRoots { datasets, recursive, all } => self.key_roots(&datasets, recursive, all),
-            Request::LoadKey { dataset, noop, location, key } => self.load_key(&dataset, noop, location.as_deref(), key.as_deref()),
+            Request::LoadKey { dataset, noop, location, key } => self.load_key(&dataset, noop, location.as_deref(), key.as_ref().map(KeyBytes::expose)),
             Request::UnloadKey { dataset } => self.unload_key(&dataset),
-            Request::ChangeKey { dataset, props, key, inherit } => self.change_key(&dataset, &props, key.as_deref(), inherit),
+            Request::ChangeKey { dataset, props, key, inherit } => self.change_key(&dataset, &props, key.as_ref().map(KeyBytes::expose), inherit),
             Request::Destroy { dataset, recursive, force, dry_run, dependents } => {
                 if dataset.contains('@') {
                     self.destroy_snapshots(&dataset, recursive, dry_run, dependents, force)
@@ -413,7 +413,7 @@ impl Daemon {
         )
         .map_err(|e| fail(e.to_string()))?;
         obj.set_tunables(self.tuning.get());
-        let material = match crate::keys::creation_material(&root_props, key.as_deref()) {
+        let material = match crate::keys::creation_material(&root_props, key.as_ref().map(KeyBytes::expose)) {
             Ok(m) => m,
             Err(e) => {
                 let _ = obj.export();

@@ -162,7 +162,7 @@ pub(crate) fn status_data(name: &str, imported: &Imported, verbose: bool) -> Poo
     for path in in_use_spares {
         spares.push(VdevStatus { state: "INUSE".into(), ..sum_row(path, "file", 0, "INUSE", vec![]) });
     }
-    let error_files = if verbose { status.scan.as_ref().map(|s| describe_damage(imported, s)).unwrap_or_default() } else { vec![] };
+    let error_files = if verbose { status.scan.as_ref().map(|s| crate::damage::describe_damage(imported, s)).unwrap_or_default() } else { vec![] };
     let (trims, checkpoint) = crate::trim::status_extras(obj);
     PoolStatusData {
         name: name.to_string(),
@@ -180,35 +180,6 @@ pub(crate) fn status_data(name: &str, imported: &Imported, verbose: bool) -> Poo
         trims,
         checkpoint,
     }
-}
-
-/// Names the files that hold unrecoverable blocks: the path through the
-/// mounted dataset when the object is a reachable file, else the
-/// `<dataset>:<0xobject>` form zpool prints.
-fn describe_damage(imported: &Imported, st: &ScanStats) -> Vec<String> {
-    let mut names: BTreeMap<u64, String> = BTreeMap::new();
-    for ds in imported.ds.list() {
-        if let Ok(os) = imported.ds.objset(&ds) {
-            names.insert(os.id().0, ds);
-        }
-    }
-    let mut out = Vec::new();
-    for d in &st.damaged {
-        let line = match names.get(&d.objset) {
-            _ if d.objset == tarn_obj::scan::POOL_META => "<pool metadata>".to_string(),
-            None if d.objset == 0 => format!("<metadata>:<0x{:x}>", d.object),
-            None => format!("<0x{:x}>:<0x{:x}>", d.objset, d.object),
-            Some(ds) if d.object == tarn_obj::scan::META_OBJECT => format!("{ds}:<metadata>"),
-            Some(ds) => match imported.mounts.get(ds).and_then(|m| m.path_of(d.object)) {
-                Some(path) => path,
-                None => format!("{ds}:<0x{:x}>", d.object),
-            },
-        };
-        if !out.contains(&line) {
-            out.push(line);
-        }
-    }
-    out
 }
 
 fn fail(verb: &str, pool: &str) -> impl Fn(String) -> String {

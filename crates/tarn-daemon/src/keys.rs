@@ -3,10 +3,11 @@
 //! The CLI asks for the roots (`KeyRoots`), prompts for the ones whose
 //! `keylocation` is `prompt`, and sends each root's key material in its
 //! own request; a root with a key file is loaded from the file here (the
-//! daemon runs as root, as `zfs load-key` does). Key material reaches
-//! tarn-keys straight from the request and is dropped with it: it is never
-//! logged, recorded in the history (the history keeps the argv the user
-//! typed, which holds no key) or written to the state directory.
+//! daemon runs as root, as `zfs load-key` does). Key material comes in
+//! its request as `KeyBytes` (a `Secret`: `key_bytes.rs`), reaches
+//! tarn-keys from there and is dropped with it: it is never logged,
+//! recorded in the history (the history keeps the argv the user typed,
+//! which holds no key) or written to the state directory.
 //!
 //! `unload-key` unmounts the root's file systems first (a busy one stops
 //! it, nothing unloaded); `load-key` does not mount (as OpenZFS: `mount -a`

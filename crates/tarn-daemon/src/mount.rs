@@ -132,6 +132,15 @@ impl Mounted {
         Some(format!("{}{}", self.path.display().to_string().trim_end_matches('/'), rel))
     }
 
+    /// [`Mounted::path_of`] for objects whose inodes may not read: the
+    /// paths of those of `inos` a directory walk finds (at most `limit`
+    /// entries visited).
+    pub fn paths_by_walk(&self, inos: &std::collections::BTreeSet<u64>, limit: u64) -> std::collections::BTreeMap<u64, String> {
+        let base = self.path.display().to_string();
+        let base = base.trim_end_matches('/');
+        self.fs.paths_by_walk(inos, limit).into_iter().map(|(ino, rel)| (ino, format!("{base}{rel}"))).collect()
+    }
+
     /// The dataset's file system (NFS serves the same one as FUSE).
     pub fn fs(&self) -> &Arc<tarn_fs::Fs> {
         &self.fs

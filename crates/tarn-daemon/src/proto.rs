@@ -15,6 +15,8 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::key_bytes::KeyBytes;
+
 /// Protocol version, reported by `ping`.
 pub const PROTOCOL_VERSION: u32 = 1;
 
@@ -71,7 +73,7 @@ pub enum Request {
         /// With `-O keyformat=… ` and keylocation prompt: the root
         /// dataset's key, as the CLI read it (never logged).
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        key: Option<Vec<u8>>,
+        key: Option<KeyBytes>,
     },
     PoolImport {
         dirs: Vec<String>,
@@ -104,7 +106,7 @@ pub enum Request {
         /// The key of a new encryption root whose keylocation is `prompt`
         /// (the CLI asked for it). Never logged (keys.rs).
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        key: Option<Vec<u8>>,
+        key: Option<KeyBytes>,
         /// `-V`: a volume.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         volume: Option<VolumeSpec>,
@@ -119,7 +121,7 @@ pub enum Request {
         noop: bool,
         location: Option<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        key: Option<Vec<u8>>,
+        key: Option<KeyBytes>,
     },
     /// `unload-key ROOT` (unmounts its datasets first).
     UnloadKey { dataset: String },
@@ -130,7 +132,7 @@ pub enum Request {
         dataset: String,
         props: Vec<(String, String)>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        key: Option<Vec<u8>>,
+        key: Option<KeyBytes>,
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         inherit: bool,
     },
@@ -352,14 +354,42 @@ pub fn parse_request_line(line: &str) -> Result<(Request, Option<Vec<String>>), 
     Ok((serde_json::from_value(value)?, argv))
 }
 
-/// The line [`parse_request_line`] reads: the request, with `argv` when given.
-pub fn request_line(request: &Request, argv: Option<&[String]>) -> Result<String, serde_json::Error> {
-    let mut value = serde_json::to_value(request)?;
-    if let (Some(argv), Some(map)) = (argv, value.as_object_mut()) {
-        map.insert("argv".into(), serde_json::to_value(argv)?);
+impl Request {
+    /// Whether the request carries key material (its buffers are zeroed
+    /// after it, and the stack its handling used: `server.rs`).
+    pub fn carries_key(&self) -> bool {
+        match self {
+            Request::PoolCreate { key, .. } | Request::Create { key, .. } | Request::LoadKey { key, .. } | Request::ChangeKey { key, .. } => key.is_some(),
+            _ => false,
+        }
     }
-    serde_json::to_string(&value)
 }
+
+/// The line [`parse_request_line`] reads: the request, with `argv` when
+/// given. Written straight from the request (no `serde_json::Value` in
+/// between) into one buffer big enough not to move: a request with a key
+/// has its digits in it, and the caller zeroes it once sent.
+pub fn request_line(request: &Request, argv: Option<&[String]>) -> Result<String, serde_json::Error> {
+    let mut out = Vec::with_capacity(REQUEST_LINE_CAPACITY);
+    serde_json::to_writer(&mut out, request)?;
+    if let Some(argv) = argv {
+        // A request is a JSON object: `argv` goes in before its `}`.
+        if out.pop() != Some(b'}') {
+            return Err(serde::ser::Error::custom("a request is not a JSON object"));
+        }
+        if !out.ends_with(b"{") {
+            out.push(b',');
+        }
+        out.extend_from_slice(br#""argv":"#);
+        serde_json::to_writer(&mut out, argv)?;
+        out.push(b'}');
+    }
+    String::from_utf8(out).map_err(|_| serde::ser::Error::custom("a request line is not UTF-8"))
+}
+
+/// Room reserved for a request line, so a key-carrying one is never
+/// copied while it is written (a key is at most `KEY_BYTES_MAX` bytes).
+const REQUEST_LINE_CAPACITY: usize = 64 << 10;
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Response {

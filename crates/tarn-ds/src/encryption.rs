@@ -150,6 +150,17 @@ pub(crate) fn package_crypt_of(cipher: &str, key_guid: u64) -> Result<Crypt> {
     Ok(Crypt { cipher, key_guid })
 }
 
+/// `copies=3` on an encrypted dataset is refused, as OpenZFS refuses it:
+/// an encrypted block pointer carries its IV in the third copy's place,
+/// so it has room for two. (A `copies=3` an encrypted dataset inherits
+/// from an unencrypted ancestor is capped at 2: docs/encryption.md.)
+pub(crate) fn refuse_three_copies(copies: Option<&str>, encrypted: bool) -> Result<()> {
+    if encrypted && copies == Some("3") {
+        return Err(DsError::BadValue("copies=3 is not possible with encryption (an encrypted block has room for 2 copies)".into()));
+    }
+    Ok(())
+}
+
 /// The associated data a master key is wrapped with: its key guid.
 fn aad(key_guid: u64) -> [u8; 8] {
     key_guid.to_le_bytes()
@@ -270,6 +281,26 @@ impl Pool {
     /// The encryption of a new dataset `name` whose record will have
     /// `guid`, following `req` and its parent; loads its keys. None: not
     /// encrypted.
+    /// Whether dataset `name`, about to be created with `req`, will be
+    /// encrypted: a new root, or under an encrypted ancestor (the nearest
+    /// that exists; missing parents made on the way follow it).
+    pub(crate) fn will_be_encrypted(&self, name: &str, req: &CryptRequest) -> bool {
+        match req.encryption {
+            Some(cipher) => cipher.is_some(),
+            None if req.keyformat.is_some() => true,
+            None => {
+                let mut current = props::parent_name(name);
+                while let Some(parent) = current {
+                    if self.exists(parent) {
+                        return self.encryption_root(parent).is_some();
+                    }
+                    current = props::parent_name(parent);
+                }
+                false
+            }
+        }
+    }
+
     pub(crate) fn crypt_for_new(
         &self,
         name: &str,

@@ -197,6 +197,7 @@ impl Pool {
             let (prop, stored) = props::validate(prop, value)?;
             local.insert(prop.to_string(), stored);
         }
+        crate::encryption::refuse_three_copies(local.get("copies").map(String::as_str), crypt.is_some())?;
         let mos = obj.mos();
         let tx = obj.begin();
         let datasets_zap = Zap::create(&mos, &tx, DS_ZAP)?;
@@ -483,6 +484,7 @@ impl Pool {
         if let Some(bytes) = local.get("refreservation").and_then(|v| v.parse::<u64>().ok()) {
             self.check_refreservation(name, bytes)?;
         }
+        crate::encryption::refuse_three_copies(local.get("copies").map(String::as_str), self.will_be_encrypted(name, &crypt_req))?;
         // Missing ancestors, nearest to the root first.
         let mut missing = Vec::new();
         let mut current = props::parent_name(name);
@@ -614,6 +616,9 @@ impl Pool {
         let (prop, stored) = props::validate(prop, value)?;
         let _change = self.change.lock();
         let mut record = self.record(name)?;
+        if prop == "copies" {
+            crate::encryption::refuse_three_copies(Some(&stored), record.crypt.is_some())?;
+        }
         if prop == "quota" {
             if let Ok(quota) = stored.parse::<u64>() {
                 let used = self.used_bytes(name);

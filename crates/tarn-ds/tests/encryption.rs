@@ -2,12 +2,16 @@
 //! half): encryption roots with each keyformat and keylocation, children
 //! inheriting the root, the encryption properties, wrong keys refused with
 //! nothing changed, unload/load, change-key (rewrap only), clones, and
-//! export/import with the keys unloaded.
+//! export/import with the keys unloaded. Test 2 for the keys themselves:
+//! neither a master key nor a passphrase's wrapping key is on any device.
 
 mod common;
 
+use std::sync::Arc;
+
+use tarn_dev::{Device, MemDevice};
 use tarn_ds::Pool;
-use tarn_keys::{KeyFormat, KeyMaterial};
+use tarn_keys::{Kdf, KeyFormat, KeyMaterial, WrappedKey, WrappingKey};
 use tarn_obj::{ObjError, ObjType, ObjectId, BONUS_LEN};
 
 fn get(pool: &Pool, name: &str, prop: &str) -> String {
@@ -112,6 +116,9 @@ fn encryption_roots_children_and_the_key_lifecycle() {
         ("tank/x", vec![("encryption", "on"), ("keyformat", "passphrase"), ("pbkdf2iters", "1000")], "pbkdf2iters must be between"),
         ("tank/x", vec![("encryption", "on"), ("keyformat", "passphrase")], "keylocation=prompt and no key"),
         ("tank/x", vec![("encryption", "on"), ("keyformat", "raw"), ("keylocation", "file:///nonexistent/k")], "No such file"),
+        ("tank/x", vec![("encryption", "on"), ("keyformat", "raw"), ("keylocation", raw_loc.as_str()), ("copies", "3")], "copies=3 is not possible with encryption"),
+        ("tank/secure/x", vec![("copies", "3")], "copies=3 is not possible with encryption"),
+        ("tank/secure/y/z", vec![("copies", "3")], "copies=3 is not possible with encryption"),
     ] {
         let e = err(pool.create_dataset(name, &opts(&props), false, &common::no_init));
         assert!(e.contains(why), "{name} {props:?}: {e}");
@@ -119,6 +126,10 @@ fn encryption_roots_children_and_the_key_lifecycle() {
     }
     let e = err(pool.create_dataset_keyed("tank/x", &opts(&[("encryption", "on"), ("keyformat", "raw")]), false, &common::no_init, Some(&pass("a passphrase"))));
     assert!(e.contains("keyformat is raw"), "{e}");
+    assert!(err(pool.set_property("tank/secure/docs", "copies", "3")).contains("copies=3 is not possible with encryption"));
+    pool.set_property("tank/secure/docs", "copies", "2").unwrap();
+    pool.set_property("tank/plain", "copies", "3").unwrap();
+    pool.inherit_property("tank/plain", "copies", false).unwrap();
     for prop in ["encryption", "keyformat", "pbkdf2iters", "keystatus", "encryptionroot"] {
         let e = err(pool.set_property("tank/secure", prop, "off"));
         assert!(e.contains("read-only") || e.contains("readonly"), "{prop}: {e}");
@@ -266,4 +277,114 @@ fn change_key_makes_a_new_root_and_inherit_joins_the_parent() {
     let check = pool.obj().check();
     assert!(check.ok(), "{check:?}");
     assert!(check.allocated_bytes <= used + (1 << 20), "change-key rewrote data: {used} -> {}", check.allocated_bytes);
+}
+
+fn unhex(text: &str) -> Vec<u8> {
+    assert!(text.len().is_multiple_of(2), "odd hex");
+    (0..text.len()).step_by(2).map(|i| u8::from_str_radix(&text[i..i + 2], 16).expect("hex")).collect()
+}
+
+/// Which of `needles` (label, bytes) are anywhere on `dev`: its non-zero
+/// 4 KiB pages are searched in runs, each run widened by a page on both
+/// sides (a needle may end in zeros or begin after them).
+fn found_on(dev: &MemDevice, needles: &[(&str, &[u8])]) -> Vec<String> {
+    const PAGE: usize = 4096;
+    let size = dev.size() as usize;
+    let mut data = vec![0u8; size];
+    dev.read_at(&mut data, 0).unwrap();
+    let nonzero: Vec<bool> = data.chunks(PAGE).map(|p| p.iter().any(|b| *b != 0)).collect();
+    let mut found = Vec::new();
+    let mut p = 0;
+    while p < nonzero.len() {
+        if !nonzero[p] {
+            p += 1;
+            continue;
+        }
+        let start = p;
+        while p < nonzero.len() && nonzero[p] {
+            p += 1;
+        }
+        let run = &data[start.saturating_sub(1) * PAGE..((p + 1) * PAGE).min(size)];
+        for (label, needle) in needles {
+            if !found.iter().any(|f| f == label) && run.windows(needle.len()).any(|w| w == *needle) {
+                found.push(label.to_string());
+            }
+        }
+    }
+    found
+}
+
+/// Issue 12, test 2, the keys themselves: a passphrase root with a known
+/// PBKDF2 cost and a child of it each get a master key, wrapped by the
+/// root's wrapping key. The test reads the wrapped blobs from the dataset
+/// records, derives the wrapping key from the passphrase (tarn-keys, with
+/// the salt and cost the blob names) and unwraps both master keys; block
+/// keys made from the unwrapped master keys read the data back (so these
+/// are the keys in use). After writing and exporting, no byte string of
+/// either master key, of the wrapping key or of the passphrase is on any
+/// device. The control: each key, planted on a device, is found by the
+/// same scan.
+#[test]
+fn no_master_key_and_no_wrapping_key_on_the_devices() {
+    const PHRASE: &str = "a passphrase only this test knows";
+    const MARK: &[u8] = b"KEYS-TEST-MARKER-plaintext-never-on-disk";
+    let devs = common::devices("keys", 128 << 20);
+    let pool = common::create(&devs, "none");
+    let props = opts(&[("encryption", "on"), ("keyformat", "passphrase"), ("pbkdf2iters", "123456")]);
+    pool.create_dataset_keyed("tank/secure", &props, false, &common::no_init, Some(&pass(PHRASE))).unwrap();
+    pool.create_dataset("tank/secure/child", &[], false, &common::no_init).unwrap();
+    let root_obj = put(&pool, "tank/secure", &MARK.repeat(100));
+    let child_obj = put(&pool, "tank/secure/child", &MARK.repeat(3));
+
+    // The wrapped keys as stored, and what opens them.
+    let crypt = |name: &str| pool.record(name).unwrap().crypt.unwrap_or_else(|| panic!("{name} has no key record"));
+    let (root_crypt, child_crypt) = (crypt("tank/secure"), crypt("tank/secure/child"));
+    let root_blob = WrappedKey::decode(&unhex(&root_crypt.wrapped)).unwrap();
+    let child_blob = WrappedKey::decode(&unhex(&child_crypt.wrapped)).unwrap();
+    assert_eq!(root_blob.kdf(), Kdf::Pbkdf2Sha512 { iters: 123_456 }, "the cost asked for is the cost stored");
+    assert_eq!((child_blob.kdf(), child_blob.salt()), (root_blob.kdf(), root_blob.salt()), "the child is wrapped by its root's key");
+    let wrapping = WrappingKey::for_wrapped(&root_blob, &pass(PHRASE)).unwrap();
+    let root_master = tarn_keys::unwrap_with(&root_blob, &wrapping, &root_crypt.key_guid.to_le_bytes()).unwrap();
+    let child_master = tarn_keys::unwrap_with(&child_blob, &wrapping, &child_crypt.key_guid.to_le_bytes()).unwrap();
+    assert_ne!(root_master.bytes(), child_master.bytes(), "a master key per dataset");
+    assert!(tarn_keys::unwrap_with(&root_blob, &wrapping, &child_crypt.key_guid.to_le_bytes()).is_err(), "bound to its key guid");
+    let secrets: [(&str, Vec<u8>); 4] = [
+        ("the root's master key", root_master.bytes().to_vec()),
+        ("the child's master key", child_master.bytes().to_vec()),
+        ("the wrapping key", wrapping.key().to_vec()),
+        ("the passphrase", PHRASE.as_bytes().to_vec()),
+    ];
+    let pool = common::reimport(pool, &devs);
+    pool.obj().export().unwrap();
+    drop(pool);
+    let mut needles: Vec<(&str, &[u8])> = secrets.iter().map(|(what, bytes)| (*what, &bytes[..])).collect();
+    needles.push(("the data's plaintext", MARK));
+    for (i, dev) in devs.iter().enumerate() {
+        let found = found_on(dev, &needles);
+        assert!(found.is_empty(), "on device {i}: {found:?}");
+    }
+
+    // The keys are the ones in use: block keys made from the unwrapped
+    // master keys (no load-key) read the data.
+    let pool = common::import(&devs);
+    for (name, crypt, master, id, len) in [
+        ("tank/secure", &root_crypt, &root_master, root_obj, MARK.len() * 100),
+        ("tank/secure/child", &child_crypt, &child_master, child_obj, MARK.len() * 3),
+    ] {
+        assert!(matches!(read(&pool, name, id, len), Err(ObjError::KeyNotLoaded)));
+        let cipher = tarn_block::Cipher::parse(&crypt.cipher).unwrap();
+        pool.obj().load_keys(crypt.key_guid, Arc::new(tarn_block::BlockKeys::new(cipher, master).unwrap()));
+        assert_eq!(read(&pool, name, id, len).unwrap(), MARK.repeat(len / MARK.len()), "{name} with its unwrapped master key");
+    }
+    pool.obj().export().unwrap();
+    drop(pool);
+
+    // The control: each secret planted on a device (in the middle of
+    // device 1, at an odd offset) is found there.
+    for (i, (_, bytes)) in secrets.iter().enumerate() {
+        devs[1].write_at(bytes, (64 << 20) + 4096 * i as u64 + 1001).unwrap();
+    }
+    let planted: Vec<&str> = secrets.iter().map(|(what, _)| *what).collect();
+    assert_eq!(found_on(&devs[1], &needles), planted, "the scan finds what was planted on device 1");
+    assert!(found_on(&devs[2], &needles).is_empty());
 }

@@ -528,7 +528,7 @@ impl Checked<'_> {
         &self,
         dir: u64,
         offset: u64,
-        f: &mut dyn FnMut(&DirEntry, &Attr) -> bool,
+        f: &mut dyn FnMut(&DirEntry, Option<&Attr>) -> bool,
     ) -> Result<()> {
         self.list_check(dir)?;
         self.fs.readdir_plus_noref(dir, offset, f)

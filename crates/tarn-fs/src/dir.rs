@@ -519,6 +519,35 @@ impl Fs {
         None
     }
 
+    /// The paths below the root (`/a/b`) of those of `inos` that some
+    /// directory names, found by walking the tree from the root through
+    /// directory entries alone: it works for objects whose own inode does
+    /// not read (a damaged dnode block), where [`Fs::path_of`] cannot. A
+    /// directory that does not read is passed over; at most `limit`
+    /// entries are visited. For `pool status -v`.
+    pub fn paths_by_walk(&self, inos: &std::collections::BTreeSet<u64>, limit: u64) -> std::collections::BTreeMap<u64, String> {
+        let mut found = std::collections::BTreeMap::new();
+        let mut dirs = std::collections::VecDeque::from([(self.root_ino(), String::new())]);
+        let mut visited = 0u64;
+        while let Some((dir, path)) = dirs.pop_front() {
+            let _ = self.readdir(dir, 2, &mut |e| {
+                visited += 1;
+                let child = format!("{path}/{}", String::from_utf8_lossy(&e.name));
+                if inos.contains(&e.ino) {
+                    found.entry(e.ino).or_insert_with(|| child.clone());
+                }
+                if e.kind == FileKind::Dir {
+                    dirs.push_back((e.ino, child));
+                }
+                visited < limit && found.len() < inos.len()
+            });
+            if visited >= limit || found.len() == inos.len() {
+                break;
+            }
+        }
+        found
+    }
+
     /// Number of entries in a directory (without `.` and `..`).
     pub fn dir_entries(&self, dir: u64) -> Result<u64> {
         self.dir(dir)?;

@@ -115,11 +115,16 @@ impl Fs {
     /// `forget`). An entry the callback refuses (false) gets none and ends
     /// the listing. The callback must not call back into this `Fs` (the
     /// directory's lock is held while it runs).
+    ///
+    /// An entry whose inode does not read (EIO: a damaged dnode block, an
+    /// entry naming a missing inode) comes without attributes (`None`) and
+    /// takes no reference: the listing goes on, as `ls` of such a
+    /// directory does on ZFS, and only that entry's `stat` fails.
     pub fn readdir_plus(
         &self,
         dir: u64,
         offset: u64,
-        f: &mut dyn FnMut(&DirEntry, &Attr) -> bool,
+        f: &mut dyn FnMut(&DirEntry, Option<&Attr>) -> bool,
     ) -> Result<()> {
         self.readdir_plus_how(dir, offset, true, f)
     }
@@ -129,7 +134,7 @@ impl Fs {
         &self,
         dir: u64,
         offset: u64,
-        f: &mut dyn FnMut(&DirEntry, &Attr) -> bool,
+        f: &mut dyn FnMut(&DirEntry, Option<&Attr>) -> bool,
     ) -> Result<()> {
         self.readdir_plus_how(dir, offset, false, f)
     }
@@ -139,13 +144,13 @@ impl Fs {
         dir: u64,
         offset: u64,
         take_refs: bool,
-        f: &mut dyn FnMut(&DirEntry, &Attr) -> bool,
+        f: &mut dyn FnMut(&DirEntry, Option<&Attr>) -> bool,
     ) -> Result<()> {
         let _g = self.read_lock(dir);
         let dp = self.dir(dir)?;
         if offset == 0 {
             let me = DirEntry { ino: dir, kind: FileKind::Dir, name: b".".to_vec(), next_offset: 1 };
-            if !f(&me, &self.attr_of(dir, &dp)?) {
+            if !f(&me, Some(&self.attr_of(dir, &dp)?)) {
                 return Ok(());
             }
         }
@@ -157,7 +162,7 @@ impl Fs {
                 Err(_) => self.attr_of(dir, &dp)?,
             };
             let up = DirEntry { ino: dp.parent, kind: FileKind::Dir, name: b"..".to_vec(), next_offset: 2 };
-            if !f(&up, &parent) {
+            if !f(&up, Some(&parent)) {
                 return Ok(());
             }
         }
@@ -184,11 +189,15 @@ impl Fs {
             let inos: Vec<ObjectId> = batch.iter().map(|e| ObjectId(e.ino)).collect();
             self.os.prefetch_dnodes(&inos);
             for e in &batch {
-                let attr = self.child_attr(dir, e.ino)?;
-                if !f(e, &attr) {
+                let attr = match self.child_attr(dir, e.ino) {
+                    Ok(attr) => Some(attr),
+                    Err(err) if err.errno() == libc::EIO => None,
+                    Err(err) => return Err(err),
+                };
+                if !f(e, attr.as_ref()) {
                     return Ok(());
                 }
-                if take_refs {
+                if take_refs && attr.is_some() {
                     self.add_ref(e.ino);
                 }
                 cookie = e.next_offset - DIR_OFFSET_BIAS;

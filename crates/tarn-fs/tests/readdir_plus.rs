@@ -59,7 +59,7 @@ fn readdir_plus_lists_what_readdir_lists_with_getattr_attributes() {
     let mut attrs = Vec::new();
     fs.readdir_plus(d, 0, &mut |e, a| {
         plus.push((e.name.clone(), e.ino, e.kind, e.next_offset));
-        attrs.push(*a);
+        attrs.push(*a.expect("attributes of every entry"));
         true
     })
     .unwrap();
@@ -194,6 +194,7 @@ fn listing_racing_with_unlinks_leaks_and_frees_nothing_early() {
                             if n == 37 {
                                 return false;
                             }
+                            let a = a.expect("attributes of every entry");
                             assert_eq!(a.ino, e.ino);
                             assert!(a.nlink > 0 || e.name == b"..", "listed entry {:?} names an unlinked inode", e.name);
                             n += 1;

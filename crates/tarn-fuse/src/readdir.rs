@@ -8,7 +8,9 @@
 //!
 //! Reference counting: the kernel counts every READDIRPLUS entry it gets
 //! (except `.` and `..`, and entries with node id 0) as one lookup, and
-//! later returns it with FORGET. `Fs::readdir_plus` takes one reference per
+//! later returns it with FORGET. An entry whose inode does not read (a
+//! damaged dnode block) is sent with node id 0: listed by name and inode
+//! number, no inode made, no reference taken; its `stat` fails on its own. `Fs::readdir_plus` takes one reference per
 //! entry the reply accepted, exactly like `Fs::lookup`, and none for an
 //! entry that did not fit. If the listing fails after some entries were
 //! accepted, those entries are still sent (with their references) and the
@@ -22,10 +24,33 @@
 
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::time::{Duration, UNIX_EPOCH};
 
 use fuser::{FileAttr, FileType, Generation, INodeNo, ReplyDirectory, ReplyDirectoryPlus};
 
 use crate::{errno, ftype, guarded, Target, TarnFuse, CTL_INO, CTL_OFFSET, SNAPDIR_INO, SNAP_SHIFT, TTL};
+
+/// What a READDIRPLUS entry without attributes carries: node id 0 and
+/// its kind (for the dirent's type); the kernel reads nothing else of it.
+fn no_attributes(kind: FileType) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(0),
+        size: 0,
+        blocks: 0,
+        atime: UNIX_EPOCH,
+        mtime: UNIX_EPOCH,
+        ctime: UNIX_EPOCH,
+        crtime: UNIX_EPOCH,
+        kind,
+        perm: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: 0,
+        flags: 0,
+    }
+}
 
 /// One entry of `.zfs` or `.zfs/snapshot`.
 struct VirtualEntry {
@@ -136,8 +161,19 @@ impl TarnFuse {
         } else {
             guarded(|| {
                 fs.readdir_plus(inner, if offset == CTL_OFFSET { u64::MAX } else { offset }, &mut |e, a| {
-                    let attr = self.attr(&fs, k, a);
-                    full = reply.add(attr.ino, e.next_offset, OsStr::from_bytes(&e.name), &TTL, &attr, Generation(a.generation));
+                    full = match a {
+                        Some(a) => {
+                            let attr = self.attr(&fs, k, a);
+                            reply.add(attr.ino, e.next_offset, OsStr::from_bytes(&e.name), &TTL, &attr, Generation(a.generation))
+                        }
+                        // An inode that does not read: the name with node
+                        // id 0 (no attributes, no lookup counted); its
+                        // `stat` asks again and gets the error.
+                        None => {
+                            let attr = no_attributes(ftype(e.kind));
+                            reply.add(self.ino_out(&fs, k, e.ino), e.next_offset, OsStr::from_bytes(&e.name), &Duration::ZERO, &attr, Generation(0))
+                        }
+                    };
                     if !full {
                         accepted += 1;
                     }

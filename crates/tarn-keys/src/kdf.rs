@@ -202,7 +202,10 @@ impl WrappingKey {
         &self.salt
     }
 
-    pub(crate) fn key(&self) -> &[u8] {
+    /// The key's 32 bytes (as [`MasterKey::bytes`](crate::MasterKey::bytes):
+    /// for sealing, and for tests that look for it where it must not be).
+    /// Copy them nowhere that is not a [`Secret`].
+    pub fn key(&self) -> &[u8] {
         self.key.expose()
     }
 }

@@ -15,9 +15,12 @@
 //! ```
 //!
 //! Invariants:
-//! - Key bytes (material, wrapping key, master key, derived keys) live
-//!   only in [`Secret`]s: locked, excluded from core dumps, zeroed on
-//!   drop, and no `Debug` or error message shows a byte of them.
+//! - Key bytes this crate holds (material, wrapping key, master key,
+//!   derived keys) live only in [`Secret`]s: locked, excluded from core
+//!   dumps, zeroed on drop, and no `Debug` or error message shows a byte
+//!   of them. aws-lc, which seals and derives with them, builds its own
+//!   contexts (key schedules) on its heap: docs/encryption.md, "Keys in
+//!   memory, and core dumps".
 //! - A master key leaves this crate in the clear only through
 //!   [`MasterKey::bytes`] and [`MasterKey::derive`]; on disk and in streams
 //!   only as a [`WrappedKey`] (DESIGN invariant 9).

@@ -107,6 +107,6 @@ pub fn readdir(fs: &Fs, dir: u64, offset: u64, c: &Creds, f: &mut dyn FnMut(&Dir
     fs.checked(&caller(c)).readdir(dir, offset, f)
 }
 
-pub fn readdir_plus(fs: &Fs, dir: u64, offset: u64, c: &Creds, f: &mut dyn FnMut(&DirEntry, &Attr) -> bool) -> Result<()> {
+pub fn readdir_plus(fs: &Fs, dir: u64, offset: u64, c: &Creds, f: &mut dyn FnMut(&DirEntry, Option<&Attr>) -> bool) -> Result<()> {
     fs.checked(&caller(c)).readdir_plus(dir, offset, f)
 }

@@ -87,8 +87,10 @@ fn list(t: &Target, cookie: u64, plus: bool, b: &mut Budget) -> NfsResult<bool> 
             if cookie != CTL_COOKIE {
                 let res = if plus {
                     crate::caller::readdir_plus(fs, *ino, cookie, &t.creds, &mut |e, a| {
-                        let h = fh(&entry.handle_of(snap, a.ino, a.generation));
-                        b.push(Item { fileid: fileid(snap, e.ino), name: e.name.clone(), cookie: e.next_offset, plus: Some((fattr(entry, snap, a), h)) })
+                        // An inode that does not read: the name, without
+                        // attributes or handle (both optional in READDIRPLUS).
+                        let plus = a.map(|a| (fattr(entry, snap, a), fh(&entry.handle_of(snap, a.ino, a.generation))));
+                        b.push(Item { fileid: fileid(snap, e.ino), name: e.name.clone(), cookie: e.next_offset, plus })
                     })
                 } else {
                     crate::caller::readdir(fs, *ino, cookie, &t.creds, &mut |e| {

@@ -53,22 +53,22 @@ impl Walker<'_> {
         }
     }
 
-    /// Walk and verify one tree; level-0 contents are kept only if asked
-    /// (dnode blocks of the meta-dnode), so a huge file costs no memory.
-    fn tree(&mut self, what: &str, phys: &DnodePhys, keep_level0: bool) -> Result<Vec<Vec<u8>>> {
-        let mut level0 = Vec::new();
-        let io = &self.s.io;
+    /// Reads a block to verify it: a sealed block by its checksum (no key
+    /// here), every other one whole.
+    fn read_verified(&self, bp: &BlockPtr) -> Result<Vec<u8>> {
+        let read = if bp.is_encrypted() { self.s.io.read_phys(bp) } else { self.s.io.read_uncached(bp) };
+        read.map_err(|e| ObjError::Io(e.to_string()))
+    }
+
+    /// Walk and verify one tree: every block pointer noted, every indirect
+    /// block read by the walk; level-0 blocks too unless `read_level0` is
+    /// false (the meta-dnode's: [`Walker::dnode_blocks`] reads them).
+    fn tree(&mut self, what: &str, phys: &DnodePhys, read_level0: bool) {
         let mut seen = Vec::new();
-        let r = tree::walk(io, phys, &mut |bp, level| {
+        let r = tree::walk(&self.s.io, phys, &mut |bp, level| {
             seen.push(*bp);
-            if level == 0 {
-                // A sealed block is verified by its checksum (no key here).
-                let read = if bp.is_encrypted() { io.read_phys(bp) } else { io.read_uncached(bp) };
-                match read {
-                    Ok(d) if keep_level0 => level0.push(d),
-                    Ok(_) => {}
-                    Err(e) => return Err(ObjError::Io(e.to_string())),
-                }
+            if level == 0 && read_level0 {
+                self.read_verified(bp)?;
             }
             Ok(())
         });
@@ -78,7 +78,30 @@ impl Walker<'_> {
         if let Err(e) = r {
             self.report.damaged.push(format!("{what}: {e}"));
         }
-        Ok(level0)
+    }
+
+    /// The dnode blocks of an object set, one by one: each that reads is
+    /// returned with its block id; one that does not is reported with the
+    /// objects it holds, and the walk goes on to the next (the objects of
+    /// other dnode blocks are still checked).
+    fn dnode_blocks(&mut self, name: &str, meta: &DnodePhys) -> Vec<(u64, Vec<u8>)> {
+        let mut out = Vec::new();
+        for blkid in 0..meta.nblocks {
+            // An indirect block that does not read: reported by the walk.
+            let Ok(bp) = tree::lookup(&self.s.io, meta, blkid) else { continue };
+            if bp.is_hole() {
+                continue;
+            }
+            match self.read_verified(&bp) {
+                Ok(block) => out.push((blkid, block)),
+                Err(e) => {
+                    let first = blkid * crate::format::DNODES_PER_BLOCK;
+                    let last = first + crate::format::DNODES_PER_BLOCK - 1;
+                    self.report.damaged.push(format!("{name} dnode block {blkid} (objects {first}-{last}): {e}"));
+                }
+            }
+        }
+        out
     }
 
     fn objset(&mut self, name: &str, root: &BlockPtr, keep_level0_of_table: bool) -> Result<Vec<u8>> {
@@ -100,22 +123,14 @@ impl Walker<'_> {
     }
 
     fn objset_trees(&mut self, name: &str, os: &ObjsetPhys, keep_level0_of_table: bool) -> Result<Vec<u8>> {
-        let meta_blocks = self.tree(&format!("{name} meta-dnode"), &os.meta, true)?;
+        self.tree(&format!("{name} meta-dnode"), &os.meta, false);
         let mut table = Vec::new();
-        // Dnode blocks are read in order, so block ids follow tree order.
-        let mut blkids = Vec::new();
-        for blkid in 0..os.meta.nblocks {
-            let bp = tree::lookup(&self.s.io, &os.meta, blkid)?;
-            if !bp.is_hole() {
-                blkids.push(blkid);
-            }
-        }
-        for (blkid, block) in blkids.iter().zip(meta_blocks.iter()) {
+        for (blkid, block) in self.dnode_blocks(name, &os.meta) {
             for (i, chunk) in block.chunks_exact(DNODE_SIZE).enumerate() {
                 let id = blkid * crate::format::DNODES_PER_BLOCK + i as u64;
                 match DnodePhys::decode(chunk) {
                     Ok(d) if d.in_use() => {
-                        self.tree(&format!("{name} object {id}"), &d, false)?;
+                        self.tree(&format!("{name} object {id}"), &d, true);
                         if keep_level0_of_table && id == MOS_OBJSET_TABLE.0 {
                             let len = d.nblocks.saturating_mul(d.block_size as u64);
                             if len > 1 << 30 {

@@ -69,6 +69,19 @@ pub enum ScanPhase {
 pub struct DamagedBlock {
     pub objset: u64,
     pub object: u64,
+    /// A dnode block of the object set: `object` is the first of the
+    /// [`DNODES_PER_BLOCK`] objects it holds, every one of them lost (which
+    /// are in use cannot be told: their dnodes are in the block).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dnode_block: bool,
+}
+
+impl DamagedBlock {
+    /// A block of `object` (or, with [`META_OBJECT`], of the object set's
+    /// own metadata).
+    pub fn of(objset: u64, object: u64) -> DamagedBlock {
+        DamagedBlock { objset, object, dnode_block: false }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -445,7 +458,7 @@ fn run_loop(weak: &Weak<Shared>) -> Exit {
                 let mut st = s.scanner.stats.lock();
                 if let Some(st) = st.as_mut() {
                     st.errors += 1;
-                    note_damage(st, DamagedBlock { objset: c.objset, object: META_OBJECT });
+                    note_damage(st, DamagedBlock::of(c.objset, META_OBJECT));
                 }
                 drop(st);
                 eprintln!("tarn: scan of object set {}: {e}", c.objset);
@@ -557,7 +570,9 @@ fn walk_step(s: &Arc<Shared>, c: &mut Cursor, min_txg: u64) -> Result<()> {
     if let Some(st) = s.scanner.stats.lock().as_mut() {
         st.examined += examined;
         for d in damage {
-            st.errors += 1;
+            if !d.dnode_block {
+                st.errors += 1;
+            }
             note_damage(st, d);
         }
     }
@@ -601,7 +616,7 @@ fn walk_inner(s: &Arc<Shared>, c: &mut Cursor, min_txg: u64, queue: &mut Found, 
                 Ok(())
             });
             if r.is_err() {
-                damage.push(DamagedBlock { objset, object: META_OBJECT });
+                damage.push(DamagedBlock::of(objset, META_OBJECT));
             }
         }
         // The next object in use at or after the cursor.
@@ -617,8 +632,11 @@ fn walk_inner(s: &Arc<Shared>, c: &mut Cursor, min_txg: u64, queue: &mut Found, 
                 Some(Ok(data)) => Some(data),
                 Some(Err(_)) => {
                     // A dnode block no copy of which reads: its 32 objects
-                    // are lost to this walk; counted once.
-                    damage.push(DamagedBlock { objset, object: blkid * DNODES_PER_BLOCK });
+                    // are lost to this walk. Noted here with the objects it
+                    // held (for `status -v`); counted as an error when the
+                    // block itself is issued (it is queued with the
+                    // meta-dnode's tree), not twice.
+                    damage.push(DamagedBlock { objset, object: blkid * DNODES_PER_BLOCK, dnode_block: true });
                     None
                 }
             };
@@ -632,7 +650,7 @@ fn walk_inner(s: &Arc<Shared>, c: &mut Cursor, min_txg: u64, queue: &mut Found, 
                             break;
                         }
                         Ok(_) => {}
-                        Err(_) => damage.push(DamagedBlock { objset, object: blkid * DNODES_PER_BLOCK + i }),
+                        Err(_) => damage.push(DamagedBlock::of(objset, blkid * DNODES_PER_BLOCK + i)),
                     }
                 }
             }
@@ -652,7 +670,7 @@ fn walk_inner(s: &Arc<Shared>, c: &mut Cursor, min_txg: u64, queue: &mut Found, 
                     Ok(())
                 });
                 if r.is_err() {
-                    damage.push(DamagedBlock { objset, object: id });
+                    damage.push(DamagedBlock::of(objset, id));
                 }
                 c.object = id + 1;
             }
@@ -701,7 +719,7 @@ fn issue_step(s: &Arc<Shared>, func: ScanFunc, busy: bool, rate_max: u64) {
                     }
                     Err(_) => {
                         st.errors += 1;
-                        note_damage(st, DamagedBlock { objset: e.objset, object: e.object });
+                        note_damage(st, DamagedBlock::of(e.objset, e.object));
                     }
                 }
             }

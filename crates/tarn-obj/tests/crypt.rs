@@ -200,8 +200,8 @@ fn no_plaintext_of_an_encrypted_object_set_reaches_its_devices() {
     let pool = create(&as_dyn(&devs), TopKind::Disk);
     let (_, os) = encrypted_objset(&pool);
     let w = write_content(&pool, &os);
-    // Sync writes too (the intent log is not used by encrypted sets yet:
-    // the commit waits for the txg).
+    // Sync writes too: intent log blocks are sealed whole (the log test
+    // below checks them after a crash, before any txg retires them).
     let tx = pool.begin();
     os.write(&tx, w.file, 4096, DATA_MARK).unwrap();
     let seq = os.log_append(&tx, 1, DATA_MARK).unwrap();
@@ -271,7 +271,12 @@ fn tampered_encrypted_blocks_fail_their_reads_and_nothing_else() {
     assert!(pool.status().data_errors > errors, "counted as a data error");
     assert_eq!(read_all(&os, w.file, 4096), w.data[..4096], "the file's other blocks read");
     assert_eq!(read_all(&os, w.big, w.data.len()), w.data);
-    assert!(!pool.check().damaged.is_empty(), "the checker names the damage");
+    // The checker (no key needed) names that object of that object set,
+    // and nothing else.
+    pool.unload_keys(GUID).unwrap();
+    let damaged = pool.check().damaged;
+    let want = format!("objset {} object {}: ", id.0, w.file.0);
+    assert!(damaged.len() == 1 && damaged[0].starts_with(&want), "the checker reports {damaged:?}, not only {want:?}");
     pool.export().unwrap();
     drop((os, pool));
 
@@ -285,6 +290,13 @@ fn tampered_encrypted_blocks_fail_their_reads_and_nothing_else() {
     assert!(os.read(w.big, 0, &mut b).is_err());
     assert_eq!(os.bonus(far).unwrap(), w.bonus);
     assert_eq!(read_all(&os, far, 8), b"far away");
+    // The checker names the dnode block and the objects it holds (the
+    // damaged data block of `file` is behind it now), and goes on to the
+    // other dnode blocks: nothing else is reported damaged.
+    let block = w.file.0 / 32;
+    let damaged = pool.check().damaged;
+    let want = format!("objset {} dnode block {block} (objects {}-{}): ", id.0, block * 32, block * 32 + 31);
+    assert!(damaged.len() == 1 && damaged[0].starts_with(&want), "the checker reports {damaged:?}, not only {want:?}");
     pool.export().unwrap();
 }
 

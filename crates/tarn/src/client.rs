@@ -7,6 +7,7 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 
 use tarn_daemon::proto::{Request, Response};
+use zeroize::Zeroize;
 
 /// `--socket`, then `TARN_SOCKET`, then the socket of a `tarn up --home`
 /// directory named by `TARN_HOME` if a daemon listens there (set on
@@ -53,6 +54,8 @@ pub fn call_with_fd(socket: &Path, request: &Request, fd: Option<RawFd>) -> Resu
         Some(fd) => tarn_daemon::fdpass::send_with_fd(&stream, line.as_bytes(), fd),
         None => (&stream).write_all(line.as_bytes()),
     };
+    // The line may hold key material (hex digits): zeroed once sent.
+    line.zeroize();
     sent.map_err(|e| format!("cannot talk to the daemon: {e}"))?;
     let mut reader = BufReader::new(stream);
     let mut answer = String::new();

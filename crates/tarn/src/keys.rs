@@ -5,43 +5,117 @@
 //! echo (a new one twice), otherwise from stdin (a passphrase or hex key:
 //! its first line; a raw key: its 32 bytes), and sent to the daemon in the
 //! request, never on the command line (which the pool history records).
+//!
+//! What is read goes straight into a `tarn_keys::Secret` (locked, out of
+//! core dumps, zeroed when dropped): standard input is read through its
+//! descriptor, not `Stdin`, whose buffer would keep a copy (and would read
+//! past the line: `pool import -l` reads one key after another), and the
+//! request carries it as `KeyBytes`; the request line is zeroed once sent
+//! (`client.rs`).
 
-use std::io::{BufRead, IsTerminal, Read};
+use std::io::IsTerminal;
 use std::path::Path;
 
 use tarn_daemon::keys::KeyRoot;
-use tarn_daemon::proto::Request;
+use tarn_daemon::proto::{KeyBytes, Request};
+use tarn_keys::{Secret, KEY_FILE_MAX};
 
 use crate::commands::{data, send};
-use crate::shares::prompt;
 use crate::Failure;
 
-/// Key material for `what` in `format`; `new`: asked twice on a terminal.
-pub(crate) fn read_key(format: &str, what: &str, new: bool) -> Result<Vec<u8>, Failure> {
-    let stdin = std::io::stdin();
-    let noun = if format == "passphrase" { "passphrase" } else { "key" };
-    if !stdin.is_terminal() {
-        if format == "raw" {
-            let mut buf = Vec::new();
-            stdin.lock().take(4097).read_to_end(&mut buf).map_err(|e| format!("cannot read the key from stdin: {e}"))?;
-            return Ok(buf);
+/// `read(2)` on standard input into `buf`, again when interrupted.
+fn read_stdin(buf: &mut [u8]) -> std::io::Result<usize> {
+    loop {
+        // SAFETY: reads at most `buf.len()` bytes into memory `buf` owns.
+        let n = unsafe { libc::read(0, buf.as_mut_ptr().cast(), buf.len()) };
+        if let Ok(n) = usize::try_from(n) {
+            return Ok(n);
         }
-        let mut line = String::new();
-        stdin.lock().read_line(&mut line).map_err(|e| format!("cannot read the {noun} from stdin: {e}"))?;
-        return Ok(line.trim_end_matches(['\n', '\r']).as_bytes().to_vec());
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// One line of standard input without its line end, at most
+/// `KEY_FILE_MAX + 1` bytes (longer is no key: the daemon refuses it),
+/// read a byte at a time so that nothing after the line is taken.
+fn read_line() -> std::io::Result<Secret> {
+    let mut buf = Secret::zeroed(KEY_FILE_MAX + 1);
+    let mut len = 0;
+    while len < buf.len() {
+        if read_stdin(&mut buf.expose_mut()[len..=len])? == 0 {
+            break;
+        }
+        if buf.expose()[len] == b'\n' {
+            break;
+        }
+        len += 1;
+    }
+    if len > 0 && buf.expose()[len - 1] == b'\r' {
+        len -= 1;
+    }
+    buf.truncate(len);
+    Ok(buf)
+}
+
+/// The rest of standard input, at most `KEY_FILE_MAX + 1` bytes (a raw key).
+fn read_all() -> std::io::Result<Secret> {
+    let mut buf = Secret::zeroed(KEY_FILE_MAX + 1);
+    let mut len = 0;
+    while len < buf.len() {
+        match read_stdin(&mut buf.expose_mut()[len..])? {
+            0 => break,
+            n => len += n,
+        }
+    }
+    buf.truncate(len);
+    Ok(buf)
+}
+
+/// `text` on stderr, then a line read from the terminal without echo.
+fn prompt_secret(text: &str) -> Result<Secret, Failure> {
+    use std::io::Write;
+    eprint!("{text}");
+    let _ = std::io::stderr().flush();
+    // SAFETY: termios calls on stdin's descriptor with a zeroed struct they fill.
+    let mut saved: libc::termios = unsafe { std::mem::zeroed() };
+    let have_tty = unsafe { libc::tcgetattr(0, &mut saved) } == 0;
+    if have_tty {
+        let mut quiet = saved;
+        quiet.c_lflag &= !libc::ECHO;
+        // SAFETY: as above.
+        unsafe { libc::tcsetattr(0, libc::TCSANOW, &quiet) };
+    }
+    let read = read_line();
+    if have_tty {
+        // SAFETY: restoring the settings read above.
+        unsafe { libc::tcsetattr(0, libc::TCSANOW, &saved) };
+        eprintln!();
+    }
+    Ok(read.map_err(|e| format!("cannot read the key: {e}"))?)
+}
+
+/// Key material for `what` in `format`; `new`: asked twice on a terminal.
+pub(crate) fn read_key(format: &str, what: &str, new: bool) -> Result<KeyBytes, Failure> {
+    let noun = if format == "passphrase" { "passphrase" } else { "key" };
+    if !std::io::stdin().is_terminal() {
+        let read = if format == "raw" { read_all() } else { read_line() };
+        return Ok(KeyBytes::new(read.map_err(|e| format!("cannot read the {noun} from stdin: {e}"))?));
     }
     if format == "raw" {
         return Err(format!("a raw key cannot be typed: give it on stdin or with keylocation=file://PATH ({what})").into());
     }
     let adjective = if new { "new " } else { "" };
-    let first = prompt(&format!("Enter {adjective}{noun} for '{what}': "))?;
+    let first = prompt_secret(&format!("Enter {adjective}{noun} for '{what}': "))?;
     if new {
-        let second = prompt(&format!("Re-enter {adjective}{noun} for '{what}': "))?;
-        if first != second {
+        let second = prompt_secret(&format!("Re-enter {adjective}{noun} for '{what}': "))?;
+        if first.expose() != second.expose() {
             return Err(format!("{noun}s do not match").into());
         }
     }
-    Ok(first.into_bytes())
+    Ok(KeyBytes::new(first))
 }
 
 fn prop_of<'a>(props: &'a [(String, String)], name: &str) -> Option<&'a str> {
@@ -50,7 +124,7 @@ fn prop_of<'a>(props: &'a [(String, String)], name: &str) -> Option<&'a str> {
 
 /// The key `create -o keyformat=… [-o keylocation=prompt]` needs from
 /// the user (None: not a new root, or the key is in a file).
-pub(crate) fn create_key(dataset: &str, props: &[(String, String)]) -> Result<Option<Vec<u8>>, Failure> {
+pub(crate) fn create_key(dataset: &str, props: &[(String, String)]) -> Result<Option<KeyBytes>, Failure> {
     let Some(format) = prop_of(props, "keyformat") else { return Ok(None) };
     if prop_of(props, "keylocation").unwrap_or("prompt") != "prompt" {
         return Ok(None);

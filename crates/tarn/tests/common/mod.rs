@@ -29,6 +29,8 @@ use std::time::{Duration, Instant};
 use rand::RngCore;
 use rand_chacha::ChaCha8Rng;
 
+pub mod needles;
+
 /// The `tarn` binary built for this test run.
 pub const TARN: &str = env!("CARGO_BIN_EXE_tarn");
 
@@ -285,6 +287,11 @@ impl Harness {
         fs::read(&self.log_path)
             .map(|b| String::from_utf8_lossy(&b).into_owned())
             .unwrap_or_default()
+    }
+
+    /// The running daemon's process id.
+    pub fn daemon_pid(&self) -> Option<u32> {
+        self.daemon.as_ref().map(Child::id)
     }
 
     /// Whether the daemon process is still running.

@@ -464,7 +464,9 @@ impl DirEntList {
 
 #[derive(Debug)]
 pub(crate) struct DirEntryPlus<T: AsRef<Path>> {
-    #[allow(unused)] // We use `attr.ino` instead
+    // tarn patch: the dirent's inode number (upstream used `attr.ino`,
+    // which is also the node id, and a node id 0 is how an entry comes
+    // without attributes).
     ino: INodeNo,
     generation: Generation,
     offset: DirEntOffset,
@@ -527,7 +529,7 @@ impl DirEntPlusList {
                 attr: x.attr.attr,
             },
             dirent: abi::fuse_dirent {
-                ino: x.attr.attr.ino,
+                ino: x.ino.0,
                 off: x.offset.0,
                 namelen: name.len().try_into().expect("Name too long"),
                 typ: x.attr.attr.mode >> 12,
