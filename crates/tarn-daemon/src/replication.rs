@@ -101,7 +101,7 @@ impl Daemon {
                 self.check_encrypted_send(&spec, token.is_some()).and_then(|()| self.send(spec, token, dry_run, fd))
             }
             Request::Receive { target, force, resumable, set, exclude, no_mount, discard_pool, last_component } => {
-                let spec = RecvSpec { target, force, resumable, set, exclude, spool_dir: Some(self.state_dir.clone()) };
+                let spec = RecvSpec { target, force, resumable, set, exclude, spool_dir: Some(self.state_dir.clone()), prunable: None };
                 let name_from = if discard_pool {
                     NameFrom::DropPool
                 } else if last_component {
@@ -253,7 +253,9 @@ impl Daemon {
             let mut targets = imported.ds.receive_targets(&header, &target).map_err(|e| fail(e.to_string()))?;
             // `-R -F`: what the sender no longer has is destroyed after the
             // package: unmounted and claimed with the targets.
-            targets.extend(imported.ds.receive_prunes(&header, &target, spec.force));
+            let prunes = imported.ds.receive_prunes(&header, &target, spec.force);
+            targets.extend(prunes.iter().cloned());
+            spec.prunable = Some(prunes);
             targets.sort();
             targets.dedup();
             if let Some(busy) = targets.iter().find(|t| imported.busy.contains(*t)) {

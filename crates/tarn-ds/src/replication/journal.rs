@@ -86,9 +86,9 @@ impl JournalSnap {
 pub(crate) enum Before {
     /// It did not exist.
     New,
-    /// It did not exist and is made a clone of snapshot `origin` (the
-    /// stream is an incremental from it).
-    Clone { origin: String },
+    /// It did not exist and is made a clone of snapshot `origin` (object
+    /// set and txg: the stream is an incremental from it).
+    Clone { origin: String, origin_objset: u64, origin_txg: u64 },
     /// It existed, without snapshots, and a full stream replaces it.
     Replace { old: DatasetRecord },
     /// An incremental onto its snapshot `base` (object set, txg).
@@ -391,10 +391,15 @@ impl Pool {
         if let Some(c) = &j.current {
             let made: Vec<ReceivedSnap> = c.snaps.iter().map(|s| s.received()).collect();
             let whole = c.entry_snaps.last().is_some_and(|last| c.snaps.iter().any(|s| s.guid == last.guid));
-            if j.resumable && whole {
+            // A resumed partial state stays resumable with or without -s
+            // (it is an earlier receive's, and what this one added to it is
+            // consistent only with a token at or before its position).
+            let resumed = matches!(c.before, Before::Resume { .. });
+            let kept = (j.resumable && keep.partial) || resumed;
+            if (j.resumable || resumed) && whole {
                 // Every snapshot arrived: as if received whole.
                 self.complete(hook, c, &made)?;
-            } else if j.resumable && keep.partial && !c.inner.is_empty() && c.head != 0 && !matches!(c.before, Before::Replace { .. }) {
+            } else if kept && !c.inner.is_empty() && c.head != 0 && !matches!(c.before, Before::Replace { .. }) {
                 out = self.keep_partial(hook, &j, c)?;
             } else {
                 self.take_back(c)?;
@@ -498,8 +503,21 @@ impl Pool {
     fn take_back(&self, c: &Current) -> Result<()> {
         let made: Vec<ReceivedSnap> = c.snaps.iter().map(|s| s.received()).collect();
         match &c.before {
-            Before::New | Before::Clone { .. } | Before::Replace { .. } if c.head != 0 => {
+            Before::New | Before::Replace { .. } if c.head != 0 => {
                 tarn_send::undo_receive(&self.obj, ObjsetId(c.head), None, &made)?;
+            }
+            Before::Clone { origin_objset, origin_txg, .. } if c.head != 0 => {
+                // The clone's snapshots are destroyed against its origin
+                // (what they share with it stays), then the clone.
+                let base = SnapRef { objset: ObjsetId(*origin_objset), txg: *origin_txg, guid: 0 };
+                tarn_send::undo_receive(&self.obj, ObjsetId(c.head), Some(&base), &made)?;
+                let _change = self.change.lock();
+                if self.obj.open_objset(ObjsetId(c.head)).is_ok() {
+                    let tx = self.obj.begin();
+                    self.obj.destroy_objset(&tx, ObjsetId(c.head))?;
+                    drop(tx);
+                    self.obj.sync()?;
+                }
             }
             Before::New | Before::Clone { .. } | Before::Replace { .. } => {}
             Before::Incremental { base_objset, base_txg, .. } => {
@@ -546,15 +564,19 @@ impl Pool {
                         self.destroy_snapshot(s, true)?;
                     }
                 }
-                self.put_dataset(dataset, old.clone())?;
-                let _change = self.change.lock();
-                let tx = self.obj.begin();
-                if self.obj.open_objset(ObjsetId(new)).is_ok() {
-                    self.obj.destroy_objset(&tx, ObjsetId(new))?;
+                // The old record back and the new object set gone in one
+                // transaction: no txg has one without the other.
+                {
+                    let _change = self.change.lock();
+                    let tx = self.obj.begin();
+                    self.store_record(&tx, dataset, old)?;
+                    if self.obj.open_objset(ObjsetId(new)).is_ok() {
+                        self.obj.destroy_objset(&tx, ObjsetId(new))?;
+                    }
+                    drop(tx);
+                    self.obj.sync()?;
                 }
-                drop(tx);
-                self.obj.sync()?;
-                Ok(())
+                self.install(dataset, old.clone())
             }
         }
     }

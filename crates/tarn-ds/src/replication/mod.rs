@@ -219,6 +219,10 @@ pub struct RecvSpec {
     /// Where a stream is spooled to be verified before `-F` destroys
     /// anything (default: the system's temporary directory).
     pub spool_dir: Option<std::path::PathBuf>,
+    /// `-R -F`: the datasets the caller claimed (unmounted) for pruning
+    /// ([`Pool::receive_prunes`] before the receive); no other is pruned.
+    /// `None`: those the package leads to when it ends.
+    pub prunable: Option<Vec<String>>,
 }
 
 /// What a receive did.
@@ -388,6 +392,45 @@ fn check_header(h: &PackageHeader) -> Result<()> {
     if let Some(r) = &h.resume {
         if r.index >= h.datasets.len() {
             return Err(bad("resume position past the last dataset".into()));
+        }
+    }
+    check_tree_fields(h).map_err(bad)
+}
+
+/// The fields of `-R` packages that make the receiver destroy or clone
+/// (`sender_datasets`, `sender_snapshots`, `origin`) must agree with the
+/// rest of the header: a forged list never names the datasets and
+/// snapshots the package itself brings as gone, and a clone's origin is a
+/// dataset received before it.
+fn check_tree_fields(h: &PackageHeader) -> std::result::Result<(), String> {
+    let lists = h.sender_datasets.is_some() || h.datasets.iter().any(|d| d.sender_snapshots.is_some());
+    if lists && !h.recursive {
+        return Err("lists of what the sender has in a package that is not a replication (-R) package".into());
+    }
+    if let Some(all) = &h.sender_datasets {
+        for n in all.iter().filter(|n| !n.is_empty()) {
+            validate_dataset_name(&format!("x/{n}")).map_err(|e| format!("sender dataset '{n}': {e}"))?;
+        }
+        if let Some(d) = h.datasets.iter().find(|d| !all.contains(&d.name)) {
+            return Err(format!("the sender's dataset list does not name '{}', which the package sends", d.name));
+        }
+    }
+    for (i, d) in h.datasets.iter().enumerate() {
+        if let Some(guids) = &d.sender_snapshots {
+            let base = d.base.as_ref().filter(|_| d.origin.is_none());
+            if let Some(s) = d.snapshots.iter().chain(base).find(|s| !guids.contains(&s.guid)) {
+                return Err(format!("dataset '{}': the sender's snapshot list does not name '{}', which the package uses", d.name, s.name));
+            }
+        }
+        if let Some(o) = &d.origin {
+            if d.base.is_none() {
+                return Err(format!("dataset '{}' is sent as a clone but names no origin snapshot", d.name));
+            }
+            if let Some(rel) = &o.dataset {
+                if !h.datasets[..i].iter().any(|e| &e.name == rel) {
+                    return Err(format!("dataset '{}' is a clone of a dataset ('{rel}') the package does not send before it", d.name));
+                }
+            }
         }
     }
     Ok(())

@@ -193,7 +193,7 @@ impl Pool {
     pub fn receive_prunes(&self, header: &PackageHeader, target: &str, force: bool) -> Vec<String> {
         let Some(kept) = header.sender_datasets.as_ref().filter(|_| header.recursive && force) else { return Vec::new() };
         let kept: std::collections::BTreeSet<String> = kept.iter().map(|r| join(target, r)).collect();
-        self.subtree(target).into_iter().filter(|d| !kept.contains(d)).collect()
+        self.subtree(target).into_iter().filter(|d| d != target && !kept.contains(d)).collect()
     }
 
     /// `recv -R -F`: after the package, the replica loses what the sender
@@ -222,6 +222,9 @@ impl Pool {
             }
         }
         let mut gone = self.receive_prunes(header, &spec.target, spec.force);
+        if let Some(claimed) = &spec.prunable {
+            gone.retain(|d| claimed.contains(d));
+        }
         // Deepest first; a dataset whose descendants were kept stays too.
         gone.reverse();
         for d in gone {
@@ -512,7 +515,9 @@ impl Pool {
                     volume,
                     ..Default::default()
                 };
-                (record, Before::Clone { origin: origin.clone() }, 0, true, String::new())
+                let o = self.snapshot_record(origin).map_err(Failure::Refused)?;
+                let before = Before::Clone { origin: origin.clone(), origin_objset: o.objset, origin_txg: o.createtxg };
+                (record, before, 0, true, String::new())
             }
             Plan::Replace(rec) => {
                 let mut new = rec.clone();
