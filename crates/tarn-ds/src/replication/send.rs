@@ -90,7 +90,7 @@ impl Pool {
             let snaps = names.iter().map(|n| self.snap_ref(n)).collect::<Result<Vec<_>>>()?;
             let from = base.as_deref().map(|b| self.snap_ref(b).map(SendBase::Snapshot)).transpose()?;
             let ds_rec = self.record(&ds)?;
-            let props = if header.props { ds_rec.props.clone() } else { BTreeMap::new() };
+            let props = if header.props { ds_rec.own_props() } else { BTreeMap::new() };
             header.datasets.push(PackageDataset {
                 name: relative(&top, &ds),
                 base: base.as_deref().map(|b| self.package_snap(b)).transpose()?,
@@ -139,7 +139,7 @@ impl Pool {
                 name: String::new(),
                 base: Some(PackageSnap { name: short, guid: bm.guid, creation: bm.creation, volume: None }),
                 snapshots: names.iter().map(|n| self.package_snap(n)).collect::<Result<Vec<_>>>()?,
-                props: if spec.props { self.record(top)?.props } else { BTreeMap::new() },
+                props: if spec.props { self.record(top)?.own_props() } else { BTreeMap::new() },
                 crypt: self.package_crypt(top, spec.raw)?,
             }],
             resume: None,
