@@ -235,7 +235,7 @@ impl Daemon {
             Request::Hold { tag, snapshots, release, recursive } => self.hold(&tag, &snapshots, release, recursive),
             Request::Holds { snapshots, recursive } => self.holds(&snapshots, recursive),
             Request::Set { assignments, dataset, force } => self.set(&assignments, &dataset, force),
-            Request::Inherit { prop, datasets, recursive } => self.inherit(&prop, &datasets, recursive),
+            Request::Inherit { prop, datasets, recursive, received } => self.inherit(&prop, &datasets, recursive, received),
             Request::Rename { source, target, parents, recursive, force, no_mount } => {
                 self.rename(&source, &target, parents, recursive, force, no_mount)
             }
@@ -601,6 +601,7 @@ impl Daemon {
                 source: "-".into(),
                 source_type: "NONE".into(),
                 source_data: "-".into(),
+                received: None,
             };
             let stored = |property: &str| {
                 let (value, source) = imported.ds.pool_property(property);
@@ -610,6 +611,7 @@ impl Daemon {
                     source: source.display(),
                     source_type: source.json_type().into(),
                     source_data: source.json_data(),
+                    received: None,
                 }
             };
             let altroot = match &imported.altroot {
@@ -619,6 +621,7 @@ impl Daemon {
                     source: "local".into(),
                     source_type: "LOCAL".into(),
                     source_data: "-".into(),
+                    received: None,
                 },
                 None => PropCell {
                     property: "altroot".into(),
@@ -626,6 +629,7 @@ impl Daemon {
                     source: "default".into(),
                     source_type: "DEFAULT".into(),
                     source_data: "-".into(),
+                    received: None,
                 },
             };
             let ashift = config.top.first().map(|t| t.ashift).unwrap_or(12);

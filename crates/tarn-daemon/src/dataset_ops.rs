@@ -127,8 +127,9 @@ impl Daemon {
         Ok(Response { stderr: warnings, ..Response::text("") })
     }
 
-    /// `inherit [-r] PROP DATASET...`
-    pub(crate) fn inherit(&self, prop: &str, datasets: &[String], recursive: bool) -> HandlerResult {
+    /// `inherit [-rS] PROP DATASET...` (`received`: -S).
+    pub(crate) fn inherit(&self, prop: &str, datasets: &[String], recursive: bool, received: bool) -> HandlerResult {
+        let to = if received { tarn_ds::own_props::InheritTo::Received } else { tarn_ds::own_props::InheritTo::Inherited };
         let mut pools = self.pools.lock();
         let mut warnings = String::new();
         for dataset in datasets {
@@ -141,7 +142,7 @@ impl Daemon {
                 .filter(|p| p.ds.exists(dataset))
                 .ok_or_else(|| fail("dataset does not exist".into()))?;
             warnings += &change_property(imported, dataset, prop, |ds| {
-                ds.inherit_property(dataset, prop, recursive).map(|(_, affected)| affected).map_err(|e| e.to_string())
+                ds.inherit_property_to(dataset, prop, recursive, to).map(|(_, affected)| affected).map_err(|e| e.to_string())
             })
             .map_err(fail)?;
         }

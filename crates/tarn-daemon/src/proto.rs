@@ -257,7 +257,15 @@ pub enum Request {
     },
     /// `inherit [-r] PROP DATASET...`: drops the local setting (from every
     /// descendant too with `recursive`).
-    Inherit { prop: String, datasets: Vec<String>, recursive: bool },
+    Inherit {
+        prop: String,
+        datasets: Vec<String>,
+        recursive: bool,
+        /// `-S`: back to the received value (else the inherited one wins,
+        /// masking a received value).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        received: bool,
+    },
     /// `rename [-p] [-f] [-u] OLD NEW` (a dataset with its descendants,
     /// snapshots and bookmarks; remounted at the new mountpoints unless
     /// `no_mount`), `rename [-r] FS@A @B` (snapshots). Data: the (old, new)
@@ -424,14 +432,25 @@ pub struct PropCell {
     pub value: String,
     /// `zfs get` form: local, default, inherited from X, -.
     pub source: String,
-    /// OpenZFS JSON: LOCAL, DEFAULT, INHERITED, NONE.
+    /// OpenZFS JSON: LOCAL, RECEIVED, DEFAULT, INHERITED, NONE.
     pub source_type: String,
     pub source_data: String,
+    /// The dataset's received value of the property (`get -o received`;
+    /// absent: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub received: Option<String>,
 }
 
 impl From<tarn_ds::PropValue> for PropCell {
     fn from(v: tarn_ds::PropValue) -> PropCell {
-        PropCell { property: v.property, value: v.value, source: v.source, source_type: v.source_type, source_data: v.source_data }
+        PropCell {
+            property: v.property,
+            value: v.value,
+            source: v.source,
+            source_type: v.source_type,
+            source_data: v.source_data,
+            received: v.received,
+        }
     }
 }
 

@@ -53,7 +53,7 @@ pub(crate) fn checkpoint_cell(obj: &ObjPool, parsable: bool) -> PropCell {
         Some(c) => tarn_ds::size::format_number(c.held_bytes),
         None => "-".into(),
     };
-    PropCell { property: "checkpoint".into(), value, source: "-".into(), source_type: "NONE".into(), source_data: "-".into() }
+    PropCell { property: "checkpoint".into(), value, source: "-".into(), source_type: "NONE".into(), source_data: "-".into(), received: None }
 }
 
 impl Daemon {

@@ -6,6 +6,9 @@
 //! - [`size`]: sizes as users type and as ZFS prints them.
 //! - [`pool`]: [`Pool`], the dataset tree of one imported pool, stored in the
 //!   MOS (layout documented there).
+//! - [`own_props`]: a dataset's own property values (local, received,
+//!   masked) and the verbs that change them (`set`, `inherit [-S]`, what a
+//!   receive does).
 //!
 //! Invariants:
 //! - A pool's root dataset is named after the pool; every other dataset's
@@ -24,6 +27,7 @@ pub mod claim;
 pub mod clones;
 pub mod encryption;
 pub mod history;
+pub mod own_props;
 pub mod pool;
 pub mod props;
 pub mod quota;

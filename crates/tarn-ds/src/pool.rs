@@ -9,7 +9,8 @@
 //!   `replication/journal.rs`).
 //! - the *datasets ZAP* (type [`DS_ZAP`]): full dataset name → JSON
 //!   [`DatasetRecord`] (object set id, guid, creation time, creation txg,
-//!   locally set properties).
+//!   locally set properties, received ones and the masked names:
+//!   `own_props.rs`).
 //! - the *pool properties ZAP*: property name → value (`comment`, `failmode`).
 //!
 //! In memory the records are mirrored in a map so listing never touches disk;
@@ -18,7 +19,7 @@
 //!
 //! Lock order: `change` (serializes modifications) before `state`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -51,6 +52,14 @@ pub struct DatasetRecord {
     pub createtxg: u64,
     /// Locally set properties, normalized (see `props`).
     pub props: BTreeMap<String, String>,
+    /// Properties the last receive with properties brought (`send -p`/
+    /// `-R`), normalized; a local value overrides one (own_props.rs).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub received: BTreeMap<String, String>,
+    /// Received values `tarn inherit` set aside: the inherited value wins
+    /// until `tarn set` or `tarn inherit -S`.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub masked: BTreeSet<String>,
     /// Snapshots only: user holds (`tarn hold TAG`); a held snapshot
     /// cannot be destroyed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -83,6 +92,9 @@ pub struct PropValue {
     /// OpenZFS JSON `source.type` / `source.data`.
     pub source_type: String,
     pub source_data: String,
+    /// The dataset's received value (`tarn get -o received`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub received: Option<String>,
 }
 
 impl PropValue {
@@ -93,7 +105,13 @@ impl PropValue {
             source: source.display(),
             source_type: source.json_type().to_string(),
             source_data: source.json_data(),
+            received: None,
         }
+    }
+
+    pub(crate) fn with_received(mut self, received: Option<String>) -> PropValue {
+        self.received = received;
+        self
     }
 }
 
@@ -380,17 +398,13 @@ impl Pool {
         self.state.read().objsets.get(name).cloned().ok_or_else(|| DsError::NotFound(name.to_string()))
     }
 
-    fn local_lookup(state: &State) -> impl Fn(&str, &str) -> Option<String> + '_ {
-        move |dataset: &str, prop: &str| state.datasets.get(dataset).and_then(|r| r.props.get(prop).cloned())
-    }
-
     /// Effective typed settings.
     pub fn settings(&self, name: &str) -> Result<Settings> {
         let state = self.state.read();
         if !state.datasets.contains_key(name) {
             return Err(DsError::NotFound(name.to_string()));
         }
-        let lookup = Self::local_lookup(&state);
+        let lookup = Self::own_lookup(&state);
         let settings = props::settings(name, &lookup);
         Ok(settings)
     }
@@ -601,141 +615,6 @@ impl Pool {
         Ok(plan)
     }
 
-    /// Set a property; returns the canonical property name and the datasets
-    /// whose effective value may have changed (the dataset and, for
-    /// inheritable properties, its descendants).
-    pub fn set_property(&self, name: &str, prop: &str, value: &str) -> Result<(String, Vec<String>)> {
-        if prop == "keylocation" {
-            self.set_keylocation(name, value)?;
-            return Ok((prop.to_string(), vec![name.to_string()]));
-        }
-        if prop == "volsize" {
-            self.set_volsize(name, value, false)?;
-            return Ok((prop.to_string(), vec![name.to_string()]));
-        }
-        let (prop, stored) = props::validate(prop, value)?;
-        let _change = self.change.lock();
-        let mut record = self.record(name)?;
-        if prop == "copies" {
-            crate::encryption::refuse_three_copies(Some(&stored), record.crypt.is_some())?;
-        }
-        if prop == "quota" {
-            if let Ok(quota) = stored.parse::<u64>() {
-                let used = self.used_bytes(name);
-                if quota < used {
-                    return Err(DsError::BadValue(format!(
-                        "cannot set quota of '{name}' to {}: below its current usage of {}",
-                        format_bytes(quota),
-                        format_bytes(used)
-                    )));
-                }
-            }
-        }
-        if prop == "refreservation" {
-            if let Ok(bytes) = stored.parse::<u64>() {
-                self.check_refreservation(name, bytes)?;
-            }
-        }
-        record.props.insert(prop.clone(), stored);
-        let tx = self.obj.begin();
-        self.store_record(&tx, name, &record)?;
-        drop(tx);
-        self.state.write().datasets.insert(name.to_string(), record);
-        let affected = self.affected_by(name, &prop);
-        for dataset in &affected {
-            self.apply_write_props(dataset)?;
-        }
-        self.obj.sync()?;
-        Ok((prop, affected))
-    }
-
-    /// The datasets whose effective value of `prop` follows `name`'s.
-    fn affected_by(&self, name: &str, prop: &str) -> Vec<String> {
-        let inheritable = props::is_user_property(prop) || props::lookup(prop).is_ok_and(|d| d.inheritable);
-        if inheritable {
-            self.subtree(name)
-        } else {
-            vec![name.to_string()]
-        }
-    }
-
-    /// `zfs inherit`: drop the local setting of `prop` from `name` (and with
-    /// `recursive` from every descendant), so the value comes from the
-    /// nearest ancestor that sets it, else the default. Returns the
-    /// canonical name and the datasets whose effective value may change.
-    pub fn inherit_property(&self, name: &str, prop: &str, recursive: bool) -> Result<(String, Vec<String>)> {
-        props::check_name(prop)?;
-        let prop = props::canonical_name(prop);
-        if !props::is_user_property(&prop) {
-            let def = props::lookup(&prop)?;
-            if !def.settable {
-                return Err(DsError::BadValue(format!("'{prop}' property is read-only")));
-            }
-            if !def.inheritable {
-                return Err(DsError::BadValue(format!("'{prop}' property cannot be inherited (set it to its default instead)")));
-            }
-        }
-        let _change = self.change.lock();
-        if !self.exists(name) {
-            return Err(DsError::NotFound(name.to_string()));
-        }
-        let targets = if recursive { self.subtree(name) } else { vec![name.to_string()] };
-        let mut changed = Vec::new();
-        for dataset in &targets {
-            let mut record = self.record(dataset)?;
-            if record.props.remove(&prop).is_some() {
-                changed.push((dataset.clone(), record));
-            }
-        }
-        if !changed.is_empty() {
-            let tx = self.obj.begin();
-            for (dataset, record) in &changed {
-                self.store_record(&tx, dataset, record)?;
-            }
-            drop(tx);
-            let mut state = self.state.write();
-            for (dataset, record) in changed {
-                state.datasets.insert(dataset, record);
-            }
-        }
-        let affected = self.affected_by(name, &prop);
-        for dataset in &affected {
-            self.apply_write_props(dataset)?;
-        }
-        self.obj.sync()?;
-        Ok((prop, affected))
-    }
-
-    /// The user properties in effect on `name` (set on it or inherited),
-    /// sorted by name.
-    pub fn user_properties(&self, name: &str) -> Vec<String> {
-        let state = self.state.read();
-        let mut names = std::collections::BTreeSet::new();
-        let mut current = Some(name);
-        while let Some(dataset) = current {
-            if let Some(record) = state.datasets.get(dataset) {
-                names.extend(record.props.keys().filter(|k| props::is_user_property(k)).cloned());
-            }
-            current = props::parent_name(dataset);
-        }
-        names.into_iter().collect()
-    }
-
-    /// A user property's effective value and source; `-` and no source
-    /// when no dataset up the tree sets it.
-    fn user_property(&self, name: &str, prop: &str) -> PropValue {
-        let state = self.state.read();
-        let mut current = Some(name);
-        while let Some(dataset) = current {
-            if let Some(value) = state.datasets.get(dataset).and_then(|r| r.props.get(prop)) {
-                let source = if dataset == name { Source::Local } else { Source::Inherited(dataset.to_string()) };
-                return PropValue::new(prop, value.clone(), &source);
-            }
-            current = props::parent_name(dataset);
-        }
-        PropValue::new(prop, "-".to_string(), &Source::None)
-    }
-
     /// Space used by the dataset and its descendants (bytes, parity excluded).
     /// (A clone's blocks shared with its origin count in the origin's
     /// dataset, see `clones.rs`.)
@@ -765,7 +644,7 @@ impl Pool {
         let mut available = self.obj.deflate(self.obj.space().available).saturating_sub(self.reserved_elsewhere(name));
         let mut current = Some(name);
         while let Some(dataset) = current {
-            let quota = self.state.read().datasets.get(dataset).and_then(|r| r.props.get("quota").cloned());
+            let quota = self.state.read().datasets.get(dataset).and_then(|r| r.own("quota").cloned());
             if let Some(quota) = quota.and_then(|q| q.parse::<u64>().ok()) {
                 available = available.min(quota.saturating_sub(self.used_bytes(dataset)));
             }
@@ -805,7 +684,7 @@ impl Pool {
         let (value, source) = if def.settable {
             let (stored, source) = {
                 let state = self.state.read();
-                let lookup = Self::local_lookup(&state);
+                let lookup = Self::own_lookup(&state);
                 props::effective(def, name, &lookup)
             };
             let mut value = props::display_value(def.name, &stored, parsable);
@@ -859,7 +738,8 @@ impl Pool {
             };
             (value, Source::None)
         };
-        Ok(PropValue::new(def.name, value, &source))
+        let received = if def.settable { self.received_display(name, def.name, parsable) } else { None };
+        Ok(PropValue::new(def.name, value, &source).with_received(received))
     }
 
     /// A stored pool property (`comment`, `failmode`, `autoreplace`,

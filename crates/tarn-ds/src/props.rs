@@ -1,11 +1,14 @@
 //! Dataset properties: names, validation, defaults, inheritance and the
 //! `SOURCE` column, exactly as `zfs get` shows them.
 //!
-//! Stored form: each dataset keeps only its *locally set* properties, as a
-//! map from property name to a normalized string (sizes in exact bytes,
-//! everything else as the user spelled a valid value). The effective value
-//! of a property is found by walking from the dataset up to the pool's root
-//! dataset; the first local setting wins (`local` on the dataset itself,
+//! Stored form: each dataset keeps its *own* values, as maps from property
+//! name to a normalized string (sizes in exact bytes, everything else as
+//! the user spelled a valid value): the locally set ones, and the ones a
+//! receive brought (`received`, see `received.rs`), some of which `tarn
+//! inherit` may have masked. A dataset's own value of a property is its
+//! local one, else its received one unless masked. The effective value is
+//! found by walking from the dataset up to the pool's root dataset; the
+//! first own value wins (`local` or `received` on the dataset itself,
 //! `inherited from X` on an ancestor), else the default (`default`).
 //! Read-only properties have source `-`.
 
@@ -343,10 +346,22 @@ fn validate_native(prop: &str, value: &str) -> Result<(&'static str, String), Pr
     Ok((name, stored))
 }
 
+/// Which of a dataset's own values a property has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Own {
+    /// Set on it (`tarn set`, `create -o`, `recv -o`).
+    Local,
+    /// Brought by a receive (`send -p`/`-R`), neither overridden by a local
+    /// value nor masked.
+    Received,
+}
+
 /// Where an effective value came from (the `SOURCE` column).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Source {
     Local,
+    /// The dataset's received value.
+    Received,
     Default,
     Inherited(String),
     /// Read-only properties.
@@ -358,6 +373,7 @@ impl Source {
     pub fn display(&self) -> String {
         match self {
             Source::Local => "local".into(),
+            Source::Received => "received".into(),
             Source::Default => "default".into(),
             Source::Inherited(from) => format!("inherited from {from}"),
             Source::None => "-".into(),
@@ -367,6 +383,7 @@ impl Source {
     pub fn json_type(&self) -> &'static str {
         match self {
             Source::Local => "LOCAL",
+            Source::Received => "RECEIVED",
             Source::Default => "DEFAULT",
             Source::Inherited(_) => "INHERITED",
             Source::None => "NONE",
@@ -396,18 +413,25 @@ fn join_mountpoint(base: &str, relative: &str) -> String {
     }
 }
 
+/// A dataset's own value of a property: `own(dataset, prop)` gives the
+/// value and which of the dataset's values it is (see [`Own`]).
+pub type OwnLookup<'a> = &'a dyn Fn(&str, &str) -> Option<(String, Own)>;
+
 /// Effective stored value and source of a settable property of dataset
-/// `name`. `local(dataset, prop)` returns that dataset's local setting.
-pub fn effective(
-    prop: &PropDef,
-    name: &str,
-    local: &dyn Fn(&str, &str) -> Option<String>,
-) -> (String, Source) {
+/// `name`: its own value (local, else received), else the nearest
+/// ancestor's own value for an inheritable property, else the default.
+pub fn effective(prop: &PropDef, name: &str, own: OwnLookup) -> (String, Source) {
     debug_assert!(prop.settable);
     let mut current = Some(name);
     while let Some(dataset) = current {
-        if let Some(value) = local(dataset, prop.name) {
-            let source = if dataset == name { Source::Local } else { Source::Inherited(dataset.to_string()) };
+        if let Some((value, kind)) = own(dataset, prop.name) {
+            let source = if dataset != name {
+                Source::Inherited(dataset.to_string())
+            } else if kind == Own::Local {
+                Source::Local
+            } else {
+                Source::Received
+            };
             let value = if prop.name == "mountpoint" && value.starts_with('/') {
                 join_mountpoint(&value, name.get(dataset.len() + 1..).unwrap_or(""))
             } else {
@@ -484,10 +508,10 @@ pub enum SyncProp {
 }
 
 /// Effective typed settings of dataset `name`.
-pub fn settings(name: &str, local: &dyn Fn(&str, &str) -> Option<String>) -> Settings {
+pub fn settings(name: &str, own: OwnLookup) -> Settings {
     let value = |prop: &str| {
         let def = lookup(prop).expect("known property");
-        effective(def, name, local).0
+        effective(def, name, own).0
     };
     let mountpoint = match value("mountpoint").as_str() {
         "none" => Mountpoint::None,
@@ -696,7 +720,7 @@ mod tests {
             ("tank/a", "recordsize", "16384"),
             ("tank", "quota", "1073741824"),
         ]);
-        let local = |d: &str, p: &str| map.get(&(d.to_string(), p.to_string())).cloned();
+        let local = |d: &str, p: &str| map.get(&(d.to_string(), p.to_string())).map(|v| (v.clone(), Own::Local));
         let compression = lookup("compression").unwrap();
         assert_eq!(effective(compression, "tank", &local), ("zstd".into(), Source::Local));
         assert_eq!(effective(compression, "tank/a/b", &local), ("zstd".into(), Source::Inherited("tank".into())));
@@ -714,7 +738,7 @@ mod tests {
     #[test]
     fn mountpoint_inherits_as_parent_path_plus_name() {
         let map = locals(&[("tank", "mountpoint", "/mnt/tank"), ("tank/x", "mountpoint", "none"), ("pool", "mountpoint", "/")]);
-        let local = |d: &str, p: &str| map.get(&(d.to_string(), p.to_string())).cloned();
+        let local = |d: &str, p: &str| map.get(&(d.to_string(), p.to_string())).map(|v| (v.clone(), Own::Local));
         let mountpoint = lookup("mountpoint").unwrap();
         assert_eq!(effective(mountpoint, "tank", &local), ("/mnt/tank".into(), Source::Local));
         assert_eq!(

@@ -47,7 +47,7 @@ impl Pool {
         let mut holders = Vec::new();
         let mut current = Some(name);
         while let Some(dataset) = current {
-            let quota = self.state.read().datasets.get(dataset).and_then(|r| r.props.get("quota").and_then(|q| q.parse::<u64>().ok()));
+            let quota = self.state.read().datasets.get(dataset).and_then(|r| r.own("quota").and_then(|q| q.parse::<u64>().ok()));
             if let Some(quota) = quota {
                 holders.push((dataset.to_string(), quota, self.used_bytes(dataset)));
             }

@@ -34,7 +34,7 @@ pub(crate) struct ReservationCache {
 impl Pool {
     /// The refreservation of head `name` (None: none).
     pub fn refreservation(&self, name: &str) -> Option<u64> {
-        self.state.read().datasets.get(name).and_then(|r| r.props.get("refreservation")).and_then(|v| v.parse().ok())
+        self.state.read().datasets.get(name).and_then(|r| r.own("refreservation")).and_then(|v| v.parse().ok())
     }
 
     /// The part of `name`'s refreservation its data does not use yet.
@@ -49,7 +49,7 @@ impl Pool {
         let mut cache = self.reservation_cache.lock();
         if cache.txg != Some(txg) {
             let reserving: Vec<String> =
-                self.state.read().datasets.iter().filter(|(_, r)| r.props.contains_key("refreservation")).map(|(n, _)| n.clone()).collect();
+                self.state.read().datasets.iter().filter(|(_, r)| r.own("refreservation").is_some()).map(|(n, _)| n.clone()).collect();
             cache.unused = reserving
                 .into_iter()
                 .filter_map(|d| {

@@ -87,7 +87,7 @@ impl Pool {
         }
         // A reservation of the old size (a volume created without -s)
         // follows the size.
-        if record.props.get("refreservation").and_then(|v| v.parse::<u64>().ok()) == Some(volume.volsize) {
+        if record.own("refreservation").and_then(|v| v.parse::<u64>().ok()) == Some(volume.volsize) {
             self.check_refreservation(name, size)?;
             record.props.insert("refreservation".into(), size.to_string());
         }

@@ -108,3 +108,59 @@ fn an_object_set_nobody_names_is_a_leak() {
     let r = pool.check().unwrap();
     assert!(r.ok(), "{r:?}");
 }
+
+/// A `send -p` package of `snapshot`, received at `target` with `-o`.
+fn send_p_recv(pool: &Pool, snapshot: &str, target: &str, set: &[(&str, &str)]) {
+    use tarn_ds::replication::{read_header, RecvSpec, SendSpec};
+    let plan = pool.send_plan(&SendSpec { snapshot: snapshot.into(), props: true, ..Default::default() }).unwrap();
+    let mut stream = Vec::new();
+    pool.send_package(&plan, &mut stream).unwrap();
+    let mut input = stream.as_slice();
+    let header = read_header(&mut input).unwrap();
+    let spec = RecvSpec {
+        target: target.into(),
+        set: set.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        spool_dir: Some(std::env::temp_dir()),
+        ..Default::default()
+    };
+    pool.receive_package(&spec, &header, &mut input).unwrap();
+}
+
+#[test]
+fn received_values_are_kept_apart_from_local_ones() {
+    use tarn_ds::own_props::InheritTo;
+    let devs = common::devices("recv", 256 << 20);
+    let pool = common::create(&devs, "/mnt/tank");
+    pool.create_dataset("tank/src", &[("compression".into(), "zstd".into()), ("copies".into(), "2".into())], false, &common::no_init).unwrap();
+    pool.snapshot(&["tank/src@a".into()]).unwrap();
+    send_p_recv(&pool, "tank/src@a", "tank/dst", &[("atime", "off")]);
+
+    let record = pool.record("tank/dst").unwrap();
+    assert_eq!(record.received.get("compression").map(String::as_str), Some("zstd"));
+    assert_eq!(record.props.get("atime").map(String::as_str), Some("off"), "-o is local");
+    assert!(!record.props.contains_key("compression"), "a received value is not a local one");
+    let v = pool.get_property("tank/dst", "compression", false, None).unwrap();
+    assert_eq!((v.value.as_str(), v.source.as_str(), v.received.as_deref()), ("zstd", "received", Some("zstd")));
+    // Received values drive the write settings as local ones do.
+    let settings = pool.settings("tank/dst").unwrap();
+    assert_eq!((settings.compression, settings.copies), (tarn_block::Compression::parse("zstd").unwrap(), 2));
+
+    // Plain inherit masks; set lifts the mask; -S reverts.
+    pool.inherit_property("tank/dst", "compression", false).unwrap();
+    assert!(pool.record("tank/dst").unwrap().masked.contains("compression"));
+    assert_eq!(value(&pool, "tank/dst", "compression"), ("lz4".into(), "default".into()));
+    pool.set_property("tank/dst", "compression", "off").unwrap();
+    let record = pool.record("tank/dst").unwrap();
+    assert!(record.masked.is_empty(), "set lifts the mask");
+    assert_eq!(value(&pool, "tank/dst", "compression"), ("off".into(), "local".into()));
+    pool.inherit_property_to("tank/dst", "compression", false, InheritTo::Received).unwrap();
+    assert_eq!(value(&pool, "tank/dst", "compression"), ("zstd".into(), "received".into()));
+    pool.inherit_property("tank/dst", "copies", false).unwrap();
+    assert_eq!(pool.settings("tank/dst").unwrap().copies, 1, "masked: the default");
+
+    // All of it survives export/import.
+    let before = pool.record("tank/dst").unwrap();
+    let pool = common::reimport(pool, &devs);
+    assert_eq!(pool.record("tank/dst").unwrap(), before);
+    assert_eq!(value(&pool, "tank/dst", "copies"), ("1".into(), "default".into()));
+}

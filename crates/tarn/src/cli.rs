@@ -339,11 +339,15 @@ pub enum Command {
         args: Vec<String>,
     },
     /// Clear a property's local setting: the value is inherited again (or
-    /// the default).
+    /// the default), even over a received value, which stays masked until
+    /// `set` or `inherit -S`.
     Inherit {
         /// On every descendant too.
         #[arg(short = 'r')]
         recursive: bool,
+        /// Revert to the received value (if the dataset has one).
+        #[arg(short = 'S')]
+        received: bool,
         #[arg(value_name = "PROP")]
         prop: String,
         #[arg(required = true, value_name = "DATASET")]

@@ -112,14 +112,20 @@ fn sort_keys(ascending: Vec<String>, descending: Vec<String>) -> Vec<(String, bo
     keys
 }
 
+/// `get -o FIELD[,FIELD]...`: zfs's columns; `all` is every one.
+const GET_FIELDS: [&str; 5] = ["name", "property", "value", "received", "source"];
+
 fn get_fields(fields: Option<crate::cli::CommaList>) -> Result<Vec<String>, Failure> {
     let fields = fields.map(|f| f.0).unwrap_or_else(|| ["name", "property", "value", "source"].map(String::from).to_vec());
+    let mut out = Vec::new();
     for field in &fields {
-        if !["name", "property", "value", "source"].contains(&field.as_str()) {
-            return Err(Failure::usage(format!("bad field '{field}' for -o (name, property, value, source)")));
+        match field.as_str() {
+            "all" => out.extend(GET_FIELDS.map(String::from)),
+            f if GET_FIELDS.contains(&f) => out.push(f.to_string()),
+            _ => return Err(Failure::usage(format!("bad field '{field}' for -o (name, property, value, received, source, all)"))),
         }
     }
-    Ok(fields)
+    Ok(out)
 }
 
 fn get_table(rows: Vec<(String, Vec<tarn_daemon::proto::PropCell>)>, fields: &[String], scripted: bool) -> String {
@@ -134,6 +140,7 @@ fn get_table(rows: Vec<(String, Vec<tarn_daemon::proto::PropCell>)>, fields: &[S
                         "name" => name.clone(),
                         "property" => cell.property.clone(),
                         "value" => cell.value.clone(),
+                        "received" => cell.received.clone().unwrap_or_else(|| "-".to_string()),
                         _ => cell.source.clone(),
                     })
                     .collect(),
@@ -339,9 +346,9 @@ pub fn run(cli: Cli) -> Result<i32, Failure> {
             send(&socket, &Request::Set { assignments, dataset, force })?;
             Ok(0)
         }
-        Command::Inherit { recursive, prop, datasets } => {
+        Command::Inherit { recursive, received, prop, datasets } => {
             props::check_name(&prop).map_err(prop_failure)?;
-            send(&socket, &Request::Inherit { prop, datasets, recursive })?;
+            send(&socket, &Request::Inherit { prop, datasets, recursive, received })?;
             Ok(0)
         }
         Command::Rename { parents, recursive, force, no_mount, source, target } => {

@@ -50,10 +50,12 @@ pub fn output_version(command: &str) -> Value {
 fn props_object(cells: &[PropCell]) -> Value {
     let mut props = Map::new();
     for cell in cells {
-        props.insert(
-            cell.property.clone(),
-            json!({"value": cell.value, "source": {"type": cell.source_type, "data": cell.source_data}}),
-        );
+        let mut prop = json!({"value": cell.value, "source": {"type": cell.source_type, "data": cell.source_data}});
+        // A received value, when the dataset has one (`get -o received`).
+        if let (Some(received), Some(object)) = (&cell.received, prop.as_object_mut()) {
+            object.insert("received".into(), json!(received));
+        }
+        props.insert(cell.property.clone(), prop);
     }
     Value::Object(props)
 }
@@ -148,6 +150,7 @@ mod tests {
             source: "-".into(),
             source_type: "NONE".into(),
             source_data: "-".into(),
+            received: None,
         };
         let rows = vec![
             DatasetRow { name: "tank/a".into(), pool: "tank".into(), createtxg: 5, props: vec![cell.clone()] },

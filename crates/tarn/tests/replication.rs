@@ -401,9 +401,9 @@ fn trees_replicate_across_layouts() {
     for s in ["s1", "r"] {
         assert_same_tree(&snap_dir(&src.join("sub"), s), &snap_dir(&rep.join("sub"), s));
     }
-    assert_eq!(get_source(&h, "recordsize", "backup/rep/sub"), ("16K".into(), "local".into()));
-    assert_eq!(get_source(&h, "compression", "backup/rep/sub"), ("zstd".into(), "local".into()));
-    assert_eq!(get_source(&h, "recordsize", "backup/rep"), ("64K".into(), "local".into()));
+    assert_eq!(get_source(&h, "recordsize", "backup/rep/sub"), ("16K".into(), "received".into()));
+    assert_eq!(get_source(&h, "compression", "backup/rep/sub"), ("zstd".into(), "received".into()));
+    assert_eq!(get_source(&h, "recordsize", "backup/rep"), ("64K".into(), "received".into()));
 
     // An incremental -R with a new child dataset.
     h.tarn_ok(&["create", "tank/data/late"]);

@@ -66,7 +66,9 @@ pub struct PackageDataset {
     pub base: Option<PackageSnap>,
     /// The snapshots the stream creates, oldest first.
     pub snapshots: Vec<PackageSnap>,
-    /// Local properties (`-p`, `-R`), stored form.
+    /// The dataset's own properties (`-p`, `-R`): local values over the
+    /// unmasked received ones, stored form; the receiver keeps them as its
+    /// received values (own_props.rs).
     #[serde(default)]
     pub props: BTreeMap<String, String>,
     /// Sent raw (an encrypted dataset with `-w` or `-R`): how it is

@@ -1,12 +1,11 @@
 //! The receiving half of replication: a package applied to the pool,
 //! dataset by dataset, undone or kept resumable when it stops.
 
-use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::sync::Arc;
 
 use tarn_obj::zap::Zap;
-use tarn_obj::{ObjsetId, WriteProps};
+use tarn_obj::ObjsetId;
 use tarn_send::{RecvOptions, RecvTarget, SendError, SnapRef};
 
 use super::journal::{Before, Current, JournalHook, JournalSnap, Keep, Settled};
@@ -66,59 +65,11 @@ impl Pool {
         Ok(file)
     }
 
-    /// Write properties of `name` if its local properties were `local`.
-    fn write_props_with(&self, name: &str, local: &BTreeMap<String, String>) -> WriteProps {
-        let state = self.state.read();
-        let lookup = |ds: &str, prop: &str| -> Option<String> {
-            if ds == name {
-                local.get(prop).cloned().or_else(|| state.datasets.get(ds).and_then(|r| r.props.get(prop).cloned()))
-            } else {
-                state.datasets.get(ds).and_then(|r| r.props.get(prop).cloned())
-            }
-        };
-        let s = props::settings(name, &lookup);
-        WriteProps { compression: s.compression, checksum: s.checksum, copies: s.copies, primarycache: s.primarycache, secondarycache: s.secondarycache }
-    }
-
     pub(super) fn refresh_objset(&self, name: &str) -> Result<()> {
         let record = self.record(name)?;
         let os = self.obj.open_objset(ObjsetId(record.objset))?;
         self.state.write().objsets.insert(name.to_string(), os);
         self.reapply_write_props(name)
-    }
-
-    /// Local properties a received dataset gets: the sent ones (minus
-    /// `-x`), then `-o` for the top one.
-    fn received_props(
-        &self,
-        spec: &RecvSpec,
-        header: &PackageHeader,
-        entry: &PackageDataset,
-        warnings: &mut Vec<String>,
-        dst: &str,
-    ) -> BTreeMap<String, String> {
-        let mut out = BTreeMap::new();
-        if header.props {
-            for (k, v) in &entry.props {
-                if spec.exclude.iter().any(|x| props::canonical_name(x) == *k) {
-                    continue;
-                }
-                match props::validate(k, v) {
-                    Ok((p, stored)) => {
-                        out.insert(p.to_string(), stored);
-                    }
-                    Err(e) => warnings.push(format!("property '{k}' of '{dst}' not received: {e}")),
-                }
-            }
-        }
-        if entry.name.is_empty() {
-            for (k, v) in &spec.set {
-                if let Ok((p, stored)) = props::validate(k, v) {
-                    out.insert(p.to_string(), stored);
-                }
-            }
-        }
-        out
     }
 
     /// Receives a package whose header was read by [`read_header`]; the
@@ -302,6 +253,13 @@ impl Pool {
     ) -> std::result::Result<(u64, Vec<String>), Failure> {
         let fail = |m: String| Failure::Refused(recv_err(format!("cannot receive into '{dst}': {m}")));
         let existing = self.record(dst).ok();
+        // What the receive does to the dataset's own property values
+        // (own_props.rs): the data is written with the properties the
+        // dataset will have.
+        let recv_props = self.recv_props(spec, header, entry, existing.as_ref(), dst, warnings);
+        let mut after = existing.clone().unwrap_or_default();
+        recv_props.apply(&mut after);
+        let write_props = self.write_props_as(dst, &after);
         if let (Some(rec), None) = (&existing, &resume) {
             if rec.recv.is_some() {
                 return Err(fail(
@@ -396,11 +354,9 @@ impl Pool {
                 (Some(_), _) => return Err(fail("the raw stream's key is not its origin's here".into())),
             }
         }
-        // The data is written with the properties the dataset will have.
-        let received = self.received_props(spec, header, entry, warnings, dst);
         let mut opts = RecvOptions {
             resumable: spec.resumable,
-            props: Some(self.write_props_with(dst, &received)),
+            props: Some(write_props),
             raw: entry.crypt.as_ref().map(|c| crate::encryption::package_crypt_of(&c.cipher, c.key_guid)).transpose().map_err(Failure::Refused)?,
             journal: Some(journal.clone() as Arc<dyn tarn_send::RecvJournal>),
         };
@@ -494,27 +450,27 @@ impl Pool {
         let (record, before, head, fresh, inner) = match &plan {
             Plan::New => {
                 let guid = new_guid();
-                let record = DatasetRecord {
+                let mut record = DatasetRecord {
                     guid,
                     creation: now_unix(),
-                    props: received.clone(),
                     crypt: self.received_crypt(spec, header, entry, guid),
                     volume,
                     ..Default::default()
                 };
+                recv_props.apply(&mut record);
                 (record, Before::New, 0, true, String::new())
             }
             Plan::Clone(origin) => {
                 let guid = new_guid();
-                let record = DatasetRecord {
+                let mut record = DatasetRecord {
                     guid,
                     creation: now_unix(),
-                    props: received.clone(),
                     origin: Some(origin.clone()),
                     crypt: origin_rec.as_ref().and_then(|r| r.crypt.clone()).map(|c| crate::encryption::CryptRecord { keylocation: None, ..c }),
                     volume,
                     ..Default::default()
                 };
+                recv_props.apply(&mut record);
                 let o = self.snapshot_record(origin).map_err(Failure::Refused)?;
                 let before = Before::Clone { origin: origin.clone(), origin_objset: o.objset, origin_txg: o.createtxg };
                 (record, before, 0, true, String::new())
@@ -522,7 +478,7 @@ impl Pool {
             Plan::Replace(rec) => {
                 let mut new = rec.clone();
                 new.crypt = self.received_crypt(spec, header, entry, rec.guid);
-                new.props = received.clone();
+                recv_props.apply(&mut new);
                 new.volume = volume;
                 (new, Before::Replace { old: rec.clone() }, 0, false, String::new())
             }
@@ -532,11 +488,7 @@ impl Pool {
                 if volume.is_some() {
                     new.volume = volume;
                 }
-                if header.props || !spec.set.is_empty() {
-                    for (k, v) in &received {
-                        new.props.insert(k.clone(), v.clone());
-                    }
-                }
+                recv_props.apply(&mut new);
                 let (before, fresh, inner) = match (&plan, &base) {
                     (Plan::Resume(_, p), _) => (Before::Resume { old: rec.clone() }, p.fresh, p.inner.clone()),
                     (_, Some((name, snap))) => {

@@ -101,7 +101,7 @@ impl Pool {
             let snaps = names.iter().map(|n| self.snap_ref(n)).collect::<Result<Vec<_>>>()?;
             let from = base.as_deref().map(|b| self.snap_ref(b).map(SendBase::Snapshot)).transpose()?;
             let ds_rec = self.record(&ds)?;
-            let props = if header.props { ds_rec.props.clone() } else { BTreeMap::new() };
+            let props = if header.props { ds_rec.own_props() } else { BTreeMap::new() };
             let sender_snapshots = spec.recursive.then(|| chain.iter().filter_map(|n| self.snapshot_record(n).ok()).map(|r| r.guid).collect());
             header.datasets.push(PackageDataset {
                 name: relative(&top, &ds),
@@ -201,7 +201,7 @@ impl Pool {
                 name: String::new(),
                 base: Some(PackageSnap { name: short, guid: bm.guid, creation: bm.creation, volume: None }),
                 snapshots: names.iter().map(|n| self.package_snap(n)).collect::<Result<Vec<_>>>()?,
-                props: if spec.props { self.record(top)?.props } else { BTreeMap::new() },
+                props: if spec.props { self.record(top)?.own_props() } else { BTreeMap::new() },
                 crypt: self.package_crypt(top, spec.raw)?,
                 origin: None,
                 sender_snapshots: None,
