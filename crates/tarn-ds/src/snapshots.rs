@@ -11,7 +11,7 @@
 use tarn_obj::zap::Zap;
 use tarn_obj::{ObjectSet, ObjsetId};
 
-use crate::pool::{DatasetRecord, Pool, PropValue};
+use crate::pool::{DatasetRecord, Pool, PropValue, State};
 use crate::props::{PropDef, Source};
 use crate::size::format_bytes;
 use crate::{DsError, Result};
@@ -86,17 +86,23 @@ impl Pool {
     /// Snapshot names, of one dataset (oldest first) or of all.
     pub fn snapshots(&self, dataset: Option<&str>) -> Vec<String> {
         let state = self.state.read();
-        let mut out: Vec<(&String, &DatasetRecord)> = state
-            .snapshots
-            .iter()
-            .filter(|(n, _)| dataset.is_none_or(|d| n.split_once('@').is_some_and(|(ds, _)| ds == d)))
-            .collect();
+        let mut out: Vec<(&String, &DatasetRecord)> = match dataset {
+            Some(d) => Self::chain_of(&state, d).collect(),
+            None => state.snapshots.iter().collect(),
+        };
         out.sort_by(|a, b| {
             let da = a.0.split_once('@').map(|x| x.0);
             let db = b.0.split_once('@').map(|x| x.0);
             da.cmp(&db).then(a.1.createtxg.cmp(&b.1.createtxg))
         });
         out.into_iter().map(|(n, _)| n.clone()).collect()
+    }
+
+    /// The snapshots of `dataset` (by name: a range of the map, whatever
+    /// the pool's other snapshots).
+    fn chain_of<'a>(state: &'a State, dataset: &str) -> impl Iterator<Item = (&'a String, &'a DatasetRecord)> + 'a {
+        let prefix = format!("{dataset}@");
+        state.snapshots.range(prefix.clone()..).take_while(move |(n, _)| n.starts_with(&prefix))
     }
 
     pub fn snapshot_record(&self, name: &str) -> Result<DatasetRecord> {
@@ -112,18 +118,37 @@ impl Pool {
     }
 
     /// The neighbours of a snapshot: (txg of the previous one or 0, object
-    /// set of the next one or of the dataset).
+    /// set of the next one or of the dataset). One pass over the dataset's
+    /// snapshots, no copies: listing every snapshot's `used` asks this of
+    /// each.
     fn neighbours(&self, name: &str) -> Result<(u64, ObjsetId)> {
         let (dataset, _) = validate_snapshot_name(name)?;
-        let chain = self.snapshots(Some(&dataset));
-        let i = chain.iter().position(|n| n == name).ok_or_else(|| DsError::NotFound(name.to_string()))?;
-        let prev_txg = match i.checked_sub(1).and_then(|j| chain.get(j)) {
-            Some(p) => self.snapshot_record(p)?.createtxg,
-            // A clone's chain starts at its origin.
+        let (prev, next) = {
+            let state = self.state.read();
+            let me = state.snapshots.get(name).ok_or_else(|| DsError::NotFound(name.to_string()))?;
+            // Ordered by creation txg, then name (as `snapshots` orders them).
+            let mine = (me.createtxg, name);
+            let mut prev: Option<(u64, &str)> = None;
+            let mut next: Option<((u64, &str), u64)> = None;
+            for (n, r) in Self::chain_of(&state, &dataset) {
+                let k = (r.createtxg, n.as_str());
+                if k < mine {
+                    if prev.is_none_or(|p| p < k) {
+                        prev = Some(k);
+                    }
+                } else if k > mine && next.is_none_or(|(q, _)| k < q) {
+                    next = Some((k, r.objset));
+                }
+            }
+            (prev.map(|p| p.0), next.map(|n| n.1))
+        };
+        // A clone's chain starts at its origin.
+        let prev_txg = match prev {
+            Some(txg) => txg,
             None => self.origin_txg(&dataset),
         };
-        let next = match chain.get(i + 1) {
-            Some(n) => self.snapshot_record(n)?.objset,
+        let next = match next {
+            Some(objset) => objset,
             None => self.record(&dataset)?.objset,
         };
         Ok((prev_txg, ObjsetId(next)))

@@ -146,6 +146,7 @@ impl Tx {
 mod check;
 pub mod checkpoint;
 pub mod crypt;
+mod deadlist_cache;
 pub mod diff;
 mod dnode_prefetch;
 pub mod format;

@@ -18,7 +18,9 @@
 //!   N's; S's root block is freed and N's `prev_snap_txg` becomes p;
 //! - a snapshot's `used` (what destroying it would free) is the part of
 //!   N's dead list born after p; a head's `usedbysnapshots` is the sum of
-//!   its chain's dead lists;
+//!   its chain's dead lists (both answered from summaries of the lists,
+//!   deadlist_cache.rs: every change of a dead list below goes through
+//!   `DeadlistCache::changing`);
 //! - rolling the head back to its newest snapshot S frees every head block
 //!   born after S, empties the head's dead list (all of it is in S), and
 //!   makes S's root phys the head's.
@@ -93,6 +95,10 @@ pub(crate) fn deadlist_append(s: &Arc<Shared>, stx: &SyncTx, obj: u64, bps: &[Bl
     if bps.is_empty() {
         return Ok(());
     }
+    s.deadlists.changing(obj, || append_entries(s, stx, obj, bps))
+}
+
+fn append_entries(s: &Arc<Shared>, stx: &SyncTx, obj: u64, bps: &[BlockPtr]) -> Result<()> {
     let (count, bytes) = deadlist_totals(s, obj);
     let mut data = Vec::with_capacity(bps.len() * BP_SIZE);
     for bp in bps {
@@ -105,10 +111,27 @@ pub(crate) fn deadlist_append(s: &Arc<Shared>, stx: &SyncTx, obj: u64, bps: &[Bl
 
 /// Replaces the contents of dead list `obj`.
 fn deadlist_replace(s: &Arc<Shared>, stx: &SyncTx, obj: u64, bps: &[BlockPtr]) -> Result<()> {
-    let m = mos(s);
-    m.free_range(stx.tx(), ObjectId(obj), 0, None)?;
-    set_totals(s, stx, obj, 0, 0)?;
-    deadlist_append(s, stx, obj, bps)
+    s.deadlists.changing(obj, || {
+        mos(s).free_range(stx.tx(), ObjectId(obj), 0, None)?;
+        set_totals(s, stx, obj, 0, 0)?;
+        if bps.is_empty() {
+            return Ok(());
+        }
+        append_entries(s, stx, obj, bps)
+    })
+}
+
+/// Frees dead list object `obj` (syncing context).
+pub(crate) fn deadlist_free(s: &Arc<Shared>, stx: &SyncTx, obj: u64) -> Result<()> {
+    s.deadlists.changing(obj, || mos(s).free(stx.tx(), ObjectId(obj)))
+}
+
+/// Creates an empty dead list (open context, in `tx`).
+fn deadlist_create(s: &Arc<Shared>, mos: &ObjectSet, tx: &Tx) -> Result<ObjectId> {
+    let id = mos.create(tx, ObjType(OT_DEADLIST), DEADLIST_BLOCK, &[0; BONUS_LEN])?;
+    // The id of a freed list may come back: no summary of that one stays.
+    s.deadlists.changing(id.0, || ());
+    Ok(id)
 }
 
 fn table_write(s: &Arc<Shared>, stx: &SyncTx, id: ObjsetId, bp: &BlockPtr) -> Result<()> {
@@ -200,7 +223,7 @@ pub(crate) fn apply(s: &Arc<Shared>, stx: &SyncTx, ops: Vec<SnapOp>, synced: &mu
                     deadlist_replace(s, stx, next_phys.deadlist, &keep)?;
                 }
                 if snap_phys.deadlist != 0 && snap_phys.deadlist != next_phys.deadlist {
-                    mos(s).free(stx.tx(), ObjectId(snap_phys.deadlist))?;
+                    deadlist_free(s, stx, snap_phys.deadlist)?;
                 }
                 stx.free(&snap_root);
                 table_write(s, stx, snap, &BlockPtr::HOLE)?;
@@ -281,8 +304,7 @@ impl ObjPool {
             return Err(ObjError::ReadOnly);
         }
         self.open_objset(head)?;
-        let mos = self.mos();
-        let deadlist = mos.create(tx, ObjType(OT_DEADLIST), DEADLIST_BLOCK, &[0; BONUS_LEN])?;
+        let deadlist = deadlist_create(s, &self.mos(), tx)?;
         let snap = ObjsetId(s.next_objset.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
         self.queue_snap_op(tx, SnapOp::Snapshot { head, snap, new_deadlist: deadlist.0 });
         Ok(snap)
@@ -324,21 +346,28 @@ impl ObjPool {
         if snap_txg < phys.prev_snap_txg || snap_txg >= tx.txg() {
             return Err(ObjError::Invalid(format!("clone origin txg {snap_txg} does not fit object set {}", snap.0)));
         }
-        let mos = self.mos();
-        let deadlist = mos.create(tx, ObjType(OT_DEADLIST), DEADLIST_BLOCK, &[0; BONUS_LEN])?;
+        let deadlist = deadlist_create(s, &self.mos(), tx)?;
         let clone = ObjsetId(s.next_objset.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
         self.queue_snap_op(tx, SnapOp::Clone { snap, clone, snap_txg, new_deadlist: deadlist.0 });
         Ok(clone)
     }
 
     /// Raw bytes of object set `id`'s dead list born at or before `txg`
-    /// and after it.
+    /// and after it (from the list's summary, deadlist_cache.rs).
     pub fn deadlist_split(&self, id: ObjsetId, txg: Txg) -> Result<(u64, u64)> {
         let os = self.open_objset(id)?;
         let dl = os.inner.committed.lock().deadlist;
         if txg == 0 {
             return Ok((0, deadlist_totals(&self.shared, dl).1));
         }
+        Ok(crate::deadlist_cache::summary(&self.shared, dl)?.split(txg))
+    }
+
+    /// [`ObjPool::deadlist_split`] counted entry by entry from the list
+    /// itself, never from a summary: O(dead list). For checks and tests.
+    pub fn deadlist_split_recount(&self, id: ObjsetId, txg: Txg) -> Result<(u64, u64)> {
+        let os = self.open_objset(id)?;
+        let dl = os.inner.committed.lock().deadlist;
         let mut split = (0, 0);
         for bp in deadlist_read(&self.shared, dl)? {
             if bp.birth <= txg {
@@ -348,6 +377,12 @@ impl ObjPool {
             }
         }
         Ok(split)
+    }
+
+    /// Dead-list summaries served from the cache and built by reading a
+    /// list, since the pool was opened.
+    pub fn deadlist_summary_counters(&self) -> (u64, u64) {
+        self.shared.deadlists.counters()
     }
 
     fn queue_snap_op(&self, tx: &Tx, op: SnapOp) {
@@ -365,11 +400,12 @@ impl ObjPool {
     }
 
     /// Bytes destroying snapshot `snap` would free: the part of `next`'s
-    /// dead list born after `prev_txg`.
+    /// dead list born after `prev_txg` (a binary search in the list's
+    /// summary once it is built: deadlist_cache.rs).
     pub fn snapshot_unique_bytes(&self, prev_txg: Txg, next: ObjsetId) -> Result<u64> {
         let os = self.open_objset(next)?;
         let dl = os.inner.committed.lock().deadlist;
-        Ok(deadlist_read(&self.shared, dl)?.iter().filter(|b| b.birth > prev_txg).map(|b| b.asize()).sum())
+        Ok(crate::deadlist_cache::summary(&self.shared, dl)?.split(prev_txg).1)
     }
 
     /// Forgets the in-memory state of object set `id` (after a rollback).

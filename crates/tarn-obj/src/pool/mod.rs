@@ -133,6 +133,8 @@ pub(crate) struct Shared {
     pub log_removing: Mutex<Vec<u32>>,
     /// The L2ARC on this pool's cache devices (l2arc/, cache_vdevs.rs).
     pub l2: Arc<crate::l2arc::PoolL2>,
+    /// Summaries of the dead lists (deadlist_cache.rs).
+    pub deadlists: crate::deadlist_cache::DeadlistCache,
 }
 
 #[derive(Default)]
@@ -312,6 +314,7 @@ impl ObjPool {
             import_notes: Mutex::new(Vec::new()),
             log_removing: Mutex::new(Vec::new()),
             l2,
+            deadlists: Default::default(),
         })
     }
 

@@ -80,7 +80,7 @@ pub(super) fn sync_txg(s: &Arc<Shared>, stx: &SyncTx) -> Result<Txg> {
                     ctx.free(&bp);
                 }
             }
-            mos_handle.free(stx.tx(), ObjectId(phys.deadlist))?;
+            crate::snap::deadlist_free(s, stx, phys.deadlist)?;
         }
         let root = *inner.root_bp.lock();
         ctx.free(&root);
