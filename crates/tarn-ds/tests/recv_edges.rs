@@ -229,7 +229,8 @@ fn forged_sender_lists_are_refused_before_anything_changes() {
         v.extend_from_slice(input);
         v
     };
-    let forgeries: [(&str, Box<dyn Fn(&mut tarn_ds::replication::PackageHeader)>); 4] = [
+    type Forgery = Box<dyn Fn(&mut tarn_ds::replication::PackageHeader)>;
+    let forgeries: [(&str, Forgery); 4] = [
         ("empty lists", Box::new(|h| {
             h.sender_datasets = Some(vec![]);
             h.datasets[0].sender_snapshots = Some(vec![]);
