@@ -15,11 +15,15 @@
 //!   made; a `Tx` dropped with notes left flushes them itself.
 //! - Data writes are noted without copying their bytes: the note keeps the
 //!   versions of the blocks the write made (`WritePart`, the same buffers
-//!   the txg will write; a later change of such a block in the txg copies
-//!   it first, as any shared block), and the log writer copies the bytes
-//!   into the record when (if ever) it is committed (`Fill`). A write no
-//!   one commits before its txg syncs is never copied, and a record always
-//!   holds the bytes of its own write, not a later one's.
+//!   the txg will write), and [`flush`], still under the caller's locks,
+//!   copies the bytes into the record's payload (which has room for them
+//!   anyway) and lets go of the blocks, so a record holds the bytes of its
+//!   own write, not a later one's. The blocks must not stay shared past
+//!   the flush: the next write into a shared block copies all of it
+//!   first (`Arc::make_mut`), so keeping them until a commit made every
+//!   4 KiB write into a 128 KiB record dirty in the txg copy the record
+//!   (half the daemon's time, docs/benchmarks.md). Only whole blocks
+//!   written indirectly (below) are kept until the commit (`Fill`).
 //! - Replay ([`ObjectSet::replay_redo`]) applies each record's notes in one
 //!   transaction, on top of exactly the state that preceded them (the
 //!   intent log replays only records of txgs that did not reach disk, in
@@ -107,38 +111,34 @@ pub struct WritePart {
     pub(crate) otype: u8,
 }
 
-/// What the log writer puts into a record at commit.
+/// What the log writer puts into a record at commit: `block` written as
+/// an ordinary block with `spec` (zil/indirect.rs); its pointer goes to
+/// payload offset `at`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Fill {
-    /// `len` bytes from offset `skip` of the write `parts` describe, to
-    /// payload offset `at`.
-    Copy { at: usize, len: usize, skip: usize, parts: Arc<Vec<WritePart>> },
-    /// `block` written as an ordinary block with `spec` (zil/indirect.rs);
-    /// its pointer goes to payload offset `at`.
-    Block { at: usize, block: Arc<Vec<u8>>, spec: tarn_block::WriteSpec },
+pub(crate) struct Fill {
+    pub at: usize,
+    pub block: Arc<Vec<u8>>,
+    pub spec: tarn_block::WriteSpec,
 }
 
-impl Fill {
-    /// Copies the bytes of a `Copy` fill into `payload`.
-    pub(crate) fn apply(&self, payload: &mut [u8]) {
-        let Fill::Copy { at, len, skip, parts } = self else { panic!("a block fill is written, not copied") };
-        let dst = &mut payload[*at..*at + *len];
-        let (mut skip, mut done) = (*skip, 0);
-        for p in parts.iter() {
-            if done == dst.len() {
-                break;
-            }
-            if skip >= p.len {
-                skip -= p.len;
-                continue;
-            }
-            let n = (p.len - skip).min(dst.len() - done);
-            dst[done..done + n].copy_from_slice(&p.block[p.start + skip..p.start + skip + n]);
-            done += n;
-            skip = 0;
+/// Appends `len` bytes from offset `skip` of the write `parts` describe
+/// to `dst`.
+fn copy_parts(dst: &mut Vec<u8>, parts: &[WritePart], skip: usize, len: usize) {
+    let (mut skip, mut done) = (skip, 0);
+    for p in parts {
+        if done == len {
+            break;
         }
-        assert_eq!(done, dst.len(), "a write note's blocks cover fewer bytes than the note");
+        if skip >= p.len {
+            skip -= p.len;
+            continue;
+        }
+        let n = (p.len - skip).min(len - done);
+        dst.extend_from_slice(&p.block[p.start + skip..p.start + skip + n]);
+        done += n;
+        skip = 0;
     }
+    assert_eq!(done, len, "a write note's blocks cover fewer bytes than the note");
 }
 
 impl Tx {
@@ -306,7 +306,7 @@ pub(crate) fn encode(mut ops: Vec<Op>, indirect: Indirect) -> Vec<(Vec<u8>, Vec<
                         cur.extend_from_slice(&(off + at as u64).to_le_bytes());
                         cur.extend_from_slice(&(block.len() as u32).to_le_bytes());
                         let spec = tarn_block::WriteSpec { otype, ..indirect.expect("block pieces only with a policy").1 };
-                        fills.push(Fill::Block { at: cur.len(), block, spec });
+                        fills.push(Fill { at: cur.len(), block, spec });
                         cur.resize(cur.len() + tarn_block::BP_SIZE, 0);
                     }
                     Piece::Copy(start, n) => {
@@ -328,7 +328,7 @@ pub(crate) fn encode(mut ops: Vec<Op>, indirect: Indirect) -> Vec<(Vec<u8>, Vec<
 }
 
 /// Write notes for `len` bytes at `off`, from byte `skip` of the write's
-/// parts, split over records where they do not fit.
+/// parts (copied in), split over records where they do not fit.
 #[allow(clippy::too_many_arguments)]
 fn encode_copy(
     out: &mut Vec<(Vec<u8>, Vec<Fill>)>,
@@ -338,7 +338,7 @@ fn encode_copy(
     mut off: u64,
     mut len: usize,
     mut skip: usize,
-    parts: &Arc<Vec<WritePart>>,
+    parts: &[WritePart],
     outside: &mut usize,
 ) {
     while len > 0 {
@@ -353,8 +353,7 @@ fn encode_copy(
         cur.extend_from_slice(&id.to_le_bytes());
         cur.extend_from_slice(&off.to_le_bytes());
         cur.extend_from_slice(&(n as u32).to_le_bytes());
-        fills.push(Fill::Copy { at: cur.len(), len: n, skip, parts: parts.clone() });
-        cur.resize(cur.len() + n, 0);
+        copy_parts(cur, parts, skip, n);
         off += n as u64;
         len -= n;
         skip += n;
@@ -705,13 +704,8 @@ mod tests {
         let mut ops = Vec::new();
         for (payload, fills) in &recs {
             assert!(payload.len() <= RECORD_PAYLOAD_MAX);
-            let mut payload = payload.clone();
-            for f in fills {
-                let Fill::Copy { at, len, .. } = f else { panic!("no block fills without a policy") };
-                assert!(at + len <= payload.len());
-                f.apply(&mut payload);
-            }
-            for d in decode(&payload).unwrap() {
+            assert!(fills.is_empty(), "no block fills without a policy");
+            for d in decode(payload).unwrap() {
                 match d {
                     Decoded::Write { id, off, data } => {
                         assert_eq!((id, off), (9, 10 + written as u64));
@@ -755,24 +749,19 @@ mod tests {
         assert_eq!(recs.len(), 1);
         let (payload, fills) = &recs[0];
         assert!(payload.len() < 1000, "blocks are not copied: {} bytes", payload.len());
-        let kinds: Vec<bool> = fills.iter().map(|f| matches!(f, Fill::Block { .. })).collect();
-        assert_eq!(kinds, [false, true, true, false]);
+        let blocks: Vec<u8> = fills.iter().map(|f| f.block[0]).collect();
+        assert_eq!(blocks, [2, 3], "the two whole blocks, in order");
         let mut payload = payload.clone();
-        for f in fills {
-            match f {
-                Fill::Copy { .. } => f.apply(&mut payload),
-                Fill::Block { at, block, .. } => {
-                    let mut bp = BlockPtr::HOLE;
-                    bp.lsize = block.len() as u32;
-                    bp.psize = block.len() as u32;
-                    bp.birth = 5;
-                    bp.fill = 1;
-                    bp.checksum_kind = tarn_block::bp::checksum_code(tarn_block::ChecksumKind::Fletcher4);
-                    bp.ndva = 1;
-                    bp.dva[0] = tarn_block::Dva { vdev: 0, asize: 65536, offset: u64::from(block[0]) << 20 };
-                    payload[*at..*at + tarn_block::BP_SIZE].copy_from_slice(&bp.encode());
-                }
-            }
+        for Fill { at, block, .. } in fills {
+            let mut bp = BlockPtr::HOLE;
+            bp.lsize = block.len() as u32;
+            bp.psize = block.len() as u32;
+            bp.birth = 5;
+            bp.fill = 1;
+            bp.checksum_kind = tarn_block::bp::checksum_code(tarn_block::ChecksumKind::Fletcher4);
+            bp.ndva = 1;
+            bp.dva[0] = tarn_block::Dva { vdev: 0, asize: 65536, offset: u64::from(block[0]) << 20 };
+            payload[*at..*at + tarn_block::BP_SIZE].copy_from_slice(&bp.encode());
         }
         let d = decode(&payload).unwrap();
         assert!(matches!(d[0], Decoded::Write { id: 7, off: 65526, data } if data == [1; 10]));
@@ -782,7 +771,18 @@ mod tests {
         assert_eq!(block_pointers(&payload).len(), 2);
         // Below the policy's size everything is copied.
         let recs = encode(vec![op()], Some((65537, spec, 0)));
-        assert!(recs.iter().all(|(_, f)| f.iter().all(|f| matches!(f, Fill::Copy { .. }))));
+        assert!(recs.iter().all(|(_, f)| f.is_empty()));
+        // ... into the records, in order (the write is split over them).
+        let mut bytes = Vec::new();
+        for (payload, _) in &recs {
+            for d in decode(payload).unwrap() {
+                let Decoded::Write { id: 7, off, data } = d else { panic!("only write notes: {d:?}") };
+                assert_eq!(off, 65526 + bytes.len() as u64);
+                bytes.extend_from_slice(data);
+            }
+        }
+        let want: Vec<u8> = parts.iter().flat_map(|p| p.block[p.start..p.start + p.len].to_vec()).collect();
+        assert!(bytes == want, "the write's bytes, copied at encoding");
     }
 
     #[test]

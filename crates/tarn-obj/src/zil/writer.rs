@@ -153,23 +153,18 @@ fn writer_thread(weak: Weak<Shared>, log: Arc<ObjsetLog>) {
     }
 }
 
-/// Completes the batch's records: copies the bytes of their write notes
-/// in, and writes the blocks of their indirect writes (indirect.rs),
-/// putting the pointers in. Returns the records and the vdevs written
+/// Completes the batch's records: writes the blocks of their indirect
+/// writes (indirect.rs) and puts the pointers in (copied bytes are in
+/// the payloads since the notes' flush, redo.rs). Returns the records and the vdevs written
 /// (the log's flush covers them: a record must never be durable before
 /// the block it names).
 fn fill(s: &Shared, log: &ObjsetLog, batch: Vec<Pending>, keys: Option<&BlockKeys>) -> Result<(Vec<LogRecord>, Vec<u32>)> {
     let mut tops = Vec::new();
     let mut out = Vec::with_capacity(batch.len());
     for Pending { mut rec, fills } in batch {
-        for f in &fills {
-            match f {
-                Fill::Copy { .. } => f.apply(&mut rec.payload),
-                Fill::Block { at, block, spec } => {
-                    let bp = super::indirect::write_block(s, log, block, *spec, keys, rec.txg, &mut tops)?;
-                    rec.payload[*at..*at + tarn_block::BP_SIZE].copy_from_slice(&bp.encode());
-                }
-            }
+        for Fill { at, block, spec } in &fills {
+            let bp = super::indirect::write_block(s, log, block, *spec, keys, rec.txg, &mut tops)?;
+            rec.payload[*at..*at + tarn_block::BP_SIZE].copy_from_slice(&bp.encode());
         }
         out.push(rec);
     }
