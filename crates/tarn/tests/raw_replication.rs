@@ -53,78 +53,21 @@ use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
 
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
+use common::streams::{pipe, recv_from, recv_ok, send_to};
+use common::trees::{chown, files_under, set_times, xattr_remove, xattr_set, xattrs};
 use common::{
     assert_clean_failure, assert_no_panic, hash_file, mount_type, path_str, random_bytes, refused, wait_mounted,
-    wait_unmounted, walk, Harness, TARN,
+    wait_unmounted, walk, Harness,
 };
 
 const PASS: &str = "raw replication, the gaps";
 
 // ---------------------------------------------------------------------------
-// Running the CLI: send to a file, recv from a file, and a real pipe.
-
-fn tarn_cmd(h: &Harness, args: &[&str]) -> Command {
-    let mut c = Command::new(TARN);
-    c.arg("--socket").arg(&h.socket).args(args);
-    c
-}
-
-/// `tarn send ARGS > file`; panics unless it succeeds.
-fn send_to(h: &Harness, args: &[&str], file: &Path) {
-    let out = tarn_cmd(h, &[&["send"], args].concat())
-        .stdout(File::create(file).expect("create stream file"))
-        .stderr(Stdio::piped())
-        .output()
-        .expect("run tarn send");
-    assert!(out.status.success(), "tarn send {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    assert_no_panic(&out, "send");
-}
-
-/// `tarn recv ARGS < file`.
-fn recv_from(h: &Harness, args: &[&str], file: &Path) -> Output {
-    let out = tarn_cmd(h, &[&["recv"], args].concat())
-        .stdin(File::open(file).expect("open stream file"))
-        .output()
-        .expect("run tarn recv");
-    assert_no_panic(&out, "recv");
-    out
-}
-
-fn recv_ok(h: &Harness, args: &[&str], file: &Path) {
-    let out = recv_from(h, args, file);
-    assert!(
-        out.status.success(),
-        "tarn recv {args:?} failed: {}\ndaemon log:\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        common::tail(&h.daemon_log(), 30)
-    );
-}
-
-/// `tarn send SEND | tarn recv RECV` through a real pipe.
-fn pipe(h: &Harness, send: &[&str], recv: &[&str]) {
-    let mut sender = tarn_cmd(h, &[&["send"], send].concat())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn tarn send");
-    let stream = sender.stdout.take().expect("sender stdout");
-    let receiver = tarn_cmd(h, &[&["recv"], recv].concat()).stdin(stream).output().expect("run tarn recv");
-    let sent = sender.wait_with_output().expect("wait for tarn send");
-    assert_no_panic(&sent, "send");
-    assert_no_panic(&receiver, "recv");
-    assert!(sent.status.success(), "tarn send {send:?}: {}", String::from_utf8_lossy(&sent.stderr));
-    assert!(
-        receiver.status.success(),
-        "tarn recv {recv:?}: {}\ndaemon log:\n{}",
-        String::from_utf8_lossy(&receiver.stderr),
-        common::tail(&h.daemon_log(), 30)
-    );
-}
+// Running the CLI (send and recv: common/streams.rs).
 
 fn ok_input(h: &Harness, args: &[&str], input: &str) {
     let out = h.tarn_input(args, input.as_bytes());
@@ -189,62 +132,6 @@ fn encrypted(h: &Harness, tank: &Path) -> PathBuf {
 
 // ---------------------------------------------------------------------------
 // Trees: building, changing, digesting (as in replication.rs).
-
-fn cpath(p: &Path) -> std::ffi::CString {
-    std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).expect("path without NUL")
-}
-
-fn xattr_set(p: &Path, name: &str, value: &[u8]) {
-    let n = std::ffi::CString::new(name).unwrap();
-    // SAFETY: valid NUL-terminated strings and a live buffer.
-    let r = unsafe { libc::setxattr(cpath(p).as_ptr(), n.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
-    assert_eq!(r, 0, "setxattr {}: {}", p.display(), std::io::Error::last_os_error());
-}
-
-fn xattr_remove(p: &Path, name: &str) {
-    let n = std::ffi::CString::new(name).unwrap();
-    // SAFETY: valid NUL-terminated strings.
-    unsafe { libc::removexattr(cpath(p).as_ptr(), n.as_ptr()) };
-}
-
-/// Every extended attribute of `p` (not following symlinks), sorted.
-fn xattrs(p: &Path) -> Vec<(String, Vec<u8>)> {
-    let mut names = vec![0u8; 64 << 10];
-    // SAFETY: a live buffer of names.len() bytes.
-    let n = unsafe { libc::llistxattr(cpath(p).as_ptr(), names.as_mut_ptr().cast(), names.len()) };
-    if n <= 0 {
-        return vec![];
-    }
-    let mut out = Vec::new();
-    for name in names[..n as usize].split(|b| *b == 0).filter(|s| !s.is_empty()) {
-        let cname = std::ffi::CString::new(name).unwrap();
-        let mut value = vec![0u8; 64 << 10];
-        // SAFETY: a live buffer of value.len() bytes.
-        let len = unsafe { libc::lgetxattr(cpath(p).as_ptr(), cname.as_ptr(), value.as_mut_ptr().cast(), value.len()) };
-        assert!(len >= 0, "lgetxattr {}", p.display());
-        out.push((String::from_utf8_lossy(name).into_owned(), value[..len as usize].to_vec()));
-    }
-    out.sort();
-    out
-}
-
-fn set_times(p: &Path, atime: (i64, i64), mtime: (i64, i64)) {
-    let times = [
-        libc::timespec { tv_sec: atime.0, tv_nsec: atime.1 },
-        libc::timespec { tv_sec: mtime.0, tv_nsec: mtime.1 },
-    ];
-    // SAFETY: a valid path and two timespecs.
-    let r = unsafe { libc::utimensat(libc::AT_FDCWD, cpath(p).as_ptr(), times.as_ptr(), libc::AT_SYMLINK_NOFOLLOW) };
-    assert_eq!(r, 0, "utimensat {}: {}", p.display(), std::io::Error::last_os_error());
-}
-
-fn chown(p: &Path, uid: u32, gid: u32) {
-    std::os::unix::fs::lchown(p, Some(uid), Some(gid)).unwrap_or_else(|e| panic!("lchown {}: {e}", p.display()));
-}
-
-fn files_under(root: &Path) -> Vec<PathBuf> {
-    walk(root).into_iter().map(|r| root.join(r)).filter(|p| fs::symlink_metadata(p).is_ok_and(|m| m.is_file())).collect()
-}
 
 /// A tree with directories, files of random sizes, modes, owners, times,
 /// xattrs, hard links, a symlink and a sparse file (a few MiB of data).

@@ -17,45 +17,16 @@
 
 mod common;
 
-use std::fs::File;
 use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::PathBuf;
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-use common::{assert_no_panic, hash_file, path_str, random_bytes, write_file, Harness, TARN};
-
-fn tarn_cmd(h: &Harness, args: &[&str]) -> Command {
-    let mut c = Command::new(TARN);
-    c.arg("--socket").arg(&h.socket).args(args);
-    c
-}
-
-/// `tarn send ARGS > file`.
-fn send_to(h: &Harness, args: &[&str], file: &Path) {
-    let out = tarn_cmd(h, &[&["send"], args].concat())
-        .stdout(File::create(file).expect("create stream file"))
-        .stderr(Stdio::piped())
-        .output()
-        .expect("run tarn send");
-    assert!(out.status.success(), "tarn send {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-}
-
-/// `tarn recv ARGS < file`: (stdout, stderr); panics unless it succeeds.
-fn recv_ok(h: &Harness, args: &[&str], file: &Path) -> (String, String) {
-    let out = tarn_cmd(h, &[&["recv"], args].concat()).stdin(File::open(file).expect("open stream")).output().expect("run tarn recv");
-    assert_no_panic(&out, "recv");
-    assert!(
-        out.status.success(),
-        "tarn recv {args:?}: {}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        common::tail(&h.daemon_log(), 30)
-    );
-    (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
-}
+use common::streams::{recv_ok, send_to, tarn_cmd};
+use common::{hash_file, path_str, random_bytes, write_file, Harness};
 
 fn names(h: &Harness, args: &[&str]) -> Vec<String> {
     h.tarn_ok(args).lines().map(str::to_string).collect()

@@ -30,6 +30,8 @@ use rand::RngCore;
 use rand_chacha::ChaCha8Rng;
 
 pub mod needles;
+pub mod streams;
+pub mod trees;
 
 /// The `tarn` binary built for this test run.
 pub const TARN: &str = env!("CARGO_BIN_EXE_tarn");
