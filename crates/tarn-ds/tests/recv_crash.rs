@@ -21,12 +21,12 @@ use std::sync::Arc;
 
 use rand::{Rng, RngCore};
 use rand_chacha::ChaCha8Rng;
-use tarn_dev::{CrashRecorder, CutMode, Device, MemDevice};
+use tarn_dev::{CrashRecorder, CutMode};
 use tarn_ds::replication::{read_header, RecvSpec, SendSpec};
 use tarn_ds::Pool;
-use tarn_obj::{ImportOptions, ObjPool, ObjType, ObjectId, ObjectSet, PoolCreate, TopKind, Tunables, BONUS_LEN};
+use tarn_obj::{ObjType, ObjectId, ObjectSet, BONUS_LEN};
 
-use common::no_init;
+use common::{crash_pool, import_after_cut, no_init};
 
 const DEV: u64 = 96 << 20;
 
@@ -135,20 +135,7 @@ fn tree(pool: &Pool, top: &str) -> BTreeMap<String, String> {
     out
 }
 
-fn crash_pool(rec: &Arc<CrashRecorder>) -> Arc<Pool> {
-    let devs: Vec<(String, Arc<dyn Device>)> = (0..3).map(|i| (format!("d{i}"), rec.device(&format!("d{i}"), DEV) as Arc<dyn Device>)).collect();
-    let obj = ObjPool::create(PoolCreate { name: "dst".into(), tops: vec![(TopKind::Raidz { parity: 1 }, devs)], ashift: 12, properties: Default::default(), hostname: "test".into() })
-        .unwrap();
-    // Txgs end when the receive syncs them, not on a timer.
-    obj.set_tunables(Tunables { txg_timeout_ms: 3_600_000, ..Default::default() });
-    Pool::create(obj, &[], &no_init).unwrap()
-}
 
-fn import(devs: Vec<Arc<MemDevice>>) -> Arc<Pool> {
-    let list: Vec<Arc<dyn Device>> = devs.into_iter().map(|d| d as Arc<dyn Device>).collect();
-    let obj = ObjPool::import(list, ImportOptions { hostname: "test".into(), ..Default::default() }).expect("import after the cut");
-    Pool::open(obj).expect("open the datasets after the cut (settles the receive)")
-}
 
 struct Scenario {
     name: &'static str,
@@ -164,7 +151,7 @@ struct Scenario {
 /// found partial state and resumed it).
 fn run(src: &Pool, sc: &Scenario, resumable: bool, cuts: u64, rng: &mut ChaCha8Rng) -> (u64, u64) {
     let rec = CrashRecorder::new();
-    let pool = crash_pool(&rec);
+    let pool = crash_pool(&rec, DEV);
     pool.create_dataset("dst/in", &[], false, &no_init).unwrap();
     for p in &sc.setup {
         receive(&pool, sc.target, false, p).unwrap();
@@ -187,7 +174,7 @@ fn run(src: &Pool, sc: &Scenario, resumable: bool, cuts: u64, rng: &mut ChaCha8R
             _ => CutMode::RandomSubset(rng.gen()),
         };
         let what = format!("{} (-s: {resumable}), cut {cut} of {first}..{total}, {mode:?}", sc.name);
-        let pool = import(rec.image_at(cut, mode));
+        let pool = import_after_cut(rec.image_at(cut, mode));
         settled += u64::from(!pool.recovered_receives().is_empty());
         let report = pool.check().unwrap();
         assert!(report.ok(), "{what}: check failed: {report:?}");

@@ -16,16 +16,15 @@
 
 mod common;
 
-use std::sync::Arc;
 
 use rand::{Rng, RngCore};
 use rand_chacha::ChaCha8Rng;
-use tarn_dev::{CrashRecorder, CutMode, Device, MemDevice};
+use tarn_dev::{CrashRecorder, CutMode};
 use tarn_ds::replication::{read_header, RecvSpec, SendSpec};
 use tarn_ds::Pool;
-use tarn_obj::{ImportOptions, ObjPool, ObjType, ObjectId, PoolCreate, TopKind, Tunables, BONUS_LEN};
+use tarn_obj::{ObjType, ObjectId, BONUS_LEN};
 
-use common::no_init;
+use common::{crash_pool, import_after_cut, no_init};
 
 const DEV: u64 = 96 << 20;
 
@@ -60,19 +59,7 @@ fn objects(pool: &Pool, snap: &str) -> usize {
     pool.snapshot_objset(snap).unwrap().objects_in_range(ObjectId(1), ObjectId(1 << 16)).unwrap().len()
 }
 
-fn crash_pool(rec: &Arc<CrashRecorder>) -> Arc<Pool> {
-    let devs: Vec<(String, Arc<dyn Device>)> = (0..3).map(|i| (format!("d{i}"), rec.device(&format!("d{i}"), DEV) as Arc<dyn Device>)).collect();
-    let obj = ObjPool::create(PoolCreate { name: "dst".into(), tops: vec![(TopKind::Raidz { parity: 1 }, devs)], ashift: 12, properties: Default::default(), hostname: "test".into() })
-        .unwrap();
-    obj.set_tunables(Tunables { txg_timeout_ms: 3_600_000, ..Default::default() });
-    Pool::create(obj, &[], &no_init).unwrap()
-}
 
-fn import(devs: Vec<Arc<MemDevice>>) -> Arc<Pool> {
-    let list: Vec<Arc<dyn Device>> = devs.into_iter().map(|d| d as Arc<dyn Device>).collect();
-    let obj = ObjPool::import(list, ImportOptions { hostname: "test".into(), ..Default::default() }).expect("import after the cut");
-    Pool::open(obj).expect("open the datasets after the cut")
-}
 
 /// Seeded cut points in `first..=total` (`TARN_COUNT` of them, all of
 /// them when the range is smaller).
@@ -135,7 +122,7 @@ fn power_cuts_while_a_replaced_dataset_is_taken_back() {
     src.snapshot(&["src/a@s1".to_string(), "src/a/b@s1".to_string()]).unwrap();
     let pkg = package(&src, SendSpec { snapshot: "src/a@s1".into(), recursive: true, ..Default::default() });
     let rec = CrashRecorder::new();
-    let pool = crash_pool(&rec);
+    let pool = crash_pool(&rec, DEV);
     pool.create_dataset("dst/a", &[], false, &no_init).unwrap();
     fill(&pool, "dst/a", &mut rng, 2);
     let first = rec.event_count();
@@ -145,7 +132,7 @@ fn power_cuts_while_a_replaced_dataset_is_taken_back() {
     assert!(pool.check().unwrap().ok());
     drop(pool);
     for cut in cuts(&run, 0, first, rec.event_count()) {
-        let pool = import(rec.image_at(cut, CutMode::DropUnflushed));
+        let pool = import_after_cut(rec.image_at(cut, CutMode::DropUnflushed));
         let r = pool.check().unwrap();
         assert!(r.ok(), "cut {cut}: {r:?}");
     }
@@ -180,7 +167,7 @@ fn power_cuts_while_a_new_clone_is_received_without_s() {
     let full = package(&src, SendSpec { snapshot: "src/a@s1".into(), recursive: true, ..Default::default() });
     let inc = package(&src, SendSpec { snapshot: "src/a@s3".into(), from: Some("@s1".into()), recursive: true, ..Default::default() });
     let rec = CrashRecorder::new();
-    let pool = crash_pool(&rec);
+    let pool = crash_pool(&rec, DEV);
     recv(&pool, "dst/a", false, false, &full).unwrap();
     pool.obj().sync().unwrap();
     let first = rec.event_count();
@@ -190,7 +177,7 @@ fn power_cuts_while_a_new_clone_is_received_without_s() {
     drop(pool);
     let mut settled = 0;
     for cut in cuts(&run, 1, first, rec.event_count()) {
-        let pool = import(rec.image_at(cut, CutMode::DropUnflushed));
+        let pool = import_after_cut(rec.image_at(cut, CutMode::DropUnflushed));
         settled += usize::from(!pool.recovered_receives().is_empty());
         let r = pool.check().unwrap();
         assert!(r.ok(), "cut {cut}: {:?}: {r:?}", pool.recovered_receives());

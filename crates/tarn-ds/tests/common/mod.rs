@@ -4,9 +4,9 @@
 
 use std::sync::Arc;
 
-use tarn_dev::{Device, MemDevice};
+use tarn_dev::{CrashRecorder, Device, MemDevice};
 use tarn_ds::Pool;
-use tarn_obj::{ImportOptions, ObjPool, ObjectSet, PoolCreate, TopKind, Tx};
+use tarn_obj::{ImportOptions, ObjPool, ObjectSet, PoolCreate, TopKind, Tunables, Tx};
 
 /// An `InitObjset` that lays out nothing (no POSIX layer here).
 pub fn no_init(_: &ObjectSet, _: &Tx) -> Result<(), String> {
@@ -47,3 +47,22 @@ pub fn reimport(pool: Arc<Pool>, devs: &[Arc<MemDevice>]) -> Arc<Pool> {
     import(devs)
 }
 
+
+/// Pool `dst` for the power-cut tests: raidz1 of three devices `d0..2` of
+/// `size` bytes made by `rec`, with no txg timer (txgs end when the test
+/// syncs them).
+pub fn crash_pool(rec: &Arc<CrashRecorder>, size: u64) -> Arc<Pool> {
+    let devs: Vec<(String, Arc<dyn Device>)> = (0..3).map(|i| (format!("d{i}"), rec.device(&format!("d{i}"), size) as Arc<dyn Device>)).collect();
+    let obj = ObjPool::create(PoolCreate { name: "dst".into(), tops: vec![(TopKind::Raidz { parity: 1 }, devs)], ashift: 12, properties: Default::default(), hostname: "test".into() })
+        .unwrap();
+    obj.set_tunables(Tunables { txg_timeout_ms: 3_600_000, ..Default::default() });
+    Pool::create(obj, &[], &no_init).unwrap()
+}
+
+/// The devices left by a power cut, imported and opened (which settles a
+/// receive in progress).
+pub fn import_after_cut(devs: Vec<Arc<MemDevice>>) -> Arc<Pool> {
+    let list: Vec<Arc<dyn Device>> = devs.into_iter().map(|d| d as Arc<dyn Device>).collect();
+    let obj = ObjPool::import(list, ImportOptions { hostname: "test".into(), ..Default::default() }).expect("import after the cut");
+    Pool::open(obj).expect("open the datasets after the cut (settles the receive)")
+}
