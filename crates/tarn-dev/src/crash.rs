@@ -9,7 +9,9 @@
 //! hold if power failed just before event `cut` (events `0..cut` happened):
 //! a write is durable only if a flush of its own device came after it and
 //! before `cut`. Writes that were not yet flushed sat in the disk's volatile
-//! cache; [`CutMode`] says what of them reaches the media.
+//! cache; [`CutMode`] says what of them reaches the media. A durable write
+//! (`write_durable_at`, the intent log's) is durable on its own: every
+//! image cut after it has it whole, and it makes no other write durable.
 //!
 //! Trims are recorded too and are harsher than writes: a trim reaches the
 //! media at once, flush or not (a device may discard the range before it
@@ -50,7 +52,9 @@ pub enum CutMode {
 }
 
 enum Event {
-    Write { device: usize, offset: u64, data: Arc<[u8]> },
+    /// `durable`: a write that returned only once durable
+    /// (`write_durable_at`): every image cut after it has it whole.
+    Write { device: usize, offset: u64, data: Arc<[u8]>, durable: bool },
     Trim { device: usize, offset: u64, len: u64 },
     Flush,
 }
@@ -152,7 +156,8 @@ impl CrashRecorder {
 /// Applies the part of the unflushed writes (sequence numbers, ascending)
 /// that `mode` lets through to `image`; trims among them always apply.
 fn apply_unflushed(events: &[Event], image: &MemDevice, unflushed: &[u64], cut: u64, device: usize, mode: CutMode) {
-    let last_write = unflushed.iter().rev().copied().find(|&s| matches!(events.get(s as usize), Some(Event::Write { .. })));
+    let last_write =
+        unflushed.iter().rev().copied().find(|&s| matches!(events.get(s as usize), Some(Event::Write { durable: false, .. })));
     let mut rng = match mode {
         CutMode::RandomSubset(seed) => ChaCha8Rng::seed_from_u64(seed ^ cut.rotate_left(17) ^ ((device as u64) << 48)),
         _ => ChaCha8Rng::seed_from_u64(cut ^ ((device as u64) << 48)),
@@ -162,6 +167,7 @@ fn apply_unflushed(events: &[Event], image: &MemDevice, unflushed: &[u64], cut: 
             Some(Event::Trim { offset, len, .. }) => {
                 let _ = image.trim(*offset, *len);
             }
+            Some(Event::Write { offset, data, durable: true, .. }) => image.apply(data, *offset),
             Some(Event::Write { offset, data, .. }) => match mode {
                 CutMode::DropUnflushed => {}
                 CutMode::TearLastWrite => {
@@ -197,6 +203,19 @@ impl CrashDevice {
     pub fn live(&self) -> &Arc<MemDevice> {
         &self.live
     }
+
+    fn record_write(&self, buf: &[u8], offset: u64, durable: bool) -> Result<()> {
+        check_range(self.live.path(), offset, buf.len() as u64, self.live.size())?;
+        // The log lock orders the live write with its event.
+        let mut log = self.recorder.log.lock();
+        let seq = log.events.len() as u64;
+        log.events.push(Event::Write { device: self.index, offset, data: Arc::from(buf), durable });
+        if let Some(dev) = log.devices.get_mut(self.index) {
+            dev.writes.push(seq);
+        }
+        self.live.apply(buf, offset);
+        Ok(())
+    }
 }
 
 impl Device for CrashDevice {
@@ -205,16 +224,13 @@ impl Device for CrashDevice {
     }
 
     fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
-        check_range(self.live.path(), offset, buf.len() as u64, self.live.size())?;
-        // The log lock orders the live write with its event.
-        let mut log = self.recorder.log.lock();
-        let seq = log.events.len() as u64;
-        log.events.push(Event::Write { device: self.index, offset, data: Arc::from(buf) });
-        if let Some(dev) = log.devices.get_mut(self.index) {
-            dev.writes.push(seq);
-        }
-        self.live.apply(buf, offset);
-        Ok(())
+        self.record_write(buf, offset, false)
+    }
+
+    /// Durable for every cut after it, whatever the mode; the device's
+    /// other unflushed writes stay unflushed.
+    fn write_durable_at(&self, buf: &[u8], offset: u64) -> Result<()> {
+        self.record_write(buf, offset, true)
     }
 
     fn flush(&self) -> Result<()> {
@@ -226,7 +242,7 @@ impl Device for CrashDevice {
         let Some(dev) = log.devices.get_mut(self.index) else { return Ok(()) };
         for &w in dev.writes.get(dev.first_unflushed..).unwrap_or(&[]) {
             match log.events.get(w as usize) {
-                Some(Event::Write { offset, data, device }) => {
+                Some(Event::Write { offset, data, device, .. }) => {
                     debug_assert_eq!(*device, self.index);
                     dev.durable.apply(data, *offset);
                 }
@@ -303,6 +319,35 @@ mod tests {
         let again = rec.image_at(6, CutMode::DropUnflushed);
         assert_eq!(read(&*again[0], 0, 10), vec![1; 10]);
         assert_eq!(rec.image_at(0, CutMode::TearLastWrite)[0].resident_bytes(), 0);
+    }
+
+    #[test]
+    fn a_durable_write_is_durable_alone() {
+        let rec = CrashRecorder::new();
+        let a = rec.device("a", 1 << 20);
+        a.write_at(&[1; 4096], 0).unwrap(); // 0: never flushed
+        a.write_durable_at(&[2; 8192], 8192).unwrap(); // 1
+        a.write_at(&[3; 8192], 8192).unwrap(); // 2: over it, never flushed
+        for mode in [CutMode::DropUnflushed, CutMode::TearLastWrite] {
+            let img = rec.image_at(1, mode);
+            assert_eq!(read(&*img[0], 8192, 8192), vec![0; 8192], "{mode:?}: cut before it");
+            let img = rec.image_at(2, mode);
+            if mode == CutMode::DropUnflushed {
+                assert_eq!(read(&*img[0], 0, 4096), vec![0; 4096], "it made nothing else durable");
+            }
+            assert_eq!(read(&*img[0], 8192, 8192), vec![2; 8192], "{mode:?}: whole, never torn");
+        }
+        // Torn mode tears the last ordinary write, not the durable one.
+        let img = rec.image_at(3, CutMode::TearLastWrite);
+        let bytes = read(&*img[0], 8192, 8192);
+        let threes = bytes.iter().take_while(|&&b| b == 3).count();
+        assert!(threes > 0 && threes < 8192, "torn at {threes}");
+        assert!(bytes[threes..].iter().all(|&b| b == 2));
+        // A random subset may drop ordinary writes, never the durable one.
+        for seed in 0..16 {
+            let img = rec.image_at(2, CutMode::RandomSubset(seed));
+            assert_eq!(read(&*img[0], 8192, 8192), vec![2; 8192], "seed {seed}");
+        }
     }
 
     #[test]

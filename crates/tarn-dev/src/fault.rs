@@ -145,6 +145,13 @@ impl Device for FaultDevice {
         self.inner.write_at(buf, offset)
     }
 
+    fn write_durable_at(&self, buf: &[u8], offset: u64) -> Result<()> {
+        self.writes.fetch_add(1, Ordering::SeqCst);
+        self.flushes.fetch_add(1, Ordering::SeqCst);
+        self.injected("write", Some(&self.fail_writes))?;
+        self.inner.write_durable_at(buf, offset)
+    }
+
     fn flush(&self) -> Result<()> {
         self.flushes.fetch_add(1, Ordering::SeqCst);
         self.injected("flush", None)?;

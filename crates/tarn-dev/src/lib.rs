@@ -53,6 +53,14 @@ impl DevError {
 pub trait Device: Send + Sync {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()>;
     fn write_at(&self, buf: &[u8], offset: u64) -> Result<()>;
+    /// Writes `buf` and returns once these bytes are durable, without
+    /// waiting for other writes still in a cache (the intent log's path:
+    /// a commit must not queue behind a txg's writes to the same device).
+    /// The default writes, then flushes everything.
+    fn write_durable_at(&self, buf: &[u8], offset: u64) -> Result<()> {
+        self.write_at(buf, offset)?;
+        self.flush()
+    }
     /// Make every completed write durable.
     fn flush(&self) -> Result<()>;
     /// Size in bytes.

@@ -126,8 +126,13 @@ impl IoStats {
 
     /// `dev.write_at`, counted.
     pub fn write(&self, dev: &dyn Device, buf: &[u8], offset: u64) -> tarn_dev::Result<()> {
+        self.write_as(dev, buf, offset, false)
+    }
+
+    /// As [`IoStats::write`]; `durable`: through `write_durable_at`.
+    pub fn write_as(&self, dev: &dyn Device, buf: &[u8], offset: u64, durable: bool) -> tarn_dev::Result<()> {
         let started = Instant::now();
-        let result = dev.write_at(buf, offset);
+        let result = if durable { dev.write_durable_at(buf, offset) } else { dev.write_at(buf, offset) };
         let done = Instant::now();
         let issued = IoStart::current().unwrap_or(started).min(started);
         self.write.add(buf.len() as u64, nanos(started, done), nanos(issued, done));
@@ -186,6 +191,9 @@ impl Device for CountedDevice {
     }
     fn write_at(&self, buf: &[u8], offset: u64) -> tarn_dev::Result<()> {
         self.stats.write(&*self.inner, buf, offset)
+    }
+    fn write_durable_at(&self, buf: &[u8], offset: u64) -> tarn_dev::Result<()> {
+        self.stats.write_as(&*self.inner, buf, offset, true)
     }
     fn flush(&self) -> tarn_dev::Result<()> {
         self.inner.flush()

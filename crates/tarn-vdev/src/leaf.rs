@@ -474,8 +474,14 @@ impl LeafVdev {
     /// as write errors, and a write that does not happen (failed, or the
     /// leaf is out of service) is recorded in the DTL.
     pub(crate) fn write(&self, buf: &[u8], offset: u64, txg: u64) -> Result<()> {
+        self.write_as(buf, offset, txg, false)
+    }
+
+    /// As [`LeafVdev::write`]; `durable`: returns once these bytes are
+    /// durable (`Device::write_durable_at`), with no flush of the rest.
+    pub(crate) fn write_as(&self, buf: &[u8], offset: u64, txg: u64, durable: bool) -> Result<()> {
         let result = self.dev().and_then(|dev| {
-            let r = self.check(offset, buf.len()).and_then(|at| Ok(self.stats.write(&*dev, buf, at)?));
+            let r = self.check(offset, buf.len()).and_then(|at| Ok(self.stats.write_as(&*dev, buf, at, durable)?));
             self.account(&self.write_errors, r)
         });
         if result.is_err() {

@@ -332,12 +332,25 @@ impl TopVdev {
     /// record `txg` in their DTL; the write fails only if more slots than
     /// the redundancy allows got nothing.
     pub fn write(&self, offset: u64, data: &[u8], txg: u64) -> Result<()> {
+        self.write_as(offset, data, txg, false)
+    }
+
+    /// As [`TopVdev::write`], and the block is durable when this returns
+    /// (each child's write is `Device::write_durable_at`): the intent
+    /// log's writes, which must not wait for a flush of everything a txg
+    /// sync has written meanwhile. A child whose durable write failed has
+    /// the txg in its DTL, as after a failed write or flush.
+    pub fn write_durable(&self, offset: u64, data: &[u8], txg: u64) -> Result<()> {
+        self.write_as(offset, data, txg, true)
+    }
+
+    fn write_as(&self, offset: u64, data: &[u8], txg: u64, durable: bool) -> Result<()> {
         self.check_io(offset, data.len() as u64)?;
         let _start = IoStart::begin();
         match self.config.kind {
             TopKind::Disk | TopKind::Mirror | TopKind::Hole => {
                 let leaves = self.leaves();
-                let results = par_map(&leaves, |leaf| leaf.write(data, offset, txg).is_ok());
+                let results = par_map(&leaves, |leaf| leaf.write_as(data, offset, txg, durable).is_ok());
                 let mut ok_slots = vec![false; self.slots.len()];
                 let mut i = 0;
                 for (s, slot) in self.slots.iter().enumerate() {
@@ -358,7 +371,7 @@ impl TopVdev {
                     Err(VdevError::TooManyFailures { what: format!("write at {offset}"), failed: n, children: n, tolerated: n - 1 })
                 }
             }
-            TopKind::Raidz { .. } => self.raidz_write(offset, data, txg),
+            TopKind::Raidz { .. } => self.raidz_write(offset, data, txg, durable),
         }
     }
 
@@ -608,7 +621,7 @@ impl TopVdev {
         shards.get(map.shard_of(c)).and_then(|s| s.get(..len)).unwrap_or(&[])
     }
 
-    fn raidz_write(&self, offset: u64, data: &[u8], txg: u64) -> Result<()> {
+    fn raidz_write(&self, offset: u64, data: &[u8], txg: u64, durable: bool) -> Result<()> {
         let map = self.map(offset, data.len() as u64);
         let shards = self.encode(&map, data)?;
         let columns: Vec<usize> = (0..map.columns.len()).collect();
@@ -619,7 +632,7 @@ impl TopVdev {
             let mut first_err = None;
             let mut oks = 0;
             for l in slot.iter() {
-                match l.write(bytes, col.child_offset, txg) {
+                match l.write_as(bytes, col.child_offset, txg, durable) {
                     Ok(()) => oks += 1,
                     Err(e) => {
                         first_err.get_or_insert_with(|| format!("{}: {e}", l.path));

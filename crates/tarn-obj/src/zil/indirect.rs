@@ -54,8 +54,9 @@ fn key(block: &Arc<Vec<u8>>) -> usize {
 
 /// Writes `block` (a whole level-0 block of a record of txg `txg`) as an
 /// ordinary block and registers it for adoption; returns its pointer (a
-/// hole for zeros the dataset's compression turns into one). The vdevs
-/// written are added to `tops_written` (the log's flush covers them).
+/// hole for zeros the dataset's compression turns into one). The block is
+/// durable when this returns (`TopVdev::write_durable`), before any log
+/// block naming it is written.
 /// `keys`: an encrypted object set's, which seal the block as its sync
 /// would (its pointer carries the IV and MAC; the seal binds the type).
 pub(crate) fn write_block(
@@ -65,7 +66,6 @@ pub(crate) fn write_block(
     spec: WriteSpec,
     keys: Option<&BlockKeys>,
     txg: Txg,
-    tops_written: &mut Vec<u32>,
 ) -> Result<BlockPtr> {
     let prepared = s.io.prepare_with(block, spec, txg, keys).map_err(|e| ObjError::Io(format!("indirect block: {e}")))?;
     let Some((mut bp, phys)) = prepared else { return Ok(BlockPtr::HOLE) };
@@ -78,13 +78,8 @@ pub(crate) fn write_block(
     let mut ok = false;
     let mut errors = Vec::new();
     for d in bp.dvas() {
-        match tops.get(d.vdev as usize).map(|t| t.write(d.offset, &phys, txg)) {
-            Some(Ok(())) => {
-                ok = true;
-                if !tops_written.contains(&d.vdev) {
-                    tops_written.push(d.vdev);
-                }
-            }
+        match tops.get(d.vdev as usize).map(|t| t.write_durable(d.offset, &phys, txg)) {
+            Some(Ok(())) => ok = true,
             Some(Err(e)) => errors.push(e.to_string()),
             None => errors.push(format!("no vdev {}", d.vdev)),
         }

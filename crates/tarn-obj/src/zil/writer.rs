@@ -120,7 +120,7 @@ fn writer_thread(weak: Weak<Shared>, log: Arc<ObjsetLog>) {
         let upto = batch.last().map_or(0, |p| p.rec.seq);
         let result = log
             .keys(&s)
-            .and_then(|keys| fill(&s, &log, batch, keys.as_deref()).and_then(|(recs, tops)| write_batch(&s, &log, &recs, &tops, keys.as_deref())))
+            .and_then(|keys| fill(&s, &log, batch, keys.as_deref()).and_then(|recs| write_batch(&s, &log, &recs, keys.as_deref())))
             .or_else(|e| {
             // The log could not take it: make the records durable the slow
             // way (a txg sync covers every record appended before it) and
@@ -154,21 +154,26 @@ fn writer_thread(weak: Weak<Shared>, log: Arc<ObjsetLog>) {
 }
 
 /// Completes the batch's records: writes the blocks of their indirect
-/// writes (indirect.rs) and puts the pointers in (copied bytes are in
-/// the payloads since the notes' flush, redo.rs). Returns the records and the vdevs written
-/// (the log's flush covers them: a record must never be durable before
-/// the block it names).
-fn fill(s: &Shared, log: &ObjsetLog, batch: Vec<Pending>, keys: Option<&BlockKeys>) -> Result<(Vec<LogRecord>, Vec<u32>)> {
-    let mut tops = Vec::new();
-    let mut out = Vec::with_capacity(batch.len());
-    for Pending { mut rec, fills } in batch {
-        for Fill { at, block, spec } in &fills {
-            let bp = super::indirect::write_block(s, log, block, *spec, keys, rec.txg, &mut tops)?;
-            rec.payload[*at..*at + tarn_block::BP_SIZE].copy_from_slice(&bp.encode());
-        }
-        out.push(rec);
+/// writes (indirect.rs; each durable before this returns, so a record is
+/// never durable before the block it names) and puts the pointers in
+/// (copied bytes are in the payloads since the notes' flush, redo.rs).
+/// The blocks are written in parallel: each waits for its own durable
+/// write, and a 1 MiB sync write is eight of them.
+fn fill(s: &Shared, log: &ObjsetLog, batch: Vec<Pending>, keys: Option<&BlockKeys>) -> Result<Vec<LogRecord>> {
+    let jobs: Vec<(usize, &Fill, Txg)> =
+        batch.iter().enumerate().flat_map(|(i, p)| p.fills.iter().map(move |f| (i, f, p.rec.txg))).collect();
+    let bps = crate::par::par_map(&jobs, |&(_, f, txg)| super::indirect::write_block(s, log, &f.block, f.spec, keys, txg));
+    let mut placed: Vec<(usize, usize, BlockPtr)> = Vec::with_capacity(jobs.len());
+    for (&(i, f, _), bp) in jobs.iter().zip(bps) {
+        placed.push((i, f.at, bp?));
     }
-    Ok((out, tops))
+    let mut out: Vec<LogRecord> = batch.into_iter().map(|p| p.rec).collect();
+    for (i, at, bp) in placed {
+        if let Some(rec) = out.get_mut(i) {
+            rec.payload[at..at + tarn_block::BP_SIZE].copy_from_slice(&bp.encode());
+        }
+    }
+    Ok(out)
 }
 
 /// How many of the records whose footprints are `sizes` fit, in order,
@@ -193,11 +198,14 @@ fn block_size_for(s: &Shared, bytes: usize) -> u64 {
     s.io.psize_for(want).min(LOG_BLOCK_MAX as u64)
 }
 
-/// Writes `batch` as blocks of the chain and flushes them. The writer
-/// holds the open txg meanwhile (see mod.rs), opening the chain first if
-/// there is none; it waits for the header's txg when the chain is new.
-/// `sealing`: an encrypted object set's keys, which seal its records.
-fn write_batch(s: &Arc<Shared>, log: &ObjsetLog, batch: &[LogRecord], also_flush: &[u32], sealing: Option<&BlockKeys>) -> Result<()> {
+/// Writes `batch` as blocks of the chain, each durable when its write
+/// returns (`TopVdev::write_durable`: no flush of the whole device, which
+/// would wait for every block a txg sync has written meanwhile). The
+/// writer holds the open txg meanwhile (see mod.rs), opening the chain
+/// first if there is none; it waits for the header's txg when the chain
+/// is new. `sealing`: an encrypted object set's keys, which seal its
+/// records.
+fn write_batch(s: &Arc<Shared>, log: &ObjsetLog, batch: &[LogRecord], sealing: Option<&BlockKeys>) -> Result<()> {
     if s.suspended.is_set() {
         return Err(ObjError::Io("pool is suspended".into()));
     }
@@ -224,7 +232,6 @@ fn write_batch(s: &Arc<Shared>, log: &ObjsetLog, batch: &[LogRecord], also_flush
     let mut written: Vec<LiveBlock> = Vec::new();
     // Blocks allocated by this batch (each written block's `next`).
     let mut allocated: Vec<BlockPtr> = Vec::new();
-    let mut tops_written: Vec<u32> = also_flush.to_vec();
     let mut i = 0;
     let mut last_seq_written = 0u64;
     while i < batch.len() {
@@ -268,13 +275,8 @@ fn write_batch(s: &Arc<Shared>, log: &ObjsetLog, batch: &[LogRecord], also_flush
         let mut errors = Vec::new();
         for d in cur.dvas() {
             match tops.get(d.vdev as usize) {
-                Some(top) => match top.write(d.offset, &data, cur.birth.max(txg)) {
-                    Ok(()) => {
-                        ok = true;
-                        if !tops_written.contains(&d.vdev) {
-                            tops_written.push(d.vdev);
-                        }
-                    }
+                Some(top) => match top.write_durable(d.offset, &data, cur.birth.max(txg)) {
+                    Ok(()) => ok = true,
                     Err(e) => errors.push(e.to_string()),
                 },
                 None => errors.push(format!("no vdev {}", d.vdev)),
@@ -288,15 +290,6 @@ fn write_batch(s: &Arc<Shared>, log: &ObjsetLog, batch: &[LogRecord], also_flush
         cur = next;
         seq += 1;
         i += n;
-    }
-    let tops = s.io.tops();
-    for v in &tops_written {
-        if let Some(top) = tops.get(*v as usize) {
-            if let Err(e) = top.flush(txg) {
-                abandon(&mut log.st.lock(), &allocated);
-                return Err(ObjError::Io(format!("log flush: {e}")));
-            }
-        }
     }
     drop(tx);
     log.writes.fetch_add(1, Ordering::Relaxed);
