@@ -13,14 +13,17 @@
 # (1 job) and bench/fio/rand-write-4jobs.fio (4 jobs) run over it, then the
 # same with an fsync after every write (bench/fio/sync-write*.fio: on tarn
 # each fsync commits the dataset's intent log), and 1 MiB sequential O_SYNC
-# writes (bench/fio/osync-seq-1m.fio, MiB/s).
+# writes (bench/fio/osync-seq-1m.fio, MiB/s). Before each row the file
+# system writes out what the last one left dirty (`tarn pool sync`,
+# `zpool sync`, `sync -f`), so no row pays for the one before it.
 # With --perf FILE, `perf record -g` samples the tarn daemon during the
 # 4-job row (or the row of bench/fio/JOB.fio with --perf-job JOB, e.g.
 # sync-write) and writes the report (by symbol) to FILE. --tarn BIN runs
 # another build of tarn (default target/release/tarn), to compare two.
 # --slog FILE gives tarn's pool a log vdev (SLOG) on FILE, made as a 1 GiB
 # sparse file if missing (e.g. /dev/shm/tarn-slog: memory standing in for
-# a fast NVMe device).
+# a fast NVMe device). --tunable NAME=VALUE (repeatable) sets a tarn
+# tunable (`tarn tunable set`) before the rows, e.g. dirty_data_max=2G.
 # Prints a markdown table; this is not a test and never fails on a number.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,6 +37,7 @@ perf_out=""
 perf_job="rand-write-4jobs"
 tarn_override=""
 slog=""
+tunables=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --systems) systems="$2"; shift 2 ;;
@@ -44,7 +48,8 @@ while [ $# -gt 0 ]; do
         --perf-job) perf_job="$2"; shift 2 ;;
         --tarn) tarn_override="$2"; shift 2 ;;
         --slog) slog="$2"; shift 2 ;;
-        -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+        --tunable) tunables="$tunables $2"; shift 2 ;;
+        -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
         *) echo "bench/writepath.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -80,6 +85,10 @@ for system in raw zfs-fuse btrfs tarn; do
     has "$system" || continue
     system_start "$system"
     dir=$mnt
+    if [ "$system" = tarn ] && [ -n "$tunables" ]; then
+        # shellcheck disable=SC2086
+        tarn tunable set $tunables >/dev/null
+    fi
     BENCH_DIR="$dir" fio --output=/dev/null bench/fio/seq-write.fio
     # One row, sampled by perf if asked for.
     row() {
@@ -94,10 +103,25 @@ for system in raw zfs-fuse btrfs tarn; do
             iops "$system" "$dir" "$job"
         fi
     }
+    # Each row starts with nothing dirty: what one row left in memory is
+    # written before the next starts, not during it (for every system;
+    # ext4's page cache carries over as much as tarn's open txg would).
+    settle() {
+        case "$system" in
+            tarn) tarn pool sync tbtarn >/dev/null ;;
+            zfs-fuse) zpool sync tbzfs 2>/dev/null || sync ;;
+            *) sync -f "$dir" ;;
+        esac
+    }
+    settle
     one=$(row rand-write)
+    settle
     four=$(row rand-write-4jobs)
+    settle
     sync1=$(row sync-write)
+    settle
     sync4=$(row sync-write-4jobs)
+    settle
     osync=$(mibs "$system" "$dir" osync-seq-1m)
     printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$system" "$one" "$four" "$sync1" "$sync4" "$osync" | tee -a "$results"
     rm -f "$dir/bench.data"
@@ -105,7 +129,9 @@ for system in raw zfs-fuse btrfs tarn; do
 done
 
 echo
-echo "Command: \`bench/writepath.sh --systems $systems --size $size --runtime $runtime${tarn_override:+ --tarn $tarn_override}${slog:+ --slog $slog}\`  "
+tunable_args=""
+for t in $tunables; do tunable_args="$tunable_args --tunable $t"; done
+echo "Command: \`bench/writepath.sh --systems $systems --size $size --runtime $runtime${tarn_override:+ --tarn $tarn_override}${slog:+ --slog $slog}$tunable_args\`  "
 echo "Machine: $(machine_line)"
 echo
 echo "| system | rand write 4K, 1 job | rand write 4K, 4 jobs | 4 jobs / 1 job | fsync=1, 1 job | fsync=1, 4 jobs | O_SYNC seq 1M |"

@@ -4,7 +4,8 @@
 //! [tunables]
 //! arc_max = "2G"          # bytes, or a size string
 //! arc_min = "32M"
-//! dirty_data_max = 536870912
+//! dirty_data_max = 536870912   # default: a tenth of RAM, 64M to 4G
+//! dirty_data_sync_percent = 25  # a txg sync starts at this share of it
 //! txg_timeout = 5         # seconds
 //! scan_mem_max = "64M"
 //! scan_rate_max = 0       # bytes per second, 0: no limit

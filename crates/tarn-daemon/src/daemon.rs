@@ -100,7 +100,14 @@ fn top_kind_name(kind: &TopKind) -> (String, bool) {
 }
 
 impl Daemon {
-    pub fn new(state_dir: PathBuf, socket: PathBuf, config: crate::config::DaemonConfig) -> Result<Daemon, String> {
+    pub fn new(state_dir: PathBuf, socket: PathBuf, mut config: crate::config::DaemonConfig) -> Result<Daemon, String> {
+        // `dirty_data_max` not in the config: a tenth of the machine's
+        // memory (docs/tuning.md), as OpenZFS sizes it.
+        if !config.tunables_given.iter().any(|n| n == "dirty_data_max") {
+            if let Some(total) = crate::memory::mem_total() {
+                config.tunables.dirty_data_max = tarn_obj::dirty_data_max_for(total);
+            }
+        }
         let cache = PoolCache::load(&state_dir.join("pools.json"))?;
         let events = crate::events::EventLog::open(Some(state_dir.join("events.jsonl")));
         mount::set_writeback_cache(config.fuse_writeback_cache);

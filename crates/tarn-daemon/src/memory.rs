@@ -43,6 +43,11 @@ pub fn next_target(c: u64, arc_max: u64, mem_total: u64, mem_available: u64) -> 
     }
 }
 
+/// `MemTotal` of /proc/meminfo, in bytes.
+pub fn mem_total() -> Option<u64> {
+    meminfo().map(|(total, _)| total)
+}
+
 /// `MemTotal` and `MemAvailable` of /proc/meminfo, in bytes.
 fn meminfo() -> Option<(u64, u64)> {
     let text = std::fs::read_to_string("/proc/meminfo").ok()?;

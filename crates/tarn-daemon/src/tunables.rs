@@ -19,10 +19,11 @@ use crate::proto::Response;
 use crate::Daemon;
 
 /// Every tunable: name, unit, what it does.
-pub const TUNABLES: [(&str, &str, &str); 8] = [
+pub const TUNABLES: [(&str, &str, &str); 9] = [
     ("arc_max", "bytes", "largest size of the ARC (one cache for all pools)"),
     ("arc_min", "bytes", "the ARC's target never drops below this under memory pressure"),
     ("dirty_data_max", "bytes", "changes held in memory before writers wait for a txg sync"),
+    ("dirty_data_sync_percent", "percent", "share of dirty_data_max that starts a txg sync"),
     ("txg_timeout", "seconds", "longest time between txg syncs"),
     ("scan_mem_max", "bytes", "memory a scrub or resilver may use to sort block pointers"),
     ("scan_rate_max", "bytes/s", "bytes per second a scrub or resilver may issue (0: no limit)"),
@@ -82,6 +83,7 @@ pub fn value_of(t: &Tunables, name: &str) -> u64 {
         "arc_max" => t.arc_max,
         "arc_min" => t.arc_min,
         "dirty_data_max" => t.dirty_data_max,
+        "dirty_data_sync_percent" => t.dirty_data_sync_percent,
         "txg_timeout" => t.txg_timeout_ms / 1000,
         "scan_mem_max" => t.scan_mem_max,
         "scan_rate_max" => t.scan_rate_max,
@@ -92,11 +94,11 @@ pub fn value_of(t: &Tunables, name: &str) -> u64 {
 }
 
 /// Parses `value` for tunable `name`: sizes take zfs's units (`256M`),
-/// `txg_timeout` whole seconds.
+/// `txg_timeout` whole seconds, `dirty_data_sync_percent` a whole number.
 pub fn parse_value(name: &str, value: &str) -> Result<u64, TunableError> {
     check_name(name)?;
     let bad = || TunableError::Usage(format!("tunable '{name}': bad value '{value}'"));
-    if name == "txg_timeout" {
+    if name == "txg_timeout" || name == "dirty_data_sync_percent" {
         return value.trim().parse::<u64>().map_err(|_| bad());
     }
     tarn_ds::size::parse_size(value).ok_or_else(bad)
@@ -120,6 +122,8 @@ pub fn apply(t: &mut Tunables, name: &str, number: u64) -> Result<(), TunableErr
             return refuse(format!("must be at least {}", size(DIRTY_DATA_MAX_MIN)))
         }
         "dirty_data_max" => t.dirty_data_max = number,
+        "dirty_data_sync_percent" if !(1..=100).contains(&number) => return refuse("must be 1 to 100 (percent)".into()),
+        "dirty_data_sync_percent" => t.dirty_data_sync_percent = number,
         "txg_timeout" if !(1..=TXG_TIMEOUT_MAX_S).contains(&number) => {
             return refuse(format!("must be 1 to {TXG_TIMEOUT_MAX_S} seconds"))
         }
@@ -383,6 +387,12 @@ mod tests {
         assert_eq!(value_of(&t, "txg_timeout"), 9);
         assert!(matches!(apply(&mut t, "dirty_data_max", 1024), Err(TunableError::Refused(_))));
         apply(&mut t, "dirty_data_max", 1 << 20).unwrap();
+        assert!(matches!(parse_value("dirty_data_sync_percent", "40%"), Err(TunableError::Usage(_))));
+        for bad in [0, 101] {
+            assert!(matches!(apply(&mut t, "dirty_data_sync_percent", bad), Err(TunableError::Refused(_))));
+        }
+        apply(&mut t, "dirty_data_sync_percent", parse_value("dirty_data_sync_percent", "40").unwrap()).unwrap();
+        assert_eq!(value_of(&t, "dirty_data_sync_percent"), 40);
         apply(&mut t, "scan_rate_max", 0).unwrap();
         assert!(matches!(apply(&mut t, "l2arc_write_max", 0), Err(TunableError::Refused(_))));
         apply(&mut t, "l2arc_write_max", parse_value("l2arc_write_max", "64M").unwrap()).unwrap();

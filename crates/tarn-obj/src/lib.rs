@@ -268,6 +268,11 @@ pub struct Tunables {
     /// Floor the ARC's target `c` never goes below under memory pressure.
     pub arc_min: u64,
     pub dirty_data_max: u64,
+    /// A txg sync starts once changes not yet written pass this share (in
+    /// percent) of `dirty_data_max` (besides `txg_timeout`): OpenZFS's
+    /// `zfs_dirty_data_sync_percent`. Larger txgs absorb more rewrites of
+    /// the same records; smaller ones write in shorter bursts.
+    pub dirty_data_sync_percent: u64,
     pub txg_timeout_ms: u64,
     /// Memory for block pointers a scan sorts before issuing them.
     pub scan_mem_max: u64,
@@ -280,12 +285,31 @@ pub struct Tunables {
     /// yet been filled once.
     pub l2arc_write_boost: u64,
 }
+/// `dirty_data_max` for a machine with `mem_total` bytes of RAM: a tenth
+/// of it, at most 4 GiB, at least 64 MiB (OpenZFS's default, without its
+/// floor). The daemon starts from this unless its config names a value;
+/// [`Tunables::default`] keeps a fixed 512 MiB, so tests and embedders do
+/// not depend on the machine.
+pub fn dirty_data_max_for(mem_total: u64) -> u64 {
+    (mem_total / 10).clamp(DIRTY_DATA_MAX_FLOOR, DIRTY_DATA_MAX_CAP)
+}
+
+/// `dirty_data_sync_percent` unless set (bench/writepath.sh's rows with
+/// 25, 40, 50 and 60 in docs/benchmarks.md: from 50 on the fsync rows
+/// fell by up to half).
+pub const DIRTY_DATA_SYNC_PERCENT_DEFAULT: u64 = 25;
+
+/// Largest `dirty_data_max` [`dirty_data_max_for`] picks.
+pub const DIRTY_DATA_MAX_CAP: u64 = 4 << 30;
+/// Smallest `dirty_data_max` [`dirty_data_max_for`] picks.
+pub const DIRTY_DATA_MAX_FLOOR: u64 = 64 << 20;
+
 impl Default for Tunables {
     fn default() -> Self {
         Tunables {
             arc_max: tarn_block::arc::default_arc_max(),
             arc_min: tarn_block::arc::ARC_MIN_DEFAULT,
-            dirty_data_max: 512 << 20, txg_timeout_ms: 5000, scan_mem_max: 64 << 20, scan_rate_max: 0,
+            dirty_data_max: 512 << 20, dirty_data_sync_percent: DIRTY_DATA_SYNC_PERCENT_DEFAULT, txg_timeout_ms: 5000, scan_mem_max: 64 << 20, scan_rate_max: 0,
             l2arc_write_max: l2arc::WRITE_MAX_DEFAULT, l2arc_write_boost: l2arc::WRITE_BOOST_DEFAULT }
     }
 }

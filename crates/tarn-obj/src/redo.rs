@@ -229,6 +229,24 @@ fn note_len(op: &Op) -> usize {
     }
 }
 
+/// Bytes `op` takes encoded (a write's whole blocks that `indirect`
+/// selects as block notes; without splits over records).
+fn encoded_len(op: &Op, indirect: &Indirect) -> usize {
+    let (Op::Write { parts, .. }, Some((min, _, _))) = (op, indirect) else { return note_len(op) };
+    let mut n = 0;
+    let mut copying = false;
+    for p in parts.iter() {
+        if p.start == 0 && p.len == p.block.len() && p.len >= *min {
+            n += BLOCK_NOTE;
+            copying = false;
+        } else {
+            n += p.len + if copying { 0 } else { WRITE_HEAD };
+            copying = true;
+        }
+    }
+    n
+}
+
 /// Moves the bonus written after a run of writes to the same object in
 /// front of the run (used when the writes are split over records).
 fn bonus_first(ops: &mut [Op]) {
@@ -280,6 +298,9 @@ pub(crate) fn encode(mut ops: Vec<Op>, indirect: Indirect) -> Vec<(Vec<u8>, Vec<
     let mut out = Vec::new();
     let mut cur: Vec<u8> = Vec::new();
     let mut fills: Vec<Fill> = Vec::new();
+    // What is left to encode, to size each record's payload once (grown a
+    // push at a time, a 4 KiB write's payload was reallocated ten times).
+    let mut left: usize = ops.iter().map(|op| encoded_len(op, &indirect)).sum();
     // Bytes the current record's block notes take outside it (claim-table
     // entries of a sealed log block, and the table's head): the record
     // and they must fit one log block together.
@@ -293,6 +314,10 @@ pub(crate) fn encode(mut ops: Vec<Op>, indirect: Indirect) -> Vec<(Vec<u8>, Vec<
         *outside = 0;
     };
     for op in ops {
+        if cur.capacity() == 0 {
+            cur.reserve_exact(left.min(RECORD_PAYLOAD_MAX));
+        }
+        left = left.saturating_sub(encoded_len(&op, &indirect));
         if let Op::Write { id, off, len, parts } = op {
             for piece in pieces(len as usize, &parts, &indirect) {
                 match piece {
@@ -347,6 +372,8 @@ fn encode_copy(
             out.push((std::mem::take(cur), std::mem::take(fills)));
             *outside = 0;
             room = RECORD_PAYLOAD_MAX;
+            // The rest of the write, and the attributes usually noted after it.
+            cur.reserve_exact((WRITE_HEAD + len + 256).min(RECORD_PAYLOAD_MAX));
         }
         let n = len.min(room - WRITE_HEAD);
         cur.push(T_WRITE);

@@ -127,10 +127,21 @@ impl Shared {
     }
 
     pub(crate) fn add_dirty(&self, c: Charge) {
-        let now = self.dirty_bytes.fetch_add(c.bytes, Ordering::Relaxed) + c.bytes;
+        self.dirty_bytes.fetch_add(c.bytes, Ordering::Relaxed);
         self.dirty_asize.fetch_add(c.asize, Ordering::Relaxed);
-        let max = self.tunables.dirty_data_max();
-        if now > max / 4 {
+        self.dirty_grew();
+    }
+
+    /// Memory held by changes not yet written: dirty blocks, and intent
+    /// log records waiting for a commit or for their txg (zil/). What the
+    /// write throttle and the sync trigger count against `dirty_data_max`.
+    pub(crate) fn dirty_total(&self) -> u64 {
+        self.dirty_bytes.load(Ordering::Relaxed) + self.logs.pending_bytes()
+    }
+
+    /// Starts a sync once the dirty total passes the sync trigger.
+    pub(crate) fn dirty_grew(&self) {
+        if self.dirty_total() > self.tunables.dirty_sync_bytes() {
             self.kick(0);
         }
     }

@@ -220,7 +220,17 @@ fn tunable_and_arcstat_verbs() {
     let config_path = h.dir.join("tarn.toml");
 
     let all = tunables_json(&h);
-    let names = ["arc_max", "arc_min", "dirty_data_max", "txg_timeout", "scan_mem_max", "scan_rate_max", "l2arc_write_max", "l2arc_write_boost"];
+    let names = [
+        "arc_max",
+        "arc_min",
+        "dirty_data_max",
+        "dirty_data_sync_percent",
+        "txg_timeout",
+        "scan_mem_max",
+        "scan_rate_max",
+        "l2arc_write_max",
+        "l2arc_write_boost",
+    ];
     for name in names {
         assert!(all["tunables"][name]["value"].is_u64(), "{name} in {all}");
     }
@@ -228,6 +238,14 @@ fn tunable_and_arcstat_verbs() {
     assert_eq!(all["tunables"]["arc_max"]["source"], "config");
     assert_eq!(all["tunables"]["txg_timeout"]["value"].as_u64(), Some(5));
     assert_eq!(all["tunables"]["txg_timeout"]["source"], "default");
+    // Not in the config: a tenth of the machine's memory, 64M to 4G (as OpenZFS).
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let total_kib: u64 = meminfo.lines().find(|l| l.starts_with("MemTotal:")).unwrap().split_whitespace().nth(1).unwrap().parse().unwrap();
+    let want = (total_kib * 1024 / 10).clamp(64 * MIB, 4096 * MIB);
+    assert_eq!(all["tunables"]["dirty_data_max"]["value"].as_u64(), Some(want), "{all}");
+    assert_eq!(all["tunables"]["dirty_data_max"]["source"], "default");
+    assert_eq!(all["tunables"]["dirty_data_sync_percent"]["value"].as_u64(), Some(25));
+    assert_eq!(all["tunables"]["dirty_data_sync_percent"]["unit"], "percent");
     let text = h.tarn_ok(&["tunable", "get"]);
     assert!(text.starts_with("NAME"), "{text}");
     assert_eq!(text.lines().count(), names.len() + 1, "{text}");
@@ -237,6 +255,8 @@ fn tunable_and_arcstat_verbs() {
     h.tarn_ok(&["tunable", "set", "arc_max=128M", "txg_timeout=7"]);
     assert_eq!(h.tarn_ok(&["tunable", "get", "-H", "arc_max"]), format!("arc_max\t{}\tset\n", 128 * MIB));
     assert_eq!(h.tarn_ok(&["tunable", "get", "-H", "txg_timeout"]), "txg_timeout\t7\tset\n");
+    h.tarn_ok(&["tunable", "set", "dirty_data_sync_percent=40"]);
+    assert_eq!(h.tarn_ok(&["tunable", "get", "-H", "dirty_data_sync_percent"]), "dirty_data_sync_percent\t40\tset\n");
     let stats = arcstat(&h);
     assert_eq!(stats["arc_max"].as_u64(), Some(128 * MIB), "{stats}");
     assert_eq!(stats["c"].as_u64(), Some(128 * MIB), "{stats}");
@@ -267,7 +287,7 @@ fn tunable_and_arcstat_verbs() {
 
     // Bad input: one line, exit 2 for usage, 1 for refusals; nothing changes.
     let before = tunables_json(&h);
-    let cases: [(&[&str], i32); 14] = [
+    let cases: [(&[&str], i32); 16] = [
         (&["tunable", "set", "arc_maxx=1G"], 2),
         (&["tunable", "set", "arc_max=lots"], 2),
         (&["tunable", "set", "arc_max"], 2),
@@ -278,6 +298,8 @@ fn tunable_and_arcstat_verbs() {
         (&["tunable", "set", "arc_max=1M"], 1),
         (&["tunable", "set", "arc_min=1G"], 1),
         (&["tunable", "set", "txg_timeout=0"], 1),
+        (&["tunable", "set", "dirty_data_sync_percent=0"], 1),
+        (&["tunable", "set", "dirty_data_sync_percent=25%"], 2),
         (&["tunable", "set", "arc_max=256M", "dirty_data_max=1K"], 1),
         (&["arcstat", "x"], 2),
         (&["arcstat", "1", "0"], 2),

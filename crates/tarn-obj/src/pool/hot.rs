@@ -16,6 +16,7 @@ pub(crate) struct TunableCell {
     arc_max: AtomicU64,
     arc_min: AtomicU64,
     dirty_data_max: AtomicU64,
+    dirty_data_sync_percent: AtomicU64,
     txg_timeout_ms: AtomicU64,
     scan_mem_max: AtomicU64,
     scan_rate_max: AtomicU64,
@@ -29,6 +30,7 @@ impl TunableCell {
             arc_max: AtomicU64::new(0),
             arc_min: AtomicU64::new(0),
             dirty_data_max: AtomicU64::new(0),
+            dirty_data_sync_percent: AtomicU64::new(0),
             txg_timeout_ms: AtomicU64::new(0),
             scan_mem_max: AtomicU64::new(0),
             scan_rate_max: AtomicU64::new(0),
@@ -44,6 +46,7 @@ impl TunableCell {
             arc_max: self.arc_max.load(Ordering::Relaxed),
             arc_min: self.arc_min.load(Ordering::Relaxed),
             dirty_data_max: self.dirty_data_max.load(Ordering::Relaxed),
+            dirty_data_sync_percent: self.dirty_data_sync_percent.load(Ordering::Relaxed),
             txg_timeout_ms: self.txg_timeout_ms.load(Ordering::Relaxed),
             scan_mem_max: self.scan_mem_max.load(Ordering::Relaxed),
             scan_rate_max: self.scan_rate_max.load(Ordering::Relaxed),
@@ -58,6 +61,7 @@ impl TunableCell {
         self.arc_max.store(t.arc_max, Ordering::Relaxed);
         self.arc_min.store(t.arc_min, Ordering::Relaxed);
         self.dirty_data_max.store(t.dirty_data_max, Ordering::Relaxed);
+        self.dirty_data_sync_percent.store(t.dirty_data_sync_percent, Ordering::Relaxed);
         self.txg_timeout_ms.store(t.txg_timeout_ms, Ordering::Relaxed);
         self.scan_mem_max.store(t.scan_mem_max, Ordering::Relaxed);
         self.scan_rate_max.store(t.scan_rate_max, Ordering::Relaxed);
@@ -68,6 +72,12 @@ impl TunableCell {
 
     pub fn dirty_data_max(&self) -> u64 {
         self.dirty_data_max.load(Ordering::Relaxed)
+    }
+
+    /// Bytes of changes not yet written that start a txg sync.
+    pub fn dirty_sync_bytes(&self) -> u64 {
+        let pct = self.dirty_data_sync_percent.load(Ordering::Relaxed).clamp(1, 100);
+        self.dirty_data_max() / 100 * pct
     }
 
     pub fn txg_timeout_ms(&self) -> u64 {
@@ -108,7 +118,7 @@ mod tests {
 
     #[test]
     fn tunables_round_trip_and_suspension_carries_its_reason() {
-        let t = Tunables { arc_max: 1, arc_min: 2, dirty_data_max: 3, txg_timeout_ms: 4, scan_mem_max: 5, scan_rate_max: 6, l2arc_write_max: 7, l2arc_write_boost: 8 };
+        let t = Tunables { arc_max: 1, arc_min: 2, dirty_data_max: 3, dirty_data_sync_percent: 9, txg_timeout_ms: 4, scan_mem_max: 5, scan_rate_max: 6, l2arc_write_max: 7, l2arc_write_boost: 8 };
         let c = TunableCell::new(Tunables::default());
         let old = c.store(t);
         assert_eq!(old.dirty_data_max, Tunables::default().dirty_data_max);
@@ -117,6 +127,7 @@ mod tests {
             (back.arc_max, back.arc_min, back.dirty_data_max, back.txg_timeout_ms, back.scan_mem_max, back.scan_rate_max, back.l2arc_write_max, back.l2arc_write_boost),
             (1, 2, 3, 4, 5, 6, 7, 8)
         );
+        assert_eq!(back.dirty_data_sync_percent, 9);
         assert_eq!((c.dirty_data_max(), c.txg_timeout_ms()), (3, 4));
         let s = Suspension::default();
         assert!(!s.is_set() && s.why().is_none());

@@ -10,10 +10,11 @@
 //!   written, then the space map log, then every vdev is flushed, and only
 //!   then is the uberblock for T written and flushed (invariant 3).
 //!
-//! The sync runs every `txg_timeout`, when dirty data passes 1/4 of
-//! `dirty_data_max`, or when someone calls `sync()` (fsync).
-//! Writers are throttled smoothly from 60% of `dirty_data_max` and stopped
-//! at 100% until a sync finishes.
+//! The sync runs every `txg_timeout`, when dirty data (with the intent
+//! log's uncommitted records) passes `dirty_data_sync_percent` of
+//! `dirty_data_max`, or when someone calls `sync()`. Writers are throttled
+//! smoothly from `DELAY_DIRTY_PERCENT` and stopped at 100% until a sync
+//! finishes (txg.rs).
 //!
 //! Where things are: `txg.rs` opens transactions (the txg switch and the
 //! write throttle) and waits for syncs; `sync_thread.rs` decides when a txg
@@ -87,6 +88,9 @@ pub(crate) struct Shared {
     pub syncing_txg: AtomicU64,
     pub synced_txg: AtomicU64,
     pub dirty_bytes: AtomicU64,
+    /// The throttle delayed a writer since the sync thread last looked
+    /// (txg.rs: the sync then keeps going while much is dirty).
+    pub behind: AtomicBool,
     /// Raw space the dirty data may take when written (see space.rs).
     pub dirty_asize: AtomicU64,
     pub meta_charges: Mutex<crate::space::MetaCharges>,
@@ -286,6 +290,7 @@ impl ObjPool {
             syncing_txg: AtomicU64::new(0),
             synced_txg: AtomicU64::new(open_txg - 1),
             dirty_bytes: AtomicU64::new(0),
+            behind: AtomicBool::new(false),
             dirty_asize: AtomicU64::new(0),
             meta_charges: Mutex::new(Default::default()),
             dirty_objsets: Mutex::new(BTreeMap::new()),

@@ -19,9 +19,15 @@ impl ObjPool {
         ((raw as u128 * n as u128) / d.max(1) as u128) as u64
     }
 
-    /// Bytes of changes not yet written out (what the write throttle counts).
+    /// Bytes of dirty blocks not yet written out (the write throttle also
+    /// counts [`ObjPool::log_pending_bytes`]).
     pub fn dirty_bytes(&self) -> u64 {
         self.shared.dirty_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Bytes of intent log records waiting for a commit or for their txg.
+    pub fn log_pending_bytes(&self) -> u64 {
+        self.shared.logs.pending_bytes()
     }
 
     /// Blocks written as gang blocks since import.

@@ -38,7 +38,17 @@ pub(super) fn sync_thread(weak: Weak<Shared>) {
         }
         let result = sync_once(&s);
         match result {
-            Ok(_) => *s.last_error.lock() = None,
+            Ok(_) => {
+                *s.last_error.lock() = None;
+                // Writers were delayed during this sync: go on with the next
+                // txg at once while the sync trigger is still passed, so a
+                // writer faster than the disks meets a sync running all the
+                // time, not one waiting for the next trigger while the
+                // writer runs unthrottled.
+                if s.behind.swap(false, Ordering::Relaxed) && s.dirty_total() > s.tunables.dirty_sync_bytes() {
+                    s.kick(0);
+                }
+            }
             Err(e) => {
                 let msg = format!("pool '{}' suspended: txg sync failed: {e}", s.config.lock().name);
                 eprintln!("tarn: {msg}");

@@ -47,6 +47,10 @@ impl ObjPool {
 }
 
 /// Open a transaction in the open txg (may wait: write throttle).
+/// From this share of `dirty_data_max` on, every new transaction is
+/// delayed, the more the closer to the cap; at the cap it waits for a sync.
+pub(crate) const DELAY_DIRTY_PERCENT: u64 = 60;
+
 pub(crate) fn begin_tx(s: &Arc<Shared>) -> Tx {
     s.client_ops.fetch_add(1, Ordering::Relaxed);
     let max = s.tunables.dirty_data_max().max(1 << 20);
@@ -62,18 +66,20 @@ pub(crate) fn begin_tx(s: &Arc<Shared>) -> Tx {
         }
         waited_for_space += 1;
     }
+    let delay_from = max / 100 * DELAY_DIRTY_PERCENT;
     loop {
-        let dirty = s.dirty_bytes.load(Ordering::Relaxed);
-        if dirty < max * 6 / 10 || s.shutdown.load(Ordering::Relaxed) || s.suspended.is_set() {
+        let dirty = s.dirty_total();
+        if dirty < delay_from || s.shutdown.load(Ordering::Relaxed) || s.suspended.is_set() {
             break;
         }
+        s.behind.store(true, Ordering::Relaxed);
         s.kick(0);
         if dirty >= max {
             let mut g = s.cv_lock.lock();
             s.cv_done.wait_for(&mut g, Duration::from_millis(10));
         } else {
             // Smooth delay growing as dirty data approaches the cap.
-            let frac = (dirty - max * 6 / 10) as f64 / (max * 4 / 10) as f64;
+            let frac = (dirty - delay_from) as f64 / (max - delay_from).max(1) as f64;
             std::thread::sleep(Duration::from_micros((10.0 + 990.0 * frac * frac) as u64));
             break;
         }

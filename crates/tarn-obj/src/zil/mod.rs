@@ -94,10 +94,26 @@ pub(crate) struct LiveBlock {
     pub max_txg: Txg,
 }
 
-/// An appended record and the bytes the writer reads into it (redo.rs).
+/// An appended record and the blocks the writer writes for it (redo.rs).
 pub(crate) struct Pending {
     pub rec: LogRecord,
     pub fills: Vec<crate::redo::Fill>,
+    /// Its bytes, counted as dirty memory until it is written or retired.
+    pub _held: PendingBytes,
+}
+
+/// Bytes of records waiting in a pool's logs: added when a record is
+/// appended, taken off when the guard drops (the record written, retired
+/// by its txg's sync, or dropped with its log), whatever the path.
+pub(crate) struct PendingBytes {
+    counter: Arc<AtomicU64>,
+    bytes: u64,
+}
+
+impl Drop for PendingBytes {
+    fn drop(&mut self) {
+        self.counter.fetch_sub(self.bytes, Ordering::Relaxed);
+    }
 }
 
 /// A chain found at import, waiting for replay.
@@ -267,9 +283,23 @@ impl ObjsetLog {
 #[derive(Default)]
 pub(crate) struct PoolLogs {
     map: Mutex<HashMap<ObjsetId, Arc<ObjsetLog>>>,
+    /// Bytes of the records of every log waiting for a commit or for their
+    /// txg: memory of changes not yet written, like dirty blocks (the
+    /// throttle counts both, `Shared::dirty_total`).
+    pending_bytes: Arc<AtomicU64>,
 }
 
 impl PoolLogs {
+    pub fn pending_bytes(&self) -> u64 {
+        self.pending_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Counts `bytes` of a record until the guard drops.
+    fn hold_bytes(&self, bytes: u64) -> PendingBytes {
+        self.pending_bytes.fetch_add(bytes, Ordering::Relaxed);
+        PendingBytes { counter: self.pending_bytes.clone(), bytes }
+    }
+
     pub fn get(&self, id: ObjsetId) -> Option<Arc<ObjsetLog>> {
         self.map.lock().get(&id).cloned()
     }
@@ -372,9 +402,11 @@ impl ObjectSet {
             }
             let seq = st.next_rec_seq;
             st.next_rec_seq += 1;
-            st.pending.push(Pending { rec: LogRecord { rtype, txg: tx.txg, seq, payload }, fills });
+            let held = s.logs.hold_bytes((payload.len() + format::RECORD_HEAD) as u64);
+            st.pending.push(Pending { rec: LogRecord { rtype, txg: tx.txg, seq, payload }, fills, _held: held });
             seq
         };
+        s.dirty_grew();
         // The sync of this txg retires the record and rewrites the header.
         s.note_dirty_objset(tx.txg, self.inner.id);
         Ok(seq)
