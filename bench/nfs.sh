@@ -196,6 +196,9 @@ if has tarn-fuse || has tarn-fuse-uncached || has tarn-nfs; then
         printf '[nfs]\nenable = true\nlisten = "127.0.0.1:42149"\n' > "$workdir/tarn-nfs.toml"
         config=(--config "$workdir/tarn-nfs.toml")
     fi
+    # A socket left by an earlier run would pass the wait below before
+    # the new daemon listens.
+    rm -f "$workdir/tarn.sock"
     "$tarn_bin" daemon --state-dir "$workdir/tarn-state" --socket "$workdir/tarn.sock" "${config[@]}" >"$workdir/tarn-daemon.log" 2>&1 & tpid=$!; pids+=("$tpid")
     for _ in $(seq 100); do [ -S "$workdir/tarn.sock" ] && break; sleep 0.1; done
     tarn pool create -m "$workdir/mnt-tarn" tbnfs raidz1 "$workdir"/tarn/d{1,2,3,4}

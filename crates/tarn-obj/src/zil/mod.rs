@@ -221,6 +221,8 @@ pub(crate) struct ObjsetLog {
     pub blocks_written: AtomicU64,
     /// Indirect writes: blocks written for records, and those adopted.
     pub indirect_written: AtomicU64,
+    /// Batches made durable by a txg sync instead (writer.rs).
+    pub txg_instead: AtomicU64,
     pub indirect_adopted: AtomicU64,
     /// The object set's encryption, fixed by its first append: the writer
     /// seals the blocks of an encrypted one.
@@ -273,6 +275,7 @@ impl ObjsetLog {
             writes: AtomicU64::new(0),
             blocks_written: AtomicU64::new(0),
             indirect_written: AtomicU64::new(0),
+            txg_instead: AtomicU64::new(0),
             indirect_adopted: AtomicU64::new(0),
             crypt: std::sync::OnceLock::new(),
         }
@@ -359,6 +362,9 @@ pub struct LogStats {
     /// many of them a txg adopted instead of writing its own.
     pub indirect_written: u64,
     pub indirect_adopted: u64,
+    /// Commits whose batch held more whole blocks than the log writes
+    /// (16 MiB) and that a txg sync made durable instead.
+    pub txg_instead: u64,
     /// Written blocks not yet retired.
     pub live_blocks: u64,
     pub durable_seq: u64,
@@ -482,6 +488,7 @@ impl ObjectSet {
                 blocks_written: 0,
                 indirect_written: 0,
                 indirect_adopted: 0,
+                txg_instead: 0,
                 live_blocks: 0,
                 durable_seq: 0,
                 chain_blocks: vec![],
@@ -501,6 +508,7 @@ impl ObjectSet {
             blocks_written: log.blocks_written.load(Ordering::Relaxed),
             indirect_written: log.indirect_written.load(Ordering::Relaxed),
             indirect_adopted: log.indirect_adopted.load(Ordering::Relaxed),
+            txg_instead: log.txg_instead.load(Ordering::Relaxed),
             live_blocks: st.live.len() as u64,
             durable_seq: st.durable_seq,
             chain_blocks,

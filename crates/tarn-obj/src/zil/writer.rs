@@ -18,6 +18,10 @@ use crate::{ObjError, ObjsetId, Result, Txg};
 /// A log writer with nothing to do for this long exits.
 const WRITER_IDLE_EXIT: Duration = Duration::from_secs(5);
 
+/// A batch whose indirect writes (whole blocks, indirect.rs) add up to
+/// more than this is made durable by a txg sync instead of the log.
+const TXG_INSTEAD_BYTES: usize = 16 << 20;
+
 /// Copies of each log block (the vdev's own redundancy protects it).
 const LOG_COPIES: u8 = 1;
 
@@ -118,7 +122,17 @@ fn writer_thread(weak: Weak<Shared>, log: Arc<ObjsetLog>) {
             return;
         };
         let upto = batch.last().map_or(0, |p| p.rec.seq);
-        let result = log
+        let indirect: usize = batch.iter().flat_map(|p| p.fills.iter()).map(|f| f.block.len()).sum();
+        let result = if indirect > TXG_INSTEAD_BYTES {
+            // Much data to write (an fsync after a bulk write, an NFS
+            // COMMIT, an NBD FLUSH): a txg sync streams it and its tree at
+            // the pool's full rate, where the log would write it block by
+            // block with a device flush each. The sync makes every record
+            // of the batch durable (all are of txgs up to the open one).
+            log.txg_instead.fetch_add(1, Ordering::Relaxed);
+            crate::pool::sync_and_wait(&s).map(|_| ())
+        } else {
+            log
             .keys(&s)
             .and_then(|keys| fill(&s, &log, batch, keys.as_deref()).and_then(|recs| write_batch(&s, &log, &recs, keys.as_deref())))
             .or_else(|e| {
@@ -127,7 +141,8 @@ fn writer_thread(weak: Weak<Shared>, log: Arc<ObjsetLog>) {
             // throw the chain away at that sync.
             eprintln!("tarn: intent log of object set {}: {e}; falling back to a txg sync", log.id.0);
             crate::pool::sync_and_wait(&s).map(|_| ())
-        });
+        })
+        };
         // Let go of the pool before waking committers: the last of them may
         // drop it at once, and the devices must close then, not later here.
         drop(s);
