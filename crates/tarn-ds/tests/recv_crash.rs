@@ -135,8 +135,6 @@ fn tree(pool: &Pool, top: &str) -> BTreeMap<String, String> {
     out
 }
 
-
-
 struct Scenario {
     name: &'static str,
     /// Packages received before the recording counts (the base).

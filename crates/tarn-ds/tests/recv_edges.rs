@@ -16,7 +16,6 @@
 
 mod common;
 
-
 use rand::{Rng, RngCore};
 use rand_chacha::ChaCha8Rng;
 use tarn_dev::{CrashRecorder, CutMode};
@@ -58,8 +57,6 @@ fn recv(pool: &Pool, target: &str, resumable: bool, force: bool, stream: &[u8]) 
 fn objects(pool: &Pool, snap: &str) -> usize {
     pool.snapshot_objset(snap).unwrap().objects_in_range(ObjectId(1), ObjectId(1 << 16)).unwrap().len()
 }
-
-
 
 /// Seeded cut points in `first..=total` (`TARN_COUNT` of them, all of
 /// them when the range is smaller).

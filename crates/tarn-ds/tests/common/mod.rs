@@ -47,7 +47,6 @@ pub fn reimport(pool: Arc<Pool>, devs: &[Arc<MemDevice>]) -> Arc<Pool> {
     import(devs)
 }
 
-
 /// Pool `dst` for the power-cut tests: raidz1 of three devices `d0..2` of
 /// `size` bytes made by `rec`, with no txg timer (txgs end when the test
 /// syncs them).

@@ -46,11 +46,11 @@ impl ObjPool {
     }
 }
 
-/// Open a transaction in the open txg (may wait: write throttle).
 /// From this share of `dirty_data_max` on, every new transaction is
 /// delayed, the more the closer to the cap; at the cap it waits for a sync.
 pub(crate) const DELAY_DIRTY_PERCENT: u64 = 60;
 
+/// Open a transaction in the open txg (may wait: write throttle).
 pub(crate) fn begin_tx(s: &Arc<Shared>) -> Tx {
     s.client_ops.fetch_add(1, Ordering::Relaxed);
     let max = s.tunables.dirty_data_max().max(1 << 20);

@@ -122,27 +122,7 @@ fn writer_thread(weak: Weak<Shared>, log: Arc<ObjsetLog>) {
             return;
         };
         let upto = batch.last().map_or(0, |p| p.rec.seq);
-        let indirect: usize = batch.iter().flat_map(|p| p.fills.iter()).map(|f| f.block.len()).sum();
-        let result = if indirect > TXG_INSTEAD_BYTES {
-            // Much data to write (an fsync after a bulk write, an NFS
-            // COMMIT, an NBD FLUSH): a txg sync streams it and its tree at
-            // the pool's full rate, where the log would write it block by
-            // block with a device flush each. The sync makes every record
-            // of the batch durable (all are of txgs up to the open one).
-            log.txg_instead.fetch_add(1, Ordering::Relaxed);
-            crate::pool::sync_and_wait(&s).map(|_| ())
-        } else {
-            log
-            .keys(&s)
-            .and_then(|keys| fill(&s, &log, batch, keys.as_deref()).and_then(|recs| write_batch(&s, &log, &recs, keys.as_deref())))
-            .or_else(|e| {
-            // The log could not take it: make the records durable the slow
-            // way (a txg sync covers every record appended before it) and
-            // throw the chain away at that sync.
-            eprintln!("tarn: intent log of object set {}: {e}; falling back to a txg sync", log.id.0);
-            crate::pool::sync_and_wait(&s).map(|_| ())
-        })
-        };
+        let result = make_durable(&s, &log, batch);
         // Let go of the pool before waking committers: the last of them may
         // drop it at once, and the devices must close then, not later here.
         drop(s);
@@ -166,6 +146,32 @@ fn writer_thread(weak: Weak<Shared>, log: Arc<ObjsetLog>) {
         }
         log.cv.notify_all();
     }
+}
+
+/// Makes `batch` durable: written to the log, or by a txg sync when that
+/// is the cheaper way or the only one left.
+fn make_durable(s: &Arc<Shared>, log: &ObjsetLog, batch: Vec<Pending>) -> Result<()> {
+    let indirect: usize = batch.iter().flat_map(|p| p.fills.iter()).map(|f| f.block.len()).sum();
+    if indirect > TXG_INSTEAD_BYTES {
+        // Much data to write (an fsync after a bulk write, an NFS COMMIT,
+        // an NBD FLUSH): a txg sync streams it and its tree at the pool's
+        // full rate, where the log would write it block by block with a
+        // device flush each. The sync makes every record of the batch
+        // durable (all are of txgs up to the open one).
+        log.txg_instead.fetch_add(1, Ordering::Relaxed);
+        return crate::pool::sync_and_wait(s).map(|_| ());
+    }
+    let written = log.keys(s).and_then(|keys| {
+        let recs = fill(s, log, batch, keys.as_deref())?;
+        write_batch(s, log, &recs, keys.as_deref())
+    });
+    written.or_else(|e| {
+        // The log could not take it: make the records durable the slow
+        // way (a txg sync covers every record appended before it) and
+        // throw the chain away at that sync.
+        eprintln!("tarn: intent log of object set {}: {e}; falling back to a txg sync", log.id.0);
+        crate::pool::sync_and_wait(s).map(|_| ())
+    })
 }
 
 /// Completes the batch's records: writes the blocks of their indirect
