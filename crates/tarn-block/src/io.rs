@@ -658,6 +658,15 @@ impl BlockIo {
         }
     }
 
+    /// Until the next [`BlockIo::flush`], the vdevs gather the writes
+    /// they get and send them in runs of adjacent blocks (tarn-vdev's
+    /// gather.rs): a txg being written out.
+    pub fn gather_writes(&self) {
+        for t in self.tops().iter() {
+            t.gather_writes();
+        }
+    }
+
     /// Flushes every vdev; `txg` is the txg whose writes the flush makes
     /// durable (a leaf that fails it records that txg in its DTL).
     pub fn flush(&self, txg: u64) -> Result<(), BlockError> {

@@ -61,6 +61,17 @@ pub trait Device: Send + Sync {
         self.write_at(buf, offset)?;
         self.flush()
     }
+    /// Writes `bufs` one after another from `offset` (a run of adjacent
+    /// writes gathered by the vdev layer), as one request where the
+    /// backend can. The default writes them one by one.
+    fn write_vectored_at(&self, bufs: &[&[u8]], offset: u64) -> Result<()> {
+        let mut at = offset;
+        for b in bufs {
+            self.write_at(b, at)?;
+            at += b.len() as u64;
+        }
+        Ok(())
+    }
     /// Make every completed write durable.
     fn flush(&self) -> Result<()>;
     /// Size in bytes.
@@ -80,7 +91,7 @@ mod mem;
 
 pub use crash::{CrashDevice, CrashRecorder, CutMode};
 pub use fault::FaultDevice;
-pub use file::FileDevice;
+pub use file::{FileDevice, DIRECT_ALIGN};
 pub use mem::MemDevice;
 
 /// Bounds check shared by every backend: `[offset, offset + len)` must lie

@@ -138,6 +138,16 @@ impl IoStats {
         self.write.add(buf.len() as u64, nanos(started, done), nanos(issued, done));
         result
     }
+
+    /// `dev.write_vectored_at` (a gathered run), counted as one write.
+    pub fn write_vectored(&self, dev: &dyn Device, bufs: &[&[u8]], offset: u64) -> tarn_dev::Result<()> {
+        let started = Instant::now();
+        let result = dev.write_vectored_at(bufs, offset);
+        let done = Instant::now();
+        let issued = IoStart::current().unwrap_or(started).min(started);
+        self.write.add(bufs.iter().map(|b| b.len() as u64).sum(), nanos(started, done), nanos(issued, done));
+        result
+    }
 }
 
 thread_local! {
@@ -194,6 +204,9 @@ impl Device for CountedDevice {
     }
     fn write_durable_at(&self, buf: &[u8], offset: u64) -> tarn_dev::Result<()> {
         self.stats.write_as(&*self.inner, buf, offset, true)
+    }
+    fn write_vectored_at(&self, bufs: &[&[u8]], offset: u64) -> tarn_dev::Result<()> {
+        self.stats.write_vectored(&*self.inner, bufs, offset)
     }
     fn flush(&self) -> tarn_dev::Result<()> {
         self.inner.flush()

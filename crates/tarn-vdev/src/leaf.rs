@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use tarn_dev::{DevError, Device};
 
 use crate::config::{LeafConfig, LeafRole};
+use crate::gather::Gather;
 use crate::iostat::{CountedDevice, IoCounters, IoStats};
 use crate::{data_region_size, Result, VdevError, DATA_START};
 
@@ -170,6 +171,8 @@ pub struct LeafVdev {
     dtl_dirty: std::sync::atomic::AtomicBool,
     /// Operations, bytes and time of the I/O issued to the device.
     stats: Arc<IoStats>,
+    /// Writes kept while a txg is written out (gather.rs).
+    gather: Gather,
 }
 
 fn role_code(r: LeafRole) -> u8 {
@@ -197,6 +200,7 @@ impl LeafVdev {
             outages: AtomicU64::new(0),
             dtl_dirty: std::sync::atomic::AtomicBool::new(false),
             stats: Arc::new(IoStats::default()),
+            gather: Gather::default(),
         }
     }
 
@@ -242,6 +246,9 @@ impl LeafVdev {
 
     /// Puts a (re)opened device in place and brings the leaf ONLINE.
     pub fn reopen(&self, device: Arc<dyn Device>) {
+        // Gathered writes go to the device they were made for (or, if it
+        // fails them, into the DTL).
+        self.drain_gather();
         self.outages.fetch_add(1, Ordering::Relaxed);
         *self.device.write() = Some(device);
         self.consecutive_errors.store(0, Ordering::Relaxed);
@@ -252,6 +259,7 @@ impl LeafVdev {
     /// Lets go of the device (export): its lock is released even while
     /// other holders of the pool linger.
     pub fn close(&self) {
+        self.drain_gather();
         *self.device.write() = None;
     }
 
@@ -292,6 +300,7 @@ impl LeafVdev {
 
     pub fn set_offline(&self, offline: bool) {
         if offline {
+            self.drain_gather();
             self.outages.fetch_add(1, Ordering::Relaxed);
             self.health.store(H_OFFLINE, Ordering::Relaxed);
             *self.reason.lock() = Some("taken offline by the administrator".into());
@@ -460,7 +469,10 @@ impl LeafVdev {
     /// Reads at `offset` of the data region; failures count as read errors.
     pub(crate) fn read(&self, buf: &mut [u8], offset: u64) -> Result<()> {
         let dev = self.dev()?;
-        let result = self.check(offset, buf.len()).and_then(|at| Ok(self.stats.read(&*dev, buf, at)?));
+        let result = self.check(offset, buf.len()).and_then(|at| {
+            self.settle(at, buf.len() as u64);
+            Ok(self.stats.read(&*dev, buf, at)?)
+        });
         self.account(&self.read_errors, result)
     }
 
@@ -481,13 +493,71 @@ impl LeafVdev {
     /// durable (`Device::write_durable_at`), with no flush of the rest.
     pub(crate) fn write_as(&self, buf: &[u8], offset: u64, txg: u64, durable: bool) -> Result<()> {
         let result = self.dev().and_then(|dev| {
-            let r = self.check(offset, buf.len()).and_then(|at| Ok(self.stats.write_as(&*dev, buf, at, durable)?));
+            let r = self.check(offset, buf.len()).and_then(|at| {
+                self.settle(at, buf.len() as u64);
+                Ok(self.stats.write_as(&*dev, buf, at, durable)?)
+            });
             self.account(&self.write_errors, r)
         });
         if result.is_err() {
             self.note_missed(txg);
         }
         result
+    }
+
+    /// As [`LeafVdev::write`], but kept with the other writes of the txg
+    /// being written and sent in runs (gather.rs): on the device by the
+    /// leaf's next flush, read back as written before that.
+    pub(crate) fn write_gathered(&self, buf: &[u8], offset: u64, txg: u64) -> Result<()> {
+        let at = match self.dev().and_then(|_| self.check(offset, buf.len())) {
+            Ok(at) => at,
+            Err(e) => {
+                self.note_missed(txg);
+                return Err(e);
+            }
+        };
+        loop {
+            match self.gather.add(at, buf, txg) {
+                Some(full) => {
+                    if full {
+                        self.drain_gather();
+                    }
+                    return Ok(());
+                }
+                // Overlaps a gathered write: that one goes first.
+                None => {
+                    self.drain_gather();
+                }
+            }
+        }
+    }
+
+    /// Writes out gathered writes overlapping `[at, at + len)` (device
+    /// offsets) before an access to that range.
+    fn settle(&self, at: u64, len: u64) {
+        if self.gather.overlaps(at, len) {
+            self.drain_gather();
+        }
+    }
+
+    /// Writes out every gathered write. A run that fails counts a write
+    /// error and puts its txgs in the DTL; false if any failed.
+    pub(crate) fn drain_gather(&self) -> bool {
+        let dev = self.dev().ok();
+        let failed = self.gather.drain(dev.as_deref(), &self.stats);
+        let ok = failed.is_empty();
+        for f in failed {
+            if dev.is_some() {
+                let _ = self.account(&self.write_errors, Err::<(), _>(VdevError::Dev(f.error)));
+            }
+            let mut txgs = f.txgs;
+            txgs.sort_unstable();
+            txgs.dedup();
+            for t in txgs {
+                self.note_missed(t);
+            }
+        }
+        ok
     }
 
     /// Reads at `offset` of the data region of a cache device (L2ARC);
@@ -509,10 +579,17 @@ impl LeafVdev {
         self.flush()
     }
 
+    /// Writes out the gathered writes, then flushes. Fails if a gathered
+    /// write failed since the last flush (its txgs are in the DTL).
     pub(crate) fn flush(&self) -> Result<()> {
+        self.drain_gather();
         let dev = self.dev()?;
         let result = dev.flush().map_err(VdevError::from);
-        self.account(&self.write_errors, result)
+        let result = self.account(&self.write_errors, result);
+        match self.gather.finish() {
+            Some(why) if result.is_ok() => Err(VdevError::Invalid(format!("{}: a gathered write failed: {why}", self.path))),
+            _ => result,
+        }
     }
 
     /// Tells the device that `[offset, offset + len)` of the data region
@@ -522,6 +599,7 @@ impl LeafVdev {
     pub fn trim(&self, offset: u64, len: u64) -> Result<()> {
         let dev = self.dev()?;
         let at = self.check(offset, usize::try_from(len).unwrap_or(usize::MAX))?;
+        self.settle(at, len);
         Ok(dev.trim(at, len)?)
     }
 

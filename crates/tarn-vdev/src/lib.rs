@@ -41,6 +41,7 @@
 mod config;
 mod error;
 mod format;
+mod gather;
 pub mod iostat;
 mod label;
 mod leaf;

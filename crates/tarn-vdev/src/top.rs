@@ -14,7 +14,7 @@
 
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -86,6 +86,9 @@ pub struct TopVdev {
     codec: Option<Arc<dyn ParityCodec>>,
     /// Mirror read rotation.
     next_child: AtomicUsize,
+    /// Writes are gathered by the leaves until their next flush
+    /// (gather.rs): on while a txg is written out.
+    gathering: AtomicBool,
 }
 
 type Verify<'a> = &'a (dyn Fn(&[u8]) -> bool + Sync);
@@ -205,7 +208,7 @@ impl TopVdev {
             return Err(VdevError::Invalid(format!("top vdev {} has an empty slot", cfg.id)));
         }
         if cfg.kind == TopKind::Hole {
-            return Ok(TopVdev { config: cfg, slots, codec: None, next_child: AtomicUsize::new(0) });
+            return Ok(TopVdev { config: cfg, slots, codec: None, next_child: AtomicUsize::new(0), gathering: AtomicBool::new(false) });
         }
         if cfg.class == crate::TopClass::Log && matches!(cfg.kind, TopKind::Raidz { .. }) {
             return Err(VdevError::Invalid("a log vdev is a disk or a mirror, not raidz".into()));
@@ -225,7 +228,7 @@ impl TopVdev {
             TopKind::Raidz { parity } => Some(codec_for(usize::from(parity))),
             _ => None,
         };
-        Ok(TopVdev { config: cfg, slots, codec, next_child: AtomicUsize::new(0) })
+        Ok(TopVdev { config: cfg, slots, codec, next_child: AtomicUsize::new(0), gathering: AtomicBool::new(false) })
     }
 
     /// The config as it stands now: leaves' offline flags, roles and DTLs
@@ -344,13 +347,26 @@ impl TopVdev {
         self.write_as(offset, data, txg, true)
     }
 
+    /// From now on, until the next [`TopVdev::flush`] (which turns it
+    /// off), the leaves gather this vdev's writes and send them in runs
+    /// (gather.rs); durable writes are never gathered.
+    pub fn gather_writes(&self) {
+        self.gathering.store(true, Ordering::Release);
+    }
+
     fn write_as(&self, offset: u64, data: &[u8], txg: u64, durable: bool) -> Result<()> {
         self.check_io(offset, data.len() as u64)?;
         let _start = IoStart::begin();
+        let gather = !durable && self.gathering.load(Ordering::Acquire);
         match self.config.kind {
             TopKind::Disk | TopKind::Mirror | TopKind::Hole => {
                 let leaves = self.leaves();
-                let results = par_map(&leaves, |leaf| leaf.write_as(data, offset, txg, durable).is_ok());
+                let results: Vec<bool> = if gather {
+                    // A copy each: no I/O to wait for, no threads to wake.
+                    leaves.iter().map(|leaf| leaf.write_gathered(data, offset, txg).is_ok()).collect()
+                } else {
+                    par_map(&leaves, |leaf| leaf.write_as(data, offset, txg, durable).is_ok())
+                };
                 let mut ok_slots = vec![false; self.slots.len()];
                 let mut i = 0;
                 for (s, slot) in self.slots.iter().enumerate() {
@@ -371,7 +387,7 @@ impl TopVdev {
                     Err(VdevError::TooManyFailures { what: format!("write at {offset}"), failed: n, children: n, tolerated: n - 1 })
                 }
             }
-            TopKind::Raidz { .. } => self.raidz_write(offset, data, txg, durable),
+            TopKind::Raidz { .. } => self.raidz_write(offset, data, txg, durable, gather),
         }
     }
 
@@ -435,6 +451,12 @@ impl TopVdev {
     /// redundancy allows could not flush. A leaf whose flush fails may have
     /// lost the writes of `txg`: they go to its DTL.
     pub fn flush(&self, txg: u64) -> Result<()> {
+        self.gathering.store(false, Ordering::Release);
+        // Writes gathered by a leaf that left service meanwhile did not
+        // happen: into its DTL.
+        for leaf in self.leaves().iter().filter(|l| !l.usable()) {
+            leaf.drain_gather();
+        }
         let leaves: Vec<Arc<LeafVdev>> = self.leaves().into_iter().filter(|l| l.usable()).collect();
         let results = par_map(&leaves, |leaf| {
             let ok = leaf.flush().is_ok();
@@ -621,18 +643,20 @@ impl TopVdev {
         shards.get(map.shard_of(c)).and_then(|s| s.get(..len)).unwrap_or(&[])
     }
 
-    fn raidz_write(&self, offset: u64, data: &[u8], txg: u64, durable: bool) -> Result<()> {
+    fn raidz_write(&self, offset: u64, data: &[u8], txg: u64, durable: bool, gather: bool) -> Result<()> {
         let map = self.map(offset, data.len() as u64);
         let shards = self.encode(&map, data)?;
         let columns: Vec<usize> = (0..map.columns.len()).collect();
-        let results = par_map(&columns, |&c| {
+        let write_column = |c: &usize| {
+            let c = *c;
             let col = map.columns.get(c).ok_or_else(|| VdevError::Invalid("column".into()))?;
             let bytes = Self::column_bytes(&map, &shards, c);
             let slot = self.slot(col.child)?;
             let mut first_err = None;
             let mut oks = 0;
             for l in slot.iter() {
-                match l.write_as(bytes, col.child_offset, txg, durable) {
+                let r = if gather { l.write_gathered(bytes, col.child_offset, txg) } else { l.write_as(bytes, col.child_offset, txg, durable) };
+                match r {
                     Ok(()) => oks += 1,
                     Err(e) => {
                         first_err.get_or_insert_with(|| format!("{}: {e}", l.path));
@@ -644,7 +668,8 @@ impl TopVdev {
             } else {
                 Ok(())
             }
-        });
+        };
+        let results: Vec<Result<()>> = if gather { columns.iter().map(write_column).collect() } else { par_map(&columns, write_column) };
         let failed = results.iter().filter(|r| r.is_err()).count();
         // Name the first failure: "4 of 4 failed" alone does not say why.
         let why = results.iter().find_map(|r| r.as_ref().err()).map(|e| format!(" ({e})")).unwrap_or_default();

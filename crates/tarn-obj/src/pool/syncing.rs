@@ -30,6 +30,8 @@ pub(crate) struct ObjsetSync {
 
 pub(super) fn sync_txg(s: &Arc<Shared>, stx: &SyncTx) -> Result<Txg> {
     let txg = stx.txg();
+    // The txg's writes go out in runs, all of them before the flush below.
+    s.io.gather_writes();
     // Checkpoint taken or discarded in this txg: before any free of it.
     crate::checkpoint::sync_begin(s, stx)?;
     // Earlier failed txgs leave dirty records behind; sync them with this one.
