@@ -202,8 +202,7 @@ impl Gather {
             (runs, n)
         };
         let mut failed = Vec::new();
-        let runs_written = runs;
-        for (at, pieces) in &runs_written {
+        for (at, pieces) in &runs {
             let at = *at;
             let bufs: Vec<&[u8]> = pieces.iter().map(Piece::bytes).collect();
             let r = match dev {
@@ -214,7 +213,9 @@ impl Gather {
                 failed.push(Failed { error, txgs: pieces.iter().map(|p| p.txg).collect() });
             }
         }
-        drop(runs_written);
+        // The pieces hold references to their chunks: let them go before
+        // deciding which chunks can be reused.
+        drop(runs);
         let mut st = self.st.lock();
         st.inflight.clear();
         // Chunks no piece refers to any more are reused.

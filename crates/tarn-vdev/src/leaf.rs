@@ -541,11 +541,11 @@ impl LeafVdev {
     }
 
     /// Writes out every gathered write. A run that fails counts a write
-    /// error and puts its txgs in the DTL; false if any failed.
-    pub(crate) fn drain_gather(&self) -> bool {
+    /// error and puts its txgs in the DTL (the leaf's next flush then
+    /// fails).
+    pub(crate) fn drain_gather(&self) {
         let dev = self.dev().ok();
         let failed = self.gather.drain(dev.as_deref(), &self.stats);
-        let ok = failed.is_empty();
         for f in failed {
             if dev.is_some() {
                 let _ = self.account(&self.write_errors, Err::<(), _>(VdevError::Dev(f.error)));
@@ -557,7 +557,6 @@ impl LeafVdev {
                 self.note_missed(t);
             }
         }
-        ok
     }
 
     /// Reads at `offset` of the data region of a cache device (L2ARC);
