@@ -142,6 +142,11 @@ impl Daemon {
         }
     }
 
+    /// The names of the pools the cache says to re-import at start.
+    pub fn cached_pool_names(&self) -> Vec<String> {
+        self.cache.lock().pools.iter().map(|p| p.name.clone()).collect()
+    }
+
     /// Re-import the pools recorded in pools.json (at start). Returns log lines.
     pub fn reimport_cached(&self) -> Vec<String> {
         let cached = self.cache.lock().pools.clone();

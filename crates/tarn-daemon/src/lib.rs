@@ -156,8 +156,9 @@ pub fn run(options: DaemonOptions) -> Result<(), String> {
         eprintln!("tarn daemon: {line}");
     }
     let listener = UnixListener::bind(&socket).map_err(|e| format!("cannot listen at {}: {e}", socket.display()))?;
-    // Mounts left by a daemon that died: gone before anything mounts.
-    for line in stale::detach_dead_mounts() {
+    // Mounts of our pools left by a daemon that died: gone before anything
+    // mounts.
+    for line in stale::detach_dead_mounts(&daemon.cached_pool_names()) {
         eprintln!("tarn daemon: {line}");
     }
     for line in daemon.reimport_cached() {

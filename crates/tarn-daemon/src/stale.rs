@@ -6,7 +6,10 @@
 //! before each mount, the daemon finds such mounts — only tarn's, known by
 //! their file system type `fuse.tarn`, and only dead ones: a live mount
 //! of another daemon answers `statfs` and is left alone — and detaches them,
-//! so each dataset mounts exactly once, at its mountpoint.
+//! so each dataset mounts exactly once, at its mountpoint. At start only
+//! the dead mounts of the pools this daemon re-imports go (their source
+//! names the dataset): another daemon's, on another state directory, are
+//! its own to clean up, or go when a mount here needs their place.
 
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -114,11 +117,17 @@ pub fn liveness(path: &Path) -> Liveness {
     }
 }
 
-/// At start: detach every dead tarn mount. Returns log lines.
-pub fn detach_dead_mounts() -> Vec<String> {
+/// The pool a mount's source (`pool/fs`, `pool/fs@snap`) names.
+fn pool_of_source(source: &str) -> &str {
+    source.split(['/', '@']).next().unwrap_or(source)
+}
+
+/// At start: detach every dead tarn mount of the pools in `pools`.
+/// Returns log lines.
+pub fn detach_dead_mounts(pools: &[String]) -> Vec<String> {
     let mut log = Vec::new();
     for entry in tarn_mounts() {
-        if liveness(&entry.path) != Liveness::Dead {
+        if !pools.iter().any(|p| p == pool_of_source(&entry.source)) || liveness(&entry.path) != Liveness::Dead {
             continue;
         }
         match tarn_fuse::detach(&entry.path) {
@@ -183,6 +192,16 @@ mod tests {
         assert_eq!(entries[0], MountEntry { path: "/mnt/a b".into(), fstype: FSTYPE.into(), source: "tank/x".into() });
         assert_eq!(entries[1].fstype, "proc");
         assert_eq!(entries[2].path, PathBuf::from("/x"));
+    }
+
+    #[test]
+    fn a_mount_source_names_its_pool() {
+        assert_eq!(pool_of_source("tank"), "tank");
+        assert_eq!(pool_of_source("tank/home/alice"), "tank");
+        assert_eq!(pool_of_source("tank@snap"), "tank");
+        assert_eq!(pool_of_source("tank/vm@before"), "tank");
+        // Only the mounts of the named pools go: nothing of 'other' here.
+        assert!(detach_dead_mounts(&["no-such-pool-here".into()]).is_empty());
     }
 
     #[test]

@@ -93,6 +93,36 @@ fn sigkill_with_a_writer_then_restart_mounts_each_dataset_once() {
     assert!(out.status.success(), "debug check: {}", String::from_utf8_lossy(&out.stdout));
 }
 
+/// Another daemon (another state directory) starting while this one's
+/// mounts are dead leaves them alone: they are this pool's daemon's to
+/// clean up, and it does when it comes back.
+#[test]
+fn a_daemon_leaves_another_daemons_dead_mounts_alone() {
+    let mut harness = Harness::start();
+    let devices = harness.vdev_files("vdevs", 1, 128 << 20);
+    let root = harness.create_pool("theirs", &[path_str(&devices[0])]);
+    wait_mounted(&root);
+    harness.kill_daemon();
+    assert_eq!(stat_errno(&root), Some(libc::ENOTCONN), "the mount should be dead");
+
+    let mut other = Harness::start();
+    let other_devices = other.vdev_files("vdevs", 1, 128 << 20);
+    let other_root = other.create_pool("ours", &[path_str(&other_devices[0])]);
+    wait_mounted(&other_root);
+    assert_eq!(mounts_at(&root), 1, "another daemon detached a dead mount of a pool it does not have");
+    assert!(!other.daemon_log().contains("detached the dead mount"), "{}", other.daemon_log());
+    other.stop_daemon();
+
+    harness.restart_daemon();
+    wait_mounted(&root);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while mounts_at(&root) != 1 || stat_errno(&root).is_some() {
+        assert!(std::time::Instant::now() < deadline, "{} mounted {} times, statfs {:?}", root.display(), mounts_at(&root), stat_errno(&root));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(harness.daemon_log().contains("detached the dead mount of 'theirs'"), "{}", harness.daemon_log());
+}
+
 #[test]
 fn unusable_mountpoints_name_the_real_cause() {
     let harness = Harness::start();
