@@ -82,7 +82,8 @@ btrfs_stop() {
 
 # ---- tarn
 tarn_pid=""
-tarn_bin="$repo/target/release/tarn"
+# TARN_BIN: another build to measure (an A/B of two commits).
+tarn_bin="${TARN_BIN:-$repo/target/release/tarn}"
 tarn() { "$tarn_bin" --socket "$workdir/tarn.sock" "$@"; }
 tarn_start() {
     [ -x "$tarn_bin" ] || (cd "$repo" && cargo build -j2 --release -p tarn)
