@@ -132,7 +132,8 @@ fn journey(kind: TopKind, devices: usize) {
         for _ in 0..tarn_obj::DEFER_TXGS + 1 {
             pool.sync().unwrap();
         }
-        assert_eq!(fill_big(&fs, b"later", &chunk), 0, "round {round}: more fit after a few txgs");
+        let later = fill_big(&fs, b"later", &chunk);
+        assert_eq!(later, 0, "round {round}: {later} more bytes fit after a few txgs (again: {again} of {written}; {:?})", pool.space());
         // (Created empty, or refused if not even its metadata fitted.)
         match fs.unlink(fs.root_ino(), b"later") {
             Ok(()) => {}

@@ -23,6 +23,10 @@
 //!   the writer syncs txgs and asks again — so a pool emptied by deletes
 //!   takes writes again at once, and `available` is what can be written.
 //!   Only when even that cannot make room is the answer `NoSpace`.
+//! - While a txg is written its blocks have left the free space but its
+//!   charges stay dirty until it publishes: the checks add back what the
+//!   sync allocated since it began, up to the charges it began with
+//!   (`sync_credit`), so the txg is counted once.
 //! - Every change (deletes too) waits at `begin()` while the dirty charges
 //!   reach free space less half the slop: no txg is ever bigger than the
 //!   space it can be written to, so a txg never fails for space.
@@ -208,7 +212,33 @@ impl Shared {
     fn fits(&self, asize: u64, reserve: u64) -> bool {
         let (_, free, _) = self.raw_space();
         let dirty = self.dirty_asize.load(Ordering::Relaxed);
-        free.saturating_sub(reserve).saturating_sub(dirty) >= asize
+        (free + self.sync_credit(free)).saturating_sub(reserve).saturating_sub(dirty) >= asize
+    }
+
+    /// A txg being written takes its blocks out of the free space before
+    /// its charges leave `dirty_asize` (at publish): what it allocated so
+    /// far, up to the charges there were when it began, counts once, not
+    /// twice. Without this a writer checking during a sync saw the pool
+    /// short by up to the whole txg and got `NoSpace` with room to spare.
+    fn sync_credit(&self, free_now: u64) -> u64 {
+        let charge = self.sync_charge_start.load(Ordering::Acquire);
+        if charge == 0 {
+            return 0;
+        }
+        self.sync_free_start.load(Ordering::Acquire).saturating_sub(free_now).min(charge)
+    }
+
+    /// A txg's sync begins (before it allocates anything).
+    pub(crate) fn sync_space_begin(&self) {
+        let (_, free, _) = self.raw_space();
+        self.sync_free_start.store(free, Ordering::Release);
+        self.sync_charge_start.store(self.dirty_asize.load(Ordering::Relaxed), Ordering::Release);
+    }
+
+    /// A txg's sync ends (before its charges are given back, so the credit
+    /// is never counted beside them).
+    pub(crate) fn sync_space_end(&self) {
+        self.sync_charge_start.store(0, Ordering::Release);
     }
 
     /// The check inside a txg before new data is dirtied (see the module
@@ -273,7 +303,7 @@ impl Shared {
             return false;
         }
         let (size, free, _) = self.raw_space();
-        dirty >= free.saturating_sub(slop_bytes(size) / 2)
+        dirty >= (free + self.sync_credit(free)).saturating_sub(slop_bytes(size) / 2)
     }
 
     /// Space as users see it (raw bytes; deflate for user bytes).

@@ -111,3 +111,43 @@ fn destroying_a_dataset_with_unsynced_changes_returns_its_dirty_bytes() {
     assert_eq!(pool.dirty_asize(), 0, "every charge is given back once its txg is written");
     assert!(pool.check().ok());
 }
+
+/// A txg being written has taken its blocks out of the free space while
+/// its charges still count as dirty: a writer checking then must see the
+/// space once, not twice (the full-pool test's spurious ENOSPC).
+#[test]
+fn a_sync_in_progress_does_not_count_its_blocks_twice() {
+    let pool = pool();
+    pool.sync().unwrap();
+    let osid = {
+        let tx = pool.begin();
+        pool.create_objset(&tx).unwrap()
+    };
+    pool.sync().unwrap();
+    let os = pool.open_objset(osid).unwrap();
+    let tx = pool.begin();
+    let id = os.create(&tx, ObjType(30), 131072, &[0; BONUS_LEN]).unwrap();
+    os.write(&tx, id, 0, &vec![7u8; 8 << 20]).unwrap();
+    let s = &pool.shared;
+    let dirty = s.dirty_asize.load(Ordering::Relaxed);
+    let (size, free) = {
+        let t = s.io.alloc.totals();
+        (t.total, t.free)
+    };
+    // Exactly what still fits in this txg (the in-txg check keeps half
+    // the slop).
+    let room = free - crate::space::slop_bytes(size) / 2 - dirty;
+    assert!(s.check_space(room).is_ok());
+    // The sync begins and allocates 4 MiB of what the txg was charged.
+    s.sync_space_begin();
+    let taken = s.io.alloc.lock().alloc(&|_| 4 << 20, &|_| 4096, &[], false).expect("4 MiB free");
+    assert!(s.check_space(room).is_ok(), "the sync's own blocks counted twice");
+    assert!(s.check_space(room + 4096).is_err(), "no more room than before the sync");
+    // Without the credit (no sync under way) the same state is short.
+    s.sync_space_end();
+    assert!(s.check_space(room).is_err());
+    s.io.alloc.lock().unalloc(taken);
+    drop(tx);
+    pool.sync().unwrap();
+    assert!(pool.check().ok());
+}

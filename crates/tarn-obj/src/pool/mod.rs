@@ -93,6 +93,12 @@ pub(crate) struct Shared {
     pub behind: AtomicBool,
     /// Raw space the dirty data may take when written (see space.rs).
     pub dirty_asize: AtomicU64,
+    /// While a txg is written: the free space and the dirty charges when
+    /// its sync began (charge 0: no sync under way). What the sync has
+    /// allocated since is still in `dirty_asize` until it publishes; the
+    /// space checks count it once (space.rs, `sync_credit`).
+    pub sync_free_start: AtomicU64,
+    pub sync_charge_start: AtomicU64,
     pub meta_charges: Mutex<crate::space::MetaCharges>,
     pub dirty_objsets: Mutex<BTreeMap<Txg, HashSet<ObjsetId>>>,
     pub objsets: Mutex<HashMap<ObjsetId, Arc<ObjsetInner>>>,
@@ -292,6 +298,8 @@ impl ObjPool {
             dirty_bytes: AtomicU64::new(0),
             behind: AtomicBool::new(false),
             dirty_asize: AtomicU64::new(0),
+            sync_free_start: AtomicU64::new(0),
+            sync_charge_start: AtomicU64::new(0),
             meta_charges: Mutex::new(Default::default()),
             dirty_objsets: Mutex::new(BTreeMap::new()),
             objsets: Mutex::new(HashMap::new()),

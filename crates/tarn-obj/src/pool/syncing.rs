@@ -30,6 +30,14 @@ pub(crate) struct ObjsetSync {
 
 pub(super) fn sync_txg(s: &Arc<Shared>, stx: &SyncTx) -> Result<Txg> {
     let txg = stx.txg();
+    s.sync_space_begin();
+    let r = sync_txg_inner(s, stx, txg);
+    // (On success already ended, before the charges were given back.)
+    s.sync_space_end();
+    r
+}
+
+fn sync_txg_inner(s: &Arc<Shared>, stx: &SyncTx, txg: Txg) -> Result<Txg> {
     // The txg's writes go out in runs, all of them before the flush below.
     s.io.gather_writes();
     // Checkpoint taken or discarded in this txg: before any free of it.
@@ -159,6 +167,7 @@ pub(super) fn sync_txg(s: &Arc<Shared>, stx: &SyncTx) -> Result<Txg> {
     let ub_devices = crate::vdevs::uberblock_devices(s);
     tarn_vdev::write_uberblock(&ub_devices, &Uberblock { txg, timestamp_ns: now_ns(), pool_guid: guid, payload })?;
     // Publish: trees first, then drop the dirty records they replace.
+    s.sync_space_end();
     *s.root.lock() = RootState { spacemap_head: sm_head, spacemap_records: sm_records, spacemap_blocks: sm_blocks };
     for r in synced.into_iter().chain(std::iter::once(mos_sync)) {
         publish(s, r, txg);
