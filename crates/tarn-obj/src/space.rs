@@ -152,7 +152,9 @@ impl Shared {
 
     pub(crate) fn undirty(&self, c: Charge) {
         let _ = self.dirty_bytes.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| Some(v.saturating_sub(c.bytes)));
-        let _ = self.dirty_asize.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| Some(v.saturating_sub(c.asize)));
+        // Release: a checker that sees the charge gone sees the sync's
+        // credit ended too (`sync_space_end` comes first).
+        let _ = self.dirty_asize.fetch_update(Ordering::Release, Ordering::Relaxed, |v| Some(v.saturating_sub(c.asize)));
     }
 
     /// Dnode `id` of object set `os` is dirty in `txg`: its dnode block is
@@ -190,7 +192,7 @@ impl Shared {
         let done: Vec<Txg> = m.asize.range(..=txg).map(|(&t, _)| t).collect();
         for t in done {
             let asize = m.asize.remove(&t).unwrap_or(0);
-            let _ = self.dirty_asize.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| Some(v.saturating_sub(asize)));
+            let _ = self.dirty_asize.fetch_update(Ordering::Release, Ordering::Relaxed, |v| Some(v.saturating_sub(asize)));
         }
         let done: Vec<Txg> = m.blocks.range(..=txg).map(|(&t, _)| t).collect();
         for t in done {
@@ -210,8 +212,9 @@ impl Shared {
     /// reserving ahead, half of it for the check inside the txg (other
     /// writers may have reserved meanwhile).
     fn fits(&self, asize: u64, reserve: u64) -> bool {
+        // The charges first (Acquire), then the credit: see `sync_credit`.
+        let dirty = self.dirty_asize.load(Ordering::Acquire);
         let (_, free, _) = self.raw_space();
-        let dirty = self.dirty_asize.load(Ordering::Relaxed);
         (free + self.sync_credit(free)).saturating_sub(reserve).saturating_sub(dirty) >= asize
     }
 
@@ -220,23 +223,38 @@ impl Shared {
     /// far, up to the charges there were when it began, counts once, not
     /// twice. Without this a writer checking during a sync saw the pool
     /// short by up to the whole txg and got `NoSpace` with room to spare.
+    /// Space taken meanwhile outside the sync (intent-log blocks, charged
+    /// to nothing) is not the sync's and earns no credit. Callers load
+    /// `dirty_asize` (Acquire) before calling this: the credit ends before
+    /// the charges are given back, so a charge seen gone means the credit
+    /// is seen ended.
     fn sync_credit(&self, free_now: u64) -> u64 {
         let charge = self.sync_charge_start.load(Ordering::Acquire);
         if charge == 0 {
             return 0;
         }
-        self.sync_free_start.load(Ordering::Acquire).saturating_sub(free_now).min(charge)
+        let taken = self.sync_free_start.load(Ordering::Acquire).saturating_sub(free_now);
+        taken.saturating_sub(self.sync_other_alloc.load(Ordering::Acquire)).min(charge)
     }
 
-    /// A txg's sync begins (before it allocates anything).
+    /// A txg's sync begins, before it allocates anything: called with the
+    /// txg switch's write lock held, so no writer of the next txg has
+    /// charged anything yet.
     pub(crate) fn sync_space_begin(&self) {
         let (_, free, _) = self.raw_space();
+        self.sync_other_alloc.store(0, Ordering::Release);
         self.sync_free_start.store(free, Ordering::Release);
-        self.sync_charge_start.store(self.dirty_asize.load(Ordering::Relaxed), Ordering::Release);
+        self.sync_charge_start.store(self.dirty_asize.load(Ordering::Acquire), Ordering::Release);
+    }
+
+    /// Space taken outside the sync while it runs (intent-log blocks):
+    /// called under the allocator's lock, right after the allocation.
+    pub(crate) fn note_other_alloc(&self, bytes: u64) {
+        self.sync_other_alloc.fetch_add(bytes, Ordering::AcqRel);
     }
 
     /// A txg's sync ends (before its charges are given back, so the credit
-    /// is never counted beside them).
+    /// is never counted beside them; also when the sync fails or panics).
     pub(crate) fn sync_space_end(&self) {
         self.sync_charge_start.store(0, Ordering::Release);
     }
@@ -298,7 +316,7 @@ impl Shared {
     /// Should a new transaction wait for the txg to sync because the dirty
     /// charges have reached what free space can take (less half the slop)?
     pub(crate) fn space_full(&self) -> bool {
-        let dirty = self.dirty_asize.load(Ordering::Relaxed);
+        let dirty = self.dirty_asize.load(Ordering::Acquire);
         if dirty == 0 {
             return false;
         }

@@ -143,6 +143,15 @@ fn a_sync_in_progress_does_not_count_its_blocks_twice() {
     let taken = s.io.alloc.lock().alloc(&|_| 4 << 20, &|_| 4096, &[], false).expect("4 MiB free");
     assert!(s.check_space(room).is_ok(), "the sync's own blocks counted twice");
     assert!(s.check_space(room + 4096).is_err(), "no more room than before the sync");
+    // An intent-log block taken meanwhile is not the sync's: it takes its
+    // room away, credit or not.
+    let log = crate::zil::alloc::alloc_extents(s, 1 << 20, 1, crate::zil::VdevClass::Normal, true, tx.txg()).unwrap();
+    let log_bytes: u64 = log.iter().map(|e| e.len).sum();
+    assert!(s.check_space(room).is_err(), "a log block hidden by the sync's credit");
+    assert!(s.check_space(room - log_bytes).is_ok());
+    for e in log {
+        s.io.alloc.lock().return_held(e);
+    }
     // Without the credit (no sync under way) the same state is short.
     s.sync_space_end();
     assert!(s.check_space(room).is_err());

@@ -99,6 +99,8 @@ pub(crate) struct Shared {
     /// space checks count it once (space.rs, `sync_credit`).
     pub sync_free_start: AtomicU64,
     pub sync_charge_start: AtomicU64,
+    /// Space taken outside the sync since it began (intent-log blocks).
+    pub sync_other_alloc: AtomicU64,
     pub meta_charges: Mutex<crate::space::MetaCharges>,
     pub dirty_objsets: Mutex<BTreeMap<Txg, HashSet<ObjsetId>>>,
     pub objsets: Mutex<HashMap<ObjsetId, Arc<ObjsetInner>>>,
@@ -300,6 +302,7 @@ impl ObjPool {
             dirty_asize: AtomicU64::new(0),
             sync_free_start: AtomicU64::new(0),
             sync_charge_start: AtomicU64::new(0),
+            sync_other_alloc: AtomicU64::new(0),
             meta_charges: Mutex::new(Default::default()),
             dirty_objsets: Mutex::new(BTreeMap::new()),
             objsets: Mutex::new(HashMap::new()),

@@ -68,6 +68,8 @@ pub(crate) fn sync_once(s: &Arc<Shared>) -> Result<Txg> {
         let _w = s.txg_lock.write();
         let t = s.open_txg.load(Ordering::Acquire);
         s.open_txg.store(t + 1, Ordering::Release);
+        // Before the next txg takes any charge (space.rs, `sync_credit`).
+        s.sync_space_begin();
         t
     };
     // On failure the caller suspends the pool; nothing of this txg is on disk.

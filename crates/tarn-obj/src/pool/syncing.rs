@@ -30,11 +30,16 @@ pub(crate) struct ObjsetSync {
 
 pub(super) fn sync_txg(s: &Arc<Shared>, stx: &SyncTx) -> Result<Txg> {
     let txg = stx.txg();
-    s.sync_space_begin();
-    let r = sync_txg_inner(s, stx, txg);
-    // (On success already ended, before the charges were given back.)
-    s.sync_space_end();
-    r
+    // The credit began in `sync_once` (space.rs); it ends before publish
+    // on success, and here on any other way out, a panic included.
+    struct EndCredit<'a>(&'a Shared);
+    impl Drop for EndCredit<'_> {
+        fn drop(&mut self) {
+            self.0.sync_space_end();
+        }
+    }
+    let _end = EndCredit(s);
+    sync_txg_inner(s, stx, txg)
 }
 
 fn sync_txg_inner(s: &Arc<Shared>, stx: &SyncTx, txg: Txg) -> Result<Txg> {

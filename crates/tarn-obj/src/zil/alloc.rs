@@ -76,6 +76,7 @@ pub(crate) fn alloc_extents(s: &Shared, psize: u64, copies: u8, class: VdevClass
         let Some(e) = placed else { break };
         a.hold_back(e);
         got.push(e);
+        // On a log vdev: not pool space, nothing to tell the space checks.
         if fresh.len() <= 1 {
             break;
         }
@@ -85,6 +86,8 @@ pub(crate) fn alloc_extents(s: &Shared, psize: u64, copies: u8, class: VdevClass
         let Some(e) = a.alloc(&size_of, &sector_of, &avoid, metadata) else { break };
         // Hold the record back (see the module doc).
         a.hold_back(e);
+        // Not the sync's: no credit for it while a txg is written.
+        s.note_other_alloc(e.len);
         got.push(e);
     }
     if got.len() < n || got.iter().any(|e| e.len > u32::MAX as u64) {

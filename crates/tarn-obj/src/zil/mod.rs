@@ -51,7 +51,7 @@ use tarn_block::{BlockPtr, Extent};
 use crate::pool::Shared;
 use crate::{ObjError, ObjectSet, ObjsetId, Result, Tx, Txg};
 
-mod alloc;
+pub(crate) mod alloc;
 mod claim;
 pub mod format;
 mod indirect;
