@@ -12,7 +12,7 @@
 //! emptied when the daemon gives memory back (after an export, an ARC
 //! shrink) and when it has not been used for `IDLE_DRAIN`.
 //!
-//! Which allocations: sizes `MIN_CACHED..=MAX_CACHED` (32 KiB–4 MiB) with alignment at
+//! Which allocations: sizes `MIN_CACHED..=MAX_CACHED` (16 KiB–4 MiB) with alignment at
 //! most 16 (what mimalloc guarantees for any allocation). They are
 //! rounded up to a size class (quarter octaves: at most 25% more than
 //! asked), so a freed buffer serves any later request of its class.
@@ -36,8 +36,9 @@ use libmimalloc_sys::{mi_free, mi_malloc, mi_malloc_aligned, mi_realloc_aligned,
 
 /// Smallest allocation kept (smaller ones live in mimalloc's small
 /// pages, which stay in use; a 128 KiB block read from a raidz1 of 4
-/// comes in columns of about 43 KiB).
-pub const MIN_CACHED: usize = 32 << 10;
+/// comes in columns of about 43 KiB; a volume's 16 KiB blocks, each
+/// NBD write's buffer, are the smallest that came back as fresh pages).
+pub const MIN_CACHED: usize = 16 << 10;
 /// Largest allocation kept.
 pub const MAX_CACHED: usize = 4 << 20;
 /// Bytes the cache holds at most: enough for the buffers of about 16 NFS
@@ -47,9 +48,9 @@ pub const CAP: usize = 32 << 20;
 pub const IDLE_DRAIN: Duration = Duration::from_secs(1);
 /// mimalloc's alignment of every allocation (MI_MAX_ALIGN_SIZE).
 const NATURAL_ALIGN: usize = 16;
-/// Quarter-octave classes from 2^15 to 2^22; indices 0–2 are unused
-/// (`class_of` numbers 32 KiB as class 3).
-const CLASSES: usize = 32;
+/// Quarter-octave classes from 2^14 to 2^22; indices 0–2 are unused
+/// (`class_of` numbers 16 KiB as class 3).
+const CLASSES: usize = 36;
 
 /// The class index and class size of `size` (`MIN_CACHED..=MAX_CACHED`):
 /// the smallest `2^k + j·2^(k-2)` (j = 1..=4) not below `size`.
@@ -58,7 +59,7 @@ pub fn class_of(size: usize) -> (usize, usize) {
     let k = (usize::BITS - 1 - (size - 1).leading_zeros()) as usize; // 2^k < size <= 2^(k+1)
     let step = 1usize << (k - 2);
     let j = (size - (1 << k)).div_ceil(step);
-    ((k - 14) * 4 + (j - 1), (1 << k) + j * step)
+    ((k - 13) * 4 + (j - 1), (1 << k) + j * step)
 }
 
 fn cachable(layout: &Layout) -> bool {
