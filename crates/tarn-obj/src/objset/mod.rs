@@ -65,7 +65,9 @@ pub(crate) struct TxgDirty {
 
 pub(crate) struct DnodeState {
     pub committed: DnodePhys,
-    pub dirty: BTreeMap<Txg, TxgDirty>,
+    /// Boxed: a map node holds room for 11 entries, and most dnodes have
+    /// one dirty txg at a time (a node of 11 inline records was 4 KiB).
+    pub dirty: BTreeMap<Txg, Box<TxgDirty>>,
 }
 
 impl DnodeState {
@@ -407,7 +409,7 @@ impl ObjectSet {
                 None if st.dirty.is_empty() => st.attrs(),
                 None => Attrs::of(&st.committed),
             };
-            st.dirty.insert(txg, TxgDirty { blocks: BTreeMap::new(), frees: Vec::new(), attrs, freed: false, charge: Charge::default(), raw: BTreeMap::new(), shape: None });
+            st.dirty.insert(txg, Box::new(TxgDirty { blocks: BTreeMap::new(), frees: Vec::new(), attrs, freed: false, charge: Charge::default(), raw: BTreeMap::new(), shape: None }));
             self.inner.dirty.lock().entry(txg).or_default().insert(dn.id, dn.clone());
             self.shared.note_dirty_objset(txg, self.inner.id);
             let meta_copies = self.shared.meta_spec(self.copies()).copies;
