@@ -89,8 +89,8 @@ fn a_syncing_operation_with_another_txgs_transaction_is_an_assertion() {
     stx.check();
 }
 
-#[test]
-fn destroying_a_dataset_with_unsynced_changes_returns_its_dirty_bytes() {
+/// A pool with one object set, created and written out.
+fn pool_with_objset() -> (Arc<ObjPool>, ObjsetId, ObjectSet) {
     let pool = pool();
     pool.sync().unwrap();
     let osid = {
@@ -99,6 +99,12 @@ fn destroying_a_dataset_with_unsynced_changes_returns_its_dirty_bytes() {
     };
     pool.sync().unwrap();
     let os = pool.open_objset(osid).unwrap();
+    (pool, osid, os)
+}
+
+#[test]
+fn destroying_a_dataset_with_unsynced_changes_returns_its_dirty_bytes() {
+    let (pool, osid, os) = pool_with_objset();
     {
         let tx = pool.begin();
         let id = os.create(&tx, ObjType(30), 131072, &[0; BONUS_LEN]).unwrap();
@@ -117,14 +123,7 @@ fn destroying_a_dataset_with_unsynced_changes_returns_its_dirty_bytes() {
 /// space once, not twice (the full-pool test's spurious ENOSPC).
 #[test]
 fn a_sync_in_progress_does_not_count_its_blocks_twice() {
-    let pool = pool();
-    pool.sync().unwrap();
-    let osid = {
-        let tx = pool.begin();
-        pool.create_objset(&tx).unwrap()
-    };
-    pool.sync().unwrap();
-    let os = pool.open_objset(osid).unwrap();
+    let (pool, _, os) = pool_with_objset();
     let tx = pool.begin();
     let id = os.create(&tx, ObjType(30), 131072, &[0; BONUS_LEN]).unwrap();
     os.write(&tx, id, 0, &vec![7u8; 8 << 20]).unwrap();
