@@ -116,6 +116,24 @@ impl FileDevice {
         self.direct_ok.load(Ordering::Relaxed)
     }
 
+    /// Writes aligned `bufs` through the `O_DIRECT` descriptor (pwritev2
+    /// with `flags`). None when the caller must go through the page cache
+    /// instead: no direct descriptor, direct I/O refused (EINVAL: off from
+    /// now on, a file system without direct I/O for writes), or `flags`
+    /// not known to the kernel (EOPNOTSUPP, ENOSYS).
+    fn write_direct(&self, bufs: &[&[u8]], offset: u64, flags: libc::c_int) -> Option<Result<()>> {
+        let direct = self.direct.as_ref().filter(|_| self.writes_direct())?;
+        match pwritev_all(direct, bufs, offset, flags) {
+            Ok(()) => Some(Ok(())),
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                self.direct_ok.store(false, Ordering::Relaxed);
+                None
+            }
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::ENOSYS)) => None,
+            Err(e) => Some(Err(self.io_err("write", offset, e))),
+        }
+    }
+
     fn io_err(&self, op: &'static str, offset: u64, source: std::io::Error) -> DevError {
         DevError::Io { path: self.path.clone(), op, offset, source }
     }
@@ -150,7 +168,7 @@ impl Device for FileDevice {
         // page to copy and write back first), through an aligned copy when
         // the caller's buffer is not aligned.
         let aligned = offset.is_multiple_of(DIRECT_ALIGN as u64) && buf.len().is_multiple_of(DIRECT_ALIGN) && !buf.is_empty();
-        if let Some(direct) = self.direct.as_ref().filter(|_| aligned && self.writes_direct()) {
+        if aligned && self.writes_direct() {
             let bounce;
             let data = if (buf.as_ptr() as usize).is_multiple_of(DIRECT_ALIGN) {
                 buf
@@ -158,13 +176,8 @@ impl Device for FileDevice {
                 bounce = AlignedBuf::copy_of(buf);
                 bounce.as_slice()
             };
-            match pwritev_all(direct, &[data], offset, libc::RWF_DSYNC) {
-                Ok(()) => return Ok(()),
-                // Refused direct I/O: through the page cache from now on.
-                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => self.direct_ok.store(false, Ordering::Relaxed),
-                // No RWF_DSYNC: the buffered path below falls back.
-                Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::ENOSYS)) => {}
-                Err(e) => return Err(self.io_err("write", offset, e)),
+            if let Some(done) = self.write_direct(&[data], offset, libc::RWF_DSYNC) {
+                return done;
             }
         }
         match pwritev_all(&self.file, &[buf], offset, libc::RWF_DSYNC) {
@@ -184,13 +197,9 @@ impl Device for FileDevice {
         check_range(&self.path, offset, total, self.size)?;
         let aligned = offset.is_multiple_of(DIRECT_ALIGN as u64)
             && bufs.iter().all(|b| b.len().is_multiple_of(DIRECT_ALIGN) && (b.as_ptr() as usize).is_multiple_of(DIRECT_ALIGN));
-        if let Some(direct) = self.direct.as_ref().filter(|_| aligned && self.writes_direct()) {
-            match pwritev_all(direct, bufs, offset, 0) {
-                Ok(()) => return Ok(()),
-                // Refused (a file system without direct I/O for writes):
-                // through the page cache from now on.
-                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => self.direct_ok.store(false, Ordering::Relaxed),
-                Err(e) => return Err(self.io_err("write", offset, e)),
+        if aligned && self.writes_direct() {
+            if let Some(done) = self.write_direct(bufs, offset, 0) {
+                return done;
             }
         }
         pwritev_all(&self.file, bufs, offset, 0).map_err(|e| self.io_err("write", offset, e))
