@@ -5,6 +5,7 @@
 //! enable = true
 //! listen = "0.0.0.0:2049"     # MOUNT and NFS on this one TCP address
 //! hosts = ["192.168.1.0/24"]  # who `sharenfs=on` is for (default "*", everyone)
+//! busy_poll_us = 100          # a one-call-at-a-time client's connection polls this long (0: off)
 //!
 //! [smb]
 //! enable = true               # the daemon runs its own smbd (Debian's `samba`)
@@ -31,11 +32,18 @@ pub struct NfsConfig {
     pub listen: SocketAddr,
     /// Hosts `sharenfs=on` is read-write for.
     pub hosts: HostList,
+    /// Microseconds a connection polls for the next call (tarn-nfs `server.rs`).
+    pub busy_poll_us: u64,
 }
 
 impl Default for NfsConfig {
     fn default() -> NfsConfig {
-        NfsConfig { enable: true, listen: "0.0.0.0:2049".parse().expect("literal"), hosts: HostList::everyone() }
+        NfsConfig {
+            enable: true,
+            listen: "0.0.0.0:2049".parse().expect("literal"),
+            hosts: HostList::everyone(),
+            busy_poll_us: tarn_nfs::BUSY_POLL_US,
+        }
     }
 }
 
@@ -100,7 +108,14 @@ pub fn parse_nfs(table: &toml::Table) -> Result<NfsConfig, String> {
                 let items = strings("nfs", key, value)?;
                 config.hosts = HostList::from_items(&items).map_err(|e| format!("[nfs] hosts: {e}"))?;
             }
-            _ => return Err(format!("unknown key '{key}' in [nfs] (known: enable, listen, hosts)")),
+            "busy_poll_us" => {
+                config.busy_poll_us = value
+                    .as_integer()
+                    .filter(|us| (0..=10_000).contains(us))
+                    .ok_or_else(|| format!("[nfs] busy_poll_us: '{value}' is not a number of microseconds from 0 to 10000"))?
+                    as u64;
+            }
+            _ => return Err(format!("unknown key '{key}' in [nfs] (known: enable, listen, hosts, busy_poll_us)")),
         }
     }
     Ok(config)
@@ -207,14 +222,14 @@ mod tests {
     #[test]
     fn nfs_and_smb_tables() {
         let config = parse_config(
-            "[nfs]\nlisten = \"127.0.0.1:12049\"\nhosts = [\"192.168.1.0/24\", \"127.0.0.1\"]\n\
+            "[nfs]\nlisten = \"127.0.0.1:12049\"\nhosts = [\"192.168.1.0/24\", \"127.0.0.1\"]\nbusy_poll_us = 0\n\
              [smb]\nenable = true\nlisten = [\"127.0.0.1:4455\", \"lo\"]\n\"hosts allow\" = \"127. 192.168.1.\"\n\
              hosts_deny = [\"ALL\"]\nserver_min_protocol = \"smb3\"\nworkgroup = \"HOME\"\n",
         )
         .unwrap();
         let nfs = config.nfs.unwrap();
         assert_eq!(nfs.listen, "127.0.0.1:12049".parse().unwrap());
-        assert_eq!(nfs.hosts.0.len(), 2);
+        assert_eq!((nfs.hosts.0.len(), nfs.busy_poll_us), (2, 0));
         let smb = config.smb;
         assert!(smb.enable);
         assert_eq!((smb.port, smb.interfaces.clone()), (4455, vec!["127.0.0.1".to_string(), "lo".to_string()]));
@@ -223,7 +238,8 @@ mod tests {
         assert_eq!((smb.server_min_protocol.as_str(), smb.workgroup.as_str()), ("SMB3", "HOME"));
         let empty = parse_config("").unwrap();
         assert!(empty.nfs.is_none() && !empty.smb.enable);
-        assert_eq!(parse_config("[nfs]\n").unwrap().nfs.unwrap().listen.to_string(), "0.0.0.0:2049");
+        let default = parse_config("[nfs]\n").unwrap().nfs.unwrap();
+        assert_eq!((default.listen.to_string(), default.busy_poll_us), ("0.0.0.0:2049".to_string(), tarn_nfs::BUSY_POLL_US));
     }
 
     #[test]
@@ -232,6 +248,8 @@ mod tests {
             ("[nfs]\nlisten = \"2049\"", "listen"),
             ("[nfs]\nhosts = [\"@staff\"]", "hosts"),
             ("[nfs]\nport = 1", "port"),
+            ("[nfs]\nbusy_poll_us = -1", "busy_poll_us"),
+            ("[nfs]\nbusy_poll_us = \"fast\"", "busy_poll_us"),
             ("[smb]\nlisten = [\"127.0.0.1:1\", \"127.0.0.2:2\"]", "one port"),
             ("[smb]\nlisten = \"a b\"", "listen"),
             ("[smb]\nhosts_allow = \"1.2.3.4;x\"", "hosts allow"),

@@ -164,6 +164,7 @@ impl Shares {
         if let Some(nfs) = self.nfs_config.as_ref().filter(|n| n.enable) {
             let server = tarn_nfs::NfsServer::start_held(nfs.listen, fresh_seed())
                 .map_err(|e| format!("NFS server: cannot listen on {}: {e}", nfs.listen))?;
+            server.set_busy_poll_us(nfs.busy_poll_us);
             log.push(format!("NFS server listening on {} (MOUNT and NFS v3); exports follow sharenfs", server.local_addr()));
             *self.nfs_server.lock() = Some(server);
         }

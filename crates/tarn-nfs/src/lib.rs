@@ -49,11 +49,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 
 pub use exports::{Export, ExportInfo};
 pub use handle::{HANDLE_LEN, HANDLE_VERSION};
 pub use rpc::MAX_RECORD;
+pub use server::BUSY_POLL_US;
 
 /// A running NFS server (MOUNT v3 + NFS v3, and PMAP GETPORT for itself,
 /// on one TCP port).
@@ -96,16 +97,15 @@ impl NfsServer {
         let local = std_listener.local_addr()?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
-            .max_blocking_threads(server::WORKERS + 8)
             .thread_name("tarn-nfs")
             .enable_all()
             .build()?;
-        let shared = Arc::new(server::Shared {
-            table: RwLock::new(Arc::new(exports::Table::default())),
-            verifier: std::sync::atomic::AtomicU64::new(u64::from_be_bytes(verifier(verifier_seed))),
-            workers: Arc::new(tokio::sync::Semaphore::new(server::WORKERS)),
-            port: local.port(),
-        });
+        let shared = Arc::new(server::Shared::new(
+            exports::Table::default(),
+            u64::from_be_bytes(verifier(verifier_seed)),
+            server::Calls::start()?,
+            local.port(),
+        ));
         let listener = {
             let _guard = runtime.enter();
             tokio::net::TcpListener::from_std(std_listener)?
@@ -113,6 +113,12 @@ impl NfsServer {
         let gate = Arc::new(tokio::sync::Semaphore::new(0));
         runtime.spawn(server::accept_loop(listener, shared.clone(), gate.clone()));
         Ok(NfsServer { shared, runtime: Mutex::new(Some(runtime)), local, gate, gate_opened: std::sync::atomic::AtomicBool::new(false) })
+    }
+
+    /// How long a connection with one call at a time polls for its next
+    /// call before it sleeps (`[nfs] busy_poll_us`; 0: never).
+    pub fn set_busy_poll_us(&self, us: u64) {
+        self.shared.busy_poll_us.store(us, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Start accepting connections (a no-op after the first call).
@@ -168,6 +174,8 @@ impl NfsServer {
             } else {
                 rt.shutdown_timeout(Duration::from_secs(5));
             }
+            // No connection is left to queue calls; let the running ones end.
+            self.shared.calls.drain(Duration::from_secs(5));
         }
     }
 }

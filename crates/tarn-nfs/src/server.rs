@@ -1,28 +1,44 @@
-//! Connections: tokio tasks for the network, a bounded pool of blocking
-//! workers for tarn-fs.
+//! Connections: tokio tasks for the network, a fixed set of threads for
+//! tarn-fs.
 //!
 //! Why tokio: an idle or slow client costs a parked task, not a thread,
 //! and a connection's reader, its calls and its replies run independently,
 //! so replies go out in completion order (clients match them by xid) and
 //! a client that stops reading its replies stalls only its own calls.
-//! tarn-fs is synchronous and blocks on I/O and txg syncs (COMMIT), so
-//! each call runs under `block_in_place` (the runtime moves the thread's
-//! other tasks to another thread while it blocks), at most `WORKERS` at
-//! once across all connections. The thread that ran a call also writes
-//! its reply when the socket takes it at once (`Replies::send`): no
-//! thread hand-off on a call's way (there were three, with
-//! `spawn_blocking` and a writer task; at one call in flight that doubled
-//! the time of a CREATE or REMOVE, docs/benchmarks.md); a reply the
+//! tarn-fs is synchronous and blocks on I/O and on durable log writes
+//! (COMMIT, stable WRITE, namespace changes), so calls run on `WORKERS`
+//! threads of their own (`Calls`), fed by one queue: handing a call over
+//! is one queue push and, when a thread is idle, one wake-up. (Calls ran
+//! under `block_in_place` until 2026-11-29; that hands the runtime's core
+//! to another thread on every call, and the wake-ups it took cost more
+//! CPU than the call at 4 KiB, docs/benchmarks.md.) The thread that ran a
+//! call also writes its reply when the socket takes it at once
+//! (`Replies::send`): no further hand-off on a call's way; a reply the
 //! socket cannot take now is written by a task, so no call ever waits on
 //! a client.
+//!
+//! Busy polling: on a virtual machine a wake-up of an idle CPU costs tens
+//! of microseconds (measured here: a 4 KiB TCP ping-pong over loopback
+//! makes 17,000 round trips a second between two CPUs, 37,000 when the
+//! server polls its socket instead of sleeping), so a client with one call
+//! at a time waits mostly on wake-ups. A connection with at most one call
+//! in flight polls its socket for the next call for up to `busy_poll_us`
+//! (`[nfs] busy_poll_us`, 0 turns it off; the idea of Linux's
+//! `net.core.busy_read`) before it sleeps, yielding the CPU between polls;
+//! one connection at a time polls, so with many active connections no
+//! runtime thread is held by one of them.
 //!
 //! Memory bound per connection: at most `IN_FLIGHT` calls are read and
 //! not yet answered; each record is at most `rpc::MAX_RECORD`, each reply
 //! at most about 1 MiB (READ, READDIR are capped), so a connection holds
-//! at most `IN_FLIGHT` × ~2 MiB whatever the client sends.
+//! at most `IN_FLIGHT` × ~2 MiB whatever the client sends, plus its
+//! 64 KiB read buffer.
 
 use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use parking_lot::RwLock;
 use std::io;
@@ -39,13 +55,77 @@ use crate::rpc::{read_record, reply, write_record, Record, Status};
 pub const WORKERS: usize = 32;
 /// Calls read and not yet answered, per connection.
 pub const IN_FLIGHT: usize = 16;
+/// `[nfs] busy_poll_us` when the config does not say.
+pub const BUSY_POLL_US: u64 = 100;
 
 pub struct Shared {
     pub table: RwLock<Arc<Table>>,
     /// The write verifier (`lib.rs`'s `verifier` of the current seed).
-    pub verifier: std::sync::atomic::AtomicU64,
-    pub workers: Arc<Semaphore>,
+    pub verifier: AtomicU64,
+    pub calls: Calls,
     pub port: u16,
+    /// How long a connection polls for its next call; 0: never.
+    pub busy_poll_us: AtomicU64,
+    /// A connection is polling (one at a time).
+    polling: AtomicBool,
+}
+
+impl Shared {
+    pub fn new(table: Table, verifier: u64, calls: Calls, port: u16) -> Shared {
+        Shared {
+            table: RwLock::new(Arc::new(table)),
+            verifier: AtomicU64::new(verifier),
+            calls,
+            port,
+            busy_poll_us: AtomicU64::new(BUSY_POLL_US),
+            polling: AtomicBool::new(false),
+        }
+    }
+}
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// The threads that run calls in tarn-fs: `WORKERS` of them, fed by one
+/// queue. They end once the queue's sender (this) is dropped.
+pub struct Calls {
+    tx: crossbeam_channel::Sender<Job>,
+    /// Calls queued or running.
+    pending: Arc<AtomicUsize>,
+}
+
+impl Calls {
+    pub fn start() -> io::Result<Calls> {
+        let (tx, rx) = crossbeam_channel::unbounded::<Job>();
+        let pending = Arc::new(AtomicUsize::new(0));
+        for i in 0..WORKERS {
+            let (rx, pending) = (rx.clone(), pending.clone());
+            std::thread::Builder::new().name(format!("tarn-nfs-call{i}")).spawn(move || {
+                while let Ok(job) = rx.recv() {
+                    job();
+                    pending.fetch_sub(1, Ordering::AcqRel);
+                }
+            })?;
+        }
+        Ok(Calls { tx, pending })
+    }
+
+    /// Queues `job`; false once the threads are gone.
+    fn run(&self, job: Job) -> bool {
+        self.pending.fetch_add(1, Ordering::AcqRel);
+        if self.tx.send(job).is_err() {
+            self.pending.fetch_sub(1, Ordering::AcqRel);
+            return false;
+        }
+        true
+    }
+
+    /// Waits until no call is queued or running, at most `limit`.
+    pub fn drain(&self, limit: Duration) {
+        let start = Instant::now();
+        while self.pending.load(Ordering::Acquire) > 0 && start.elapsed() < limit {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
 }
 
 /// Accepts connections once `gate` has a permit (`NfsServer::serve_now`);
@@ -128,11 +208,20 @@ fn try_write(wr: &OwnedWriteHalf, rec: &Record) -> io::Result<usize> {
 
 async fn serve(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
     let client = peer.ip().to_canonical();
-    let (mut rd, wr) = stream.into_split();
+    let fd = stream.as_raw_fd();
+    let (rd, wr) = stream.into_split();
+    // Small calls come whole, and calls a client pipelines come several
+    // at a time, from one read; a 1 MiB WRITE's body bypasses the buffer.
+    let mut rd = tokio::io::BufReader::with_capacity(64 << 10, rd);
     let replies = Arc::new(Replies { wr: Arc::new(tokio::sync::Mutex::new(wr)), rt: tokio::runtime::Handle::current() });
     let in_flight = Arc::new(Semaphore::new(IN_FLIGHT));
     loop {
         let Ok(permit) = in_flight.clone().acquire_owned().await else { break };
+        // At most one call in flight (the one just handed over) and
+        // nothing buffered: a client waiting on each reply.
+        if rd.buffer().is_empty() && in_flight.available_permits() + 2 >= IN_FLIGHT {
+            busy_poll(fd, &shared);
+        }
         let record = match read_record(&mut rd).await {
             Ok(Some(r)) => r,
             // End of stream, an oversized record, or a broken one: close.
@@ -142,30 +231,25 @@ async fn serve(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
             break; // no xid and message type: nothing to answer
         }
         let xid = u32::from_be_bytes([record[0], record[1], record[2], record[3]]);
-        let shared = shared.clone();
         let replies = replies.clone();
-        tokio::spawn(async move {
-            let Ok(worker) = shared.workers.clone().acquire_owned().await else { return };
-            let table = shared.table.read().clone();
-            let (verifier, port) = (shared.verifier.load(std::sync::atomic::Ordering::Acquire).to_be_bytes(), shared.port);
-            let call = move || {
-                let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    crate::dispatch::handle(&record, &table, client, verifier, port)
-                }));
-                drop(worker);
-                let rec = match out {
-                    Ok(Some(rec)) => rec,
-                    Ok(None) => return,
-                    // A procedure panicked: a bug, answered as SYSTEM_ERR so the
-                    // client does not wait forever; the server keeps running.
-                    Err(_) => reply(xid, Status::SystemErr, None),
-                };
-                replies.send(rec, permit);
+        let table = shared.table.read().clone();
+        let (verifier, port) = (shared.verifier.load(Ordering::Acquire).to_be_bytes(), shared.port);
+        let call = move || {
+            let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                crate::dispatch::handle(&record, &table, client, verifier, port)
+            }));
+            let rec = match out {
+                Ok(Some(rec)) => rec,
+                Ok(None) => return,
+                // A procedure panicked: a bug, answered as SYSTEM_ERR so the
+                // client does not wait forever; the server keeps running.
+                Err(_) => reply(xid, Status::SystemErr, None),
             };
-            // On this thread: the runtime hands this worker's other tasks
-            // to another thread, and no thread waits for this one.
-            tokio::task::block_in_place(call);
-        });
+            replies.send(rec, permit);
+        };
+        if !shared.calls.run(Box::new(call)) {
+            break;
+        }
     }
     // Every call answered (each gives its permit back once its reply is
     // written), then the write side is closed.
@@ -174,3 +258,26 @@ async fn serve(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
     let _ = wr.shutdown().await;
 }
 
+/// Polls socket `fd` until it has bytes to read (or is closed), at most
+/// `busy_poll_us`, yielding the CPU between polls; returns at once when
+/// another connection is polling (module doc).
+fn busy_poll(fd: std::os::fd::RawFd, shared: &Shared) {
+    let limit = shared.busy_poll_us.load(Ordering::Relaxed);
+    if limit == 0 || shared.polling.swap(true, Ordering::Acquire) {
+        return;
+    }
+    let start = Instant::now();
+    let mut byte = 0u8;
+    while start.elapsed() < Duration::from_micros(limit) {
+        // SAFETY: `fd` is the connection's open socket (the caller holds
+        // its read half); one byte is peeked into `byte`, nothing is consumed.
+        let n = unsafe {
+            libc::recv(fd, (&mut byte as *mut u8).cast(), 1, libc::MSG_PEEK | libc::MSG_DONTWAIT)
+        };
+        if n >= 0 || std::io::Error::last_os_error().kind() != io::ErrorKind::WouldBlock {
+            break; // data, end of stream, or an error the read will see
+        }
+        std::thread::yield_now();
+    }
+    shared.polling.store(false, Ordering::Release);
+}
