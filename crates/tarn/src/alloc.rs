@@ -22,7 +22,11 @@
 //! - A cached allocation's real size is its class size, whoever asked:
 //!   `alloc` and `realloc` hand out class-sized blocks, and `dealloc`
 //!   files a block under the class of the layout it was allocated with.
-//! - The cache holds at most `CAP` bytes (checked under its lock).
+//! - The cache holds at most `CAP` bytes (checked under its lock). A
+//!   buffer that would pass it makes room by giving back buffers of the
+//!   class that holds the most bytes, if that is another class: a cache
+//!   full of one workload's sizes (128 KiB blocks after a bulk write)
+//!   does not turn the next one's buffers (1 MiB NFS READs) away.
 //! - A free buffer's first word links it to the next one of its class;
 //!   nothing else of a cached buffer is touched until it is handed out.
 
@@ -62,12 +66,20 @@ pub fn class_of(size: usize) -> (usize, usize) {
     ((k - 13) * 4 + (j - 1), (1 << k) + j * step)
 }
 
+/// The size of class `class` (the inverse of `class_of`).
+fn class_size_of(class: usize) -> usize {
+    let (k, j) = (class / 4 + 13, class % 4 + 1);
+    (1 << k) + j * (1 << (k - 2))
+}
+
 fn cachable(layout: &Layout) -> bool {
     layout.align() <= NATURAL_ALIGN && (MIN_CACHED..=MAX_CACHED).contains(&layout.size())
 }
 
 struct Lists {
     heads: [*mut u8; CLASSES],
+    /// Bytes held per class; their sum is `bytes`.
+    class_bytes: [usize; CLASSES],
     bytes: usize,
 }
 
@@ -88,7 +100,7 @@ pub struct BufferCache {
 impl BufferCache {
     pub const fn new(cap: usize) -> BufferCache {
         BufferCache {
-            lists: Mutex::new(Lists { heads: [std::ptr::null_mut(); CLASSES], bytes: 0 }),
+            lists: Mutex::new(Lists { heads: [std::ptr::null_mut(); CLASSES], class_bytes: [0; CLASSES], bytes: 0 }),
             cap,
             bytes: AtomicUsize::new(0),
             activity: AtomicU64::new(0),
@@ -112,6 +124,7 @@ impl BufferCache {
         // whose first word `put` wrote.
         l.heads[class] = unsafe { (head as *mut *mut u8).read() };
         l.bytes -= class_size;
+        l.class_bytes[class] -= class_size;
         self.bytes.store(l.bytes, Ordering::Relaxed);
         self.activity.fetch_add(1, Ordering::Relaxed);
         Some(head)
@@ -123,18 +136,46 @@ impl BufferCache {
     /// # Safety
     /// `block` is an unused allocation of `class_size` bytes from mimalloc.
     unsafe fn put(&self, block: *mut u8, class: usize, class_size: usize) -> bool {
-        let mut l = self.lock();
-        if l.bytes + class_size > self.cap {
-            return false;
+        // Blocks given back to make room, linked through their first
+        // word, freed after the lock is dropped.
+        let mut evicted: *mut u8 = std::ptr::null_mut();
+        let kept = {
+            let mut l = self.lock();
+            while l.bytes + class_size > self.cap {
+                let victim = (0..CLASSES).max_by_key(|&c| l.class_bytes[c]).unwrap_or(class);
+                if victim == class || l.heads[victim].is_null() {
+                    break;
+                }
+                let head = l.heads[victim];
+                // SAFETY: as in `take`.
+                l.heads[victim] = unsafe { (head as *mut *mut u8).read() };
+                let victim_size = class_size_of(victim);
+                l.class_bytes[victim] -= victim_size;
+                l.bytes -= victim_size;
+                // SAFETY: `head` is ours now; its first word links the evicted.
+                unsafe { (head as *mut *mut u8).write(evicted) };
+                evicted = head;
+            }
+            let fits = l.bytes + class_size <= self.cap;
+            if fits {
+                // SAFETY: the block is ours now and at least one word long.
+                unsafe { (block as *mut *mut u8).write(l.heads[class]) };
+                l.heads[class] = block;
+                l.bytes += class_size;
+                l.class_bytes[class] += class_size;
+                assert!(l.bytes <= self.cap, "buffer cache over its cap");
+                self.activity.fetch_add(1, Ordering::Relaxed);
+            }
+            self.bytes.store(l.bytes, Ordering::Relaxed);
+            fits
+        };
+        while !evicted.is_null() {
+            // SAFETY: linked above; each is a cached block, now nobody's.
+            let next = unsafe { (evicted as *mut *mut u8).read() };
+            unsafe { mi_free(evicted as *mut c_void) };
+            evicted = next;
         }
-        // SAFETY: the block is ours now and at least one word long.
-        unsafe { (block as *mut *mut u8).write(l.heads[class]) };
-        l.heads[class] = block;
-        l.bytes += class_size;
-        assert!(l.bytes <= self.cap, "buffer cache over its cap");
-        self.bytes.store(l.bytes, Ordering::Relaxed);
-        self.activity.fetch_add(1, Ordering::Relaxed);
-        true
+        kept
     }
 
     /// Gives every cached block back to mimalloc; returns the bytes freed.
@@ -142,6 +183,7 @@ impl BufferCache {
         let (heads, bytes) = {
             let mut l = self.lock();
             let heads = std::mem::replace(&mut l.heads, [std::ptr::null_mut(); CLASSES]);
+            l.class_bytes = [0; CLASSES];
             let bytes = std::mem::take(&mut l.bytes);
             self.bytes.store(0, Ordering::Relaxed);
             (heads, bytes)
@@ -266,6 +308,7 @@ mod tests {
             assert!(class_size >= size && class_size <= size + size / 4, "size {size}: class size {class_size}");
             // The class size is its own class: a block filed under it fits every size of it.
             assert_eq!(class_of(class_size), (class, class_size), "size {size}");
+            assert_eq!(class_size_of(class), class_size, "size {size}");
             if size > last.0 {
                 assert!(class >= last.1, "classes grow with the size");
                 last = (size, class);
@@ -306,6 +349,41 @@ mod tests {
         assert_eq!(cache.take(class, size), None, "drained");
         assert_eq!(cache.activity(), before, "a drain is not use");
         unsafe { mi_free(blocks[2] as *mut c_void) };
+    }
+
+    #[test]
+    fn a_full_cache_gives_back_the_largest_class_to_keep_another() {
+        let cache = BufferCache::new(1 << 20);
+        let (small, small_size) = class_of(128 << 10);
+        let (big, big_size) = class_of(512 << 10);
+        let smalls: Vec<_> = (0..8).map(|_| block(small_size)).collect();
+        for &b in &smalls {
+            // SAFETY: fresh blocks of the class size.
+            assert!(unsafe { cache.put(b, small, small_size) });
+        }
+        assert_eq!(cache.bytes(), 1 << 20, "full of 128 KiB blocks");
+        // A 512 KiB block makes room: four 128 KiB blocks go back.
+        let b = block(big_size);
+        assert!(unsafe { cache.put(b, big, big_size) });
+        assert_eq!(cache.bytes(), 1 << 20);
+        assert_eq!(cache.take(big, big_size), Some(b));
+        let left: Vec<_> = std::iter::from_fn(|| cache.take(small, small_size)).collect();
+        assert_eq!(left, smalls[..4].iter().rev().copied().collect::<Vec<_>>(), "the newest four went back");
+        for p in left {
+            unsafe { mi_free(p as *mut c_void) };
+        }
+        assert_eq!(cache.bytes(), 0);
+        // A class never evicts itself: a block of the one class held stays out.
+        let bigs: Vec<_> = (0..3).map(|_| block(big_size)).collect();
+        let kept: Vec<bool> = bigs.iter().map(|&b| unsafe { cache.put(b, big, big_size) }).collect();
+        assert_eq!(kept, [true, true, false]);
+        assert_eq!(cache.bytes(), 1 << 20);
+        for _ in 0..2 {
+            let p = cache.take(big, big_size).expect("kept");
+            unsafe { mi_free(p as *mut c_void) };
+        }
+        unsafe { mi_free(bigs[2] as *mut c_void) };
+        unsafe { mi_free(b as *mut c_void) };
     }
 
     #[test]
