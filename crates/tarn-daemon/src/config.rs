@@ -200,6 +200,8 @@ mod tests {
         let n = parse_config("[nbd]\n").unwrap().nbd.unwrap();
         assert_eq!(n.listen.to_string(), "127.0.0.1:10809");
         assert!(n.enable);
+        assert_eq!(n.busy_poll_us, tarn_share::poll::BUSY_POLL_US);
+        assert_eq!(parse_config("[nbd]\nbusy_poll_us = 0\n").unwrap().nbd.unwrap().busy_poll_us, 0);
         let n = parse_config("[nbd]\nlisten = \"0.0.0.0:10810\"\nhosts = [\"@192.168.1.0/24\", \"127.0.0.1\"]\nenable = false\n").unwrap().nbd.unwrap();
         assert_eq!(n.listen.port(), 10810);
         assert!(!n.enable);
@@ -210,6 +212,7 @@ mod tests {
             ("[nbd]\nhosts = [\"@1.2.3.0/99\"]\n", "[nbd] hosts"),
             ("[nbd]\nport = 1\n", "unknown key 'port' in [nbd]"),
             ("[nbd]\nenable = \"yes\"\n", "[nbd] enable"),
+            ("[nbd]\nbusy_poll_us = 20000\n", "[nbd] busy_poll_us"),
         ] {
             let e = parse_config(bad).unwrap_err();
             assert!(e.contains(want) && !e.contains('\n'), "{bad}: {e}");

@@ -42,7 +42,7 @@ impl Default for NfsConfig {
             enable: true,
             listen: "0.0.0.0:2049".parse().expect("literal"),
             hosts: HostList::everyone(),
-            busy_poll_us: tarn_nfs::BUSY_POLL_US,
+            busy_poll_us: tarn_share::poll::BUSY_POLL_US,
         }
     }
 }
@@ -93,6 +93,15 @@ fn string(table: &str, key: &str, value: &toml::Value) -> Result<String, String>
     value.as_str().map(str::to_string).ok_or_else(|| format!("[{table}] {key}: expected a string, got {value}"))
 }
 
+/// `busy_poll_us` of the `[nfs]` or `[nbd]` table: microseconds, 0–10,000.
+pub fn busy_poll_us(table: &str, value: &toml::Value) -> Result<u64, String> {
+    value
+        .as_integer()
+        .filter(|us| (0..=10_000).contains(us))
+        .map(|us| us as u64)
+        .ok_or_else(|| format!("[{table}] busy_poll_us: '{value}' is not a number of microseconds from 0 to 10000"))
+}
+
 pub fn parse_nfs(table: &toml::Table) -> Result<NfsConfig, String> {
     let mut config = NfsConfig::default();
     for (key, value) in table {
@@ -108,13 +117,7 @@ pub fn parse_nfs(table: &toml::Table) -> Result<NfsConfig, String> {
                 let items = strings("nfs", key, value)?;
                 config.hosts = HostList::from_items(&items).map_err(|e| format!("[nfs] hosts: {e}"))?;
             }
-            "busy_poll_us" => {
-                config.busy_poll_us = value
-                    .as_integer()
-                    .filter(|us| (0..=10_000).contains(us))
-                    .ok_or_else(|| format!("[nfs] busy_poll_us: '{value}' is not a number of microseconds from 0 to 10000"))?
-                    as u64;
-            }
+            "busy_poll_us" => config.busy_poll_us = busy_poll_us("nfs", value)?,
             _ => return Err(format!("unknown key '{key}' in [nfs] (known: enable, listen, hosts, busy_poll_us)")),
         }
     }
@@ -239,7 +242,7 @@ mod tests {
         let empty = parse_config("").unwrap();
         assert!(empty.nfs.is_none() && !empty.smb.enable);
         let default = parse_config("[nfs]\n").unwrap().nfs.unwrap();
-        assert_eq!((default.listen.to_string(), default.busy_poll_us), ("0.0.0.0:2049".to_string(), tarn_nfs::BUSY_POLL_US));
+        assert_eq!((default.listen.to_string(), default.busy_poll_us), ("0.0.0.0:2049".to_string(), tarn_share::poll::BUSY_POLL_US));
     }
 
     #[test]

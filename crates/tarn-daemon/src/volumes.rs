@@ -29,12 +29,19 @@ pub struct NbdConfig {
     pub enable: bool,
     pub listen: SocketAddr,
     pub hosts: HostList,
+    /// Microseconds a connection polls for the next request (tarn-share `poll.rs`).
+    pub busy_poll_us: u64,
 }
 
 impl Default for NbdConfig {
     fn default() -> NbdConfig {
         // Localhost unless told otherwise: volumes carry whole disks.
-        NbdConfig { enable: true, listen: "127.0.0.1:10809".parse().expect("literal"), hosts: HostList::everyone() }
+        NbdConfig {
+            enable: true,
+            listen: "127.0.0.1:10809".parse().expect("literal"),
+            hosts: HostList::everyone(),
+            busy_poll_us: tarn_share::poll::BUSY_POLL_US,
+        }
     }
 }
 
@@ -126,6 +133,7 @@ impl Nbd {
         let Some(config) = self.config.as_ref().filter(|c| c.enable) else { return Ok(None) };
         let server = tarn_nbd::NbdServer::start(config.listen, config.hosts.clone())
             .map_err(|e| format!("NBD server: cannot listen on {}: {e}", config.listen))?;
+        server.set_busy_poll_us(config.busy_poll_us);
         let line = format!("NBD server listening on {}; every volume is served under its name", server.local_addr());
         *self.server.lock() = Some(server);
         Ok(Some(line))
@@ -208,7 +216,8 @@ pub fn parse_nbd(table: &toml::Table) -> Result<NbdConfig, String> {
                     .collect::<Result<_, _>>()?;
                 config.hosts = HostList::from_items(&items).map_err(|e| format!("[nbd] hosts: {e}"))?;
             }
-            _ => return Err(format!("unknown key '{key}' in [nbd] (known: enable, listen, hosts)")),
+            "busy_poll_us" => config.busy_poll_us = crate::share_config::busy_poll_us("nbd", value)?,
+            _ => return Err(format!("unknown key '{key}' in [nbd] (known: enable, listen, hosts, busy_poll_us)")),
         }
     }
     Ok(config)

@@ -76,6 +76,8 @@ pub(crate) struct Shared {
     next_conn: AtomicU64,
     stop: AtomicBool,
     pub(crate) jobs: crossbeam_channel::Sender<transmission::Job>,
+    /// Busy polling for a client's next request (`[nbd] busy_poll_us`).
+    pub(crate) poller: tarn_share::poll::Poller,
 }
 
 impl Shared {
@@ -120,6 +122,7 @@ impl NbdServer {
             next_conn: AtomicU64::new(1),
             stop: AtomicBool::new(false),
             jobs,
+            poller: tarn_share::poll::Poller::default(),
         });
         for i in 0..WORKERS {
             let rx = rx.clone();
@@ -128,6 +131,12 @@ impl NbdServer {
         let s = shared.clone();
         thread::Builder::new().name("nbd-accept".into()).spawn(move || accept_loop(listener, s))?;
         Ok(NbdServer { shared, addr })
+    }
+
+    /// How long a connection with one request at a time polls for its
+    /// next request before it sleeps (`[nbd] busy_poll_us`; 0: never).
+    pub fn set_busy_poll_us(&self, us: u64) {
+        self.shared.poller.set_limit_us(us);
     }
 
     pub fn local_addr(&self) -> SocketAddr {

@@ -4,6 +4,7 @@
 
 use std::io::{BufReader, Read, Write};
 use std::net::{Shutdown, TcpStream};
+use std::os::fd::AsRawFd;
 use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex};
@@ -48,6 +49,9 @@ impl Budget {
         u.1 -= bytes;
         self.freed.notify_all();
     }
+    fn in_flight(&self) -> usize {
+        self.used.lock().0
+    }
     fn wait_idle(&self) {
         let mut u = self.used.lock();
         while u.0 > 0 {
@@ -85,6 +89,11 @@ pub(crate) fn run(stream: TcpStream, shared: &Shared, chosen: Chosen) {
     });
     let mut r = BufReader::with_capacity(256 << 10, &stream);
     loop {
+        // At most one request in flight and nothing buffered: a client
+        // waiting on each reply (tarn-share `poll.rs`).
+        if r.buffer().is_empty() && ctx.budget.in_flight() <= 1 {
+            shared.poller.wait_readable(stream.as_raw_fd());
+        }
         let mut h = [0u8; 28];
         if r.read_exact(&mut h).is_err() {
             break;

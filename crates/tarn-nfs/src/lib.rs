@@ -54,7 +54,6 @@ use parking_lot::Mutex;
 pub use exports::{Export, ExportInfo};
 pub use handle::{HANDLE_LEN, HANDLE_VERSION};
 pub use rpc::MAX_RECORD;
-pub use server::BUSY_POLL_US;
 
 /// A running NFS server (MOUNT v3 + NFS v3, and PMAP GETPORT for itself,
 /// on one TCP port).
@@ -118,7 +117,7 @@ impl NfsServer {
     /// How long a connection with one call at a time polls for its next
     /// call before it sleeps (`[nfs] busy_poll_us`; 0: never).
     pub fn set_busy_poll_us(&self, us: u64) {
-        self.shared.busy_poll_us.store(us, std::sync::atomic::Ordering::Relaxed);
+        self.shared.poller.set_limit_us(us);
     }
 
     /// Start accepting connections (a no-op after the first call).

@@ -17,16 +17,10 @@
 //! socket cannot take now is written by a task, so no call ever waits on
 //! a client.
 //!
-//! Busy polling: on a virtual machine a wake-up of an idle CPU costs tens
-//! of microseconds (measured here: a 4 KiB TCP ping-pong over loopback
-//! makes 17,000 round trips a second between two CPUs, 37,000 when the
-//! server polls its socket instead of sleeping), so a client with one call
-//! at a time waits mostly on wake-ups. A connection with at most one call
-//! in flight polls its socket for the next call for up to `busy_poll_us`
-//! (`[nfs] busy_poll_us`, 0 turns it off; the idea of Linux's
-//! `net.core.busy_read`) before it sleeps, yielding the CPU between polls;
-//! one connection at a time polls, so with many active connections no
-//! runtime thread is held by one of them.
+//! Busy polling (tarn-share `poll.rs`): a connection with at most one
+//! call in flight polls its socket for the next call up to
+//! `[nfs] busy_poll_us` before it sleeps; on a VM, waking an idle CPU
+//! costs more than a cached call.
 //!
 //! Memory bound per connection: at most `IN_FLIGHT` calls are read and
 //! not yet answered; each record is at most `rpc::MAX_RECORD`, each reply
@@ -36,7 +30,7 @@
 
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -48,6 +42,8 @@ use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use tarn_share::poll::Poller;
+
 use crate::exports::Table;
 use crate::rpc::{read_record, reply, write_record, Record, Status};
 
@@ -55,8 +51,6 @@ use crate::rpc::{read_record, reply, write_record, Record, Status};
 pub const WORKERS: usize = 32;
 /// Calls read and not yet answered, per connection.
 pub const IN_FLIGHT: usize = 16;
-/// `[nfs] busy_poll_us` when the config does not say.
-pub const BUSY_POLL_US: u64 = 100;
 
 pub struct Shared {
     pub table: RwLock<Arc<Table>>,
@@ -64,10 +58,8 @@ pub struct Shared {
     pub verifier: AtomicU64,
     pub calls: Calls,
     pub port: u16,
-    /// How long a connection polls for its next call; 0: never.
-    pub busy_poll_us: AtomicU64,
-    /// A connection is polling (one at a time).
-    polling: AtomicBool,
+    /// Busy polling for the next call (`[nfs] busy_poll_us`).
+    pub poller: Poller,
 }
 
 impl Shared {
@@ -77,8 +69,7 @@ impl Shared {
             verifier: AtomicU64::new(verifier),
             calls,
             port,
-            busy_poll_us: AtomicU64::new(BUSY_POLL_US),
-            polling: AtomicBool::new(false),
+            poller: Poller::default(),
         }
     }
 }
@@ -220,7 +211,7 @@ async fn serve(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
         // At most one call in flight (the one just handed over) and
         // nothing buffered: a client waiting on each reply.
         if rd.buffer().is_empty() && in_flight.available_permits() + 2 >= IN_FLIGHT {
-            busy_poll(fd, &shared);
+            shared.poller.wait_readable(fd);
         }
         let record = match read_record(&mut rd).await {
             Ok(Some(r)) => r,
@@ -256,28 +247,4 @@ async fn serve(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
     let _ = in_flight.acquire_many(IN_FLIGHT as u32).await;
     let mut wr = replies.wr.lock().await;
     let _ = wr.shutdown().await;
-}
-
-/// Polls socket `fd` until it has bytes to read (or is closed), at most
-/// `busy_poll_us`, yielding the CPU between polls; returns at once when
-/// another connection is polling (module doc).
-fn busy_poll(fd: std::os::fd::RawFd, shared: &Shared) {
-    let limit = shared.busy_poll_us.load(Ordering::Relaxed);
-    if limit == 0 || shared.polling.swap(true, Ordering::Acquire) {
-        return;
-    }
-    let start = Instant::now();
-    let mut byte = 0u8;
-    while start.elapsed() < Duration::from_micros(limit) {
-        // SAFETY: `fd` is the connection's open socket (the caller holds
-        // its read half); one byte is peeked into `byte`, nothing is consumed.
-        let n = unsafe {
-            libc::recv(fd, (&mut byte as *mut u8).cast(), 1, libc::MSG_PEEK | libc::MSG_DONTWAIT)
-        };
-        if n >= 0 || std::io::Error::last_os_error().kind() != io::ErrorKind::WouldBlock {
-            break; // data, end of stream, or an error the read will see
-        }
-        std::thread::yield_now();
-    }
-    shared.polling.store(false, Ordering::Release);
 }
