@@ -163,18 +163,21 @@ impl NfsServer {
             .collect()
     }
 
-    /// Stops listening and closes every connection; calls running in
-    /// tarn-fs get up to 5 s to finish. Idempotent.
+    /// Stops listening and closes every connection; calls queued and not
+    /// started are dropped unanswered (clients resend them), calls running
+    /// in tarn-fs get up to 5 s to finish. Idempotent.
     pub fn shutdown(&self) {
         if let Some(rt) = self.runtime.lock().take() {
+            self.shared.calls.close();
             if tokio::runtime::Handle::try_current().is_ok() {
-                // Called from async code (waiting here would panic).
+                // Called from async code: waiting here would panic (the
+                // runtime) or hold a runtime thread (the calls).
                 rt.shutdown_background();
             } else {
                 rt.shutdown_timeout(Duration::from_secs(5));
+                // No connection is left to queue calls; let the running ones end.
+                self.shared.calls.drain(Duration::from_secs(5));
             }
-            // No connection is left to queue calls; let the running ones end.
-            self.shared.calls.drain(Duration::from_secs(5));
         }
     }
 }

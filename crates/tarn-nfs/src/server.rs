@@ -20,7 +20,8 @@
 //! Busy polling (tarn-share `poll.rs`): a connection with at most one
 //! call in flight polls its socket for the next call up to
 //! `[nfs] busy_poll_us` before it sleeps; on a VM, waking an idle CPU
-//! costs more than a cached call.
+//! costs more than a cached call. The poll holds one of the runtime's two
+//! threads, for at most that long, and one connection polls at a time.
 //!
 //! Memory bound per connection: at most `IN_FLIGHT` calls are read and
 //! not yet answered; each record is at most `rpc::MAX_RECORD`, each reply
@@ -30,7 +31,7 @@
 
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -77,27 +78,44 @@ impl Shared {
 type Job = Box<dyn FnOnce() + Send>;
 
 /// The threads that run calls in tarn-fs: `WORKERS` of them, fed by one
-/// queue. They end once the queue's sender (this) is dropped.
+/// queue. They end once the queue's sender (this) is dropped. After
+/// `close` a queued call is dropped unrun (its connection is closing, its
+/// client resends), so nothing changes a dataset after the server stopped.
 pub struct Calls {
     tx: crossbeam_channel::Sender<Job>,
     /// Calls queued or running.
     pending: Arc<AtomicUsize>,
+    closed: Arc<AtomicBool>,
+}
+
+/// Counts a call out of `pending` however its run ends.
+struct Done<'a>(&'a AtomicUsize);
+
+impl Drop for Done<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl Calls {
     pub fn start() -> io::Result<Calls> {
         let (tx, rx) = crossbeam_channel::unbounded::<Job>();
         let pending = Arc::new(AtomicUsize::new(0));
+        let closed = Arc::new(AtomicBool::new(false));
         for i in 0..WORKERS {
-            let (rx, pending) = (rx.clone(), pending.clone());
+            let (rx, pending, closed) = (rx.clone(), pending.clone(), closed.clone());
             std::thread::Builder::new().name(format!("tarn-nfs-call{i}")).spawn(move || {
                 while let Ok(job) = rx.recv() {
-                    job();
-                    pending.fetch_sub(1, Ordering::AcqRel);
+                    let _done = Done(&pending);
+                    if !closed.load(Ordering::Acquire) {
+                        // A panic past the call's own catch (writing the
+                        // reply) must not take the thread with it.
+                        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+                    }
                 }
             })?;
         }
-        Ok(Calls { tx, pending })
+        Ok(Calls { tx, pending, closed })
     }
 
     /// Queues `job`; false once the threads are gone.
@@ -108,6 +126,11 @@ impl Calls {
             return false;
         }
         true
+    }
+
+    /// From now on queued calls are dropped unrun.
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::Release);
     }
 
     /// Waits until no call is queued or running, at most `limit`.

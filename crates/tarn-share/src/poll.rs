@@ -10,8 +10,9 @@
 //! of sleeping), more than a cached read costs us. So before it sleeps, a
 //! connection waiting for its client's next request may poll the socket
 //! for a short while (`limit_us`), yielding the CPU between polls; one
-//! connection of a server polls at a time, so busy clients never keep a
-//! thread from the others. Linux's `net.core.busy_read` does the same in
+//! connection of a server polls at a time, so polling holds at most one
+//! thread (for an async server, one runtime thread) for at most the limit,
+//! whatever the number of connections. Linux's `net.core.busy_read` does the same in
 //! the kernel for NIC queues, not for loopback or a userspace server's own
 //! wait.
 

@@ -24,7 +24,7 @@
 //!   files a block under the class of the layout it was allocated with.
 //! - The cache holds at most `CAP` bytes (checked under its lock). A
 //!   buffer that would pass it makes room by giving back buffers of the
-//!   class that holds the most bytes, if that is another class: a cache
+//!   other class that holds the most bytes, when that can make room: a cache
 //!   full of one workload's sizes (128 KiB blocks after a bulk write)
 //!   does not turn the next one's buffers (1 MiB NFS READs) away.
 //! - A free buffer's first word links it to the next one of its class;
@@ -141,9 +141,11 @@ impl BufferCache {
         let mut evicted: *mut u8 = std::ptr::null_mut();
         let kept = {
             let mut l = self.lock();
-            while l.bytes + class_size > self.cap {
-                let victim = (0..CLASSES).max_by_key(|&c| l.class_bytes[c]).unwrap_or(class);
-                if victim == class || l.heads[victim].is_null() {
+            // Room is made only when giving back other classes can make it.
+            let can_fit = l.class_bytes[class] + class_size <= self.cap;
+            while can_fit && l.bytes + class_size > self.cap {
+                let Some(victim) = (0..CLASSES).filter(|&c| c != class).max_by_key(|&c| l.class_bytes[c]) else { break };
+                if l.heads[victim].is_null() {
                     break;
                 }
                 let head = l.heads[victim];
@@ -384,6 +386,30 @@ mod tests {
         }
         unsafe { mi_free(bigs[2] as *mut c_void) };
         unsafe { mi_free(b as *mut c_void) };
+    }
+
+    #[test]
+    fn making_room_gives_back_other_classes_even_past_a_tie() {
+        let cache = BufferCache::new(1 << 20);
+        let (a, a_size) = class_of(128 << 10);
+        let (b, b_size) = class_of(384 << 10);
+        assert_eq!(b_size, 384 << 10);
+        let blocks_a: Vec<_> = (0..5).map(|_| block(a_size)).collect();
+        let blocks_b: Vec<_> = (0..2).map(|_| block(b_size)).collect();
+        for &p in &blocks_a {
+            assert!(unsafe { cache.put(p, a, a_size) });
+        }
+        assert!(unsafe { cache.put(blocks_b[0], b, b_size) });
+        // 640 + 384 KiB held; another 384 KiB takes three 128 KiB blocks
+        // back, past the point where both classes hold 384 KiB.
+        assert!(unsafe { cache.put(blocks_b[1], b, b_size) });
+        assert_eq!(cache.bytes(), 1 << 20);
+        let left_a: Vec<_> = std::iter::from_fn(|| cache.take(a, a_size)).collect();
+        let left_b: Vec<_> = std::iter::from_fn(|| cache.take(b, b_size)).collect();
+        assert_eq!((left_a.len(), left_b.len()), (2, 2));
+        for p in left_a.into_iter().chain(left_b) {
+            unsafe { mi_free(p as *mut c_void) };
+        }
     }
 
     #[test]
