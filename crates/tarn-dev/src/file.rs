@@ -197,7 +197,7 @@ impl Device for FileDevice {
         check_range(&self.path, offset, total, self.size)?;
         let aligned = offset.is_multiple_of(DIRECT_ALIGN as u64)
             && bufs.iter().all(|b| b.len().is_multiple_of(DIRECT_ALIGN) && (b.as_ptr() as usize).is_multiple_of(DIRECT_ALIGN));
-        if aligned && self.writes_direct() {
+        if aligned {
             if let Some(done) = self.write_direct(bufs, offset, 0) {
                 return done;
             }

@@ -75,7 +75,7 @@ pub(crate) struct Shared {
     conns: Mutex<BTreeMap<u64, Conn>>,
     next_conn: AtomicU64,
     stop: AtomicBool,
-    pub(crate) jobs: crossbeam_channel::Sender<transmission::Job>,
+    pub(crate) jobs: tarn_share::workers::Workers,
     /// Busy polling for a client's next request (`[nbd] busy_poll_us`).
     pub(crate) poller: tarn_share::poll::Poller,
 }
@@ -114,7 +114,7 @@ impl NbdServer {
     pub fn start(listen: SocketAddr, allow: HostList) -> io::Result<NbdServer> {
         let listener = TcpListener::bind(listen)?;
         let addr = listener.local_addr()?;
-        let (jobs, rx) = crossbeam_channel::unbounded();
+        let jobs = tarn_share::workers::Workers::start("nbd-worker-", WORKERS)?;
         let shared = Arc::new(Shared {
             exports: RwLock::new(BTreeMap::new()),
             allow: RwLock::new(allow),
@@ -124,10 +124,6 @@ impl NbdServer {
             jobs,
             poller: tarn_share::poll::Poller::default(),
         });
-        for i in 0..WORKERS {
-            let rx = rx.clone();
-            thread::Builder::new().name(format!("nbd-worker-{i}")).spawn(move || transmission::worker(rx))?;
-        }
         let s = shared.clone();
         thread::Builder::new().name("nbd-accept".into()).spawn(move || accept_loop(listener, s))?;
         Ok(NbdServer { shared, addr })

@@ -18,14 +18,6 @@ use crate::{Shared, IN_FLIGHT, IN_FLIGHT_BYTES, MAX_PAYLOAD};
 /// from where it ends).
 const MAX_EXTENTS: usize = 4096;
 
-pub(crate) type Job = Box<dyn FnOnce() + Send>;
-
-pub(crate) fn worker(rx: crossbeam_channel::Receiver<Job>) {
-    for job in rx {
-        job();
-    }
-}
-
 /// Requests and payload bytes in flight on one connection.
 struct Budget {
     used: Mutex<(usize, u64)>,
@@ -130,7 +122,7 @@ pub(crate) fn run(stream: TcpStream, shared: &Shared, chosen: Chosen) {
             }
         }
         let c = ctx.clone();
-        let job: Job = Box::new(move || {
+        let job: tarn_share::workers::Job = Box::new(move || {
             let cookie = req.cookie;
             let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| execute(&c, &req, payload)));
             // A request that panicked: a bug, answered EIO; the server keeps running.
@@ -138,7 +130,7 @@ pub(crate) fn run(stream: TcpStream, shared: &Shared, chosen: Chosen) {
             let _ = c.writer.lock().write_all(&reply);
             c.budget.release(bytes);
         });
-        if shared.jobs.send(job).is_err() {
+        if !shared.jobs.run(job) {
             break;
         }
     }

@@ -102,7 +102,7 @@ impl NfsServer {
         let shared = Arc::new(server::Shared::new(
             exports::Table::default(),
             u64::from_be_bytes(verifier(verifier_seed)),
-            server::Calls::start()?,
+            tarn_share::workers::Workers::start("tarn-nfs-call", server::WORKERS)?,
             local.port(),
         ));
         let listener = {

@@ -7,7 +7,7 @@
 //! a client that stops reading its replies stalls only its own calls.
 //! tarn-fs is synchronous and blocks on I/O and on durable log writes
 //! (COMMIT, stable WRITE, namespace changes), so calls run on `WORKERS`
-//! threads of their own (`Calls`), fed by one queue: handing a call over
+//! threads of their own (tarn-share `workers.rs`), fed by one queue: handing a call over
 //! is one queue push and, when a thread is idle, one wake-up. (Calls ran
 //! under `block_in_place` until 2026-11-29; that hands the runtime's core
 //! to another thread on every call, and the wake-ups it took cost more
@@ -31,9 +31,8 @@
 
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use parking_lot::RwLock;
 use std::io;
@@ -44,6 +43,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use tarn_share::poll::Poller;
+use tarn_share::workers::Workers;
 
 use crate::exports::Table;
 use crate::rpc::{read_record, reply, write_record, Record, Status};
@@ -57,87 +57,21 @@ pub struct Shared {
     pub table: RwLock<Arc<Table>>,
     /// The write verifier (`lib.rs`'s `verifier` of the current seed).
     pub verifier: AtomicU64,
-    pub calls: Calls,
+    /// The threads calls run on (`WORKERS`); closed at shutdown.
+    pub calls: Workers,
     pub port: u16,
     /// Busy polling for the next call (`[nfs] busy_poll_us`).
     pub poller: Poller,
 }
 
 impl Shared {
-    pub fn new(table: Table, verifier: u64, calls: Calls, port: u16) -> Shared {
+    pub fn new(table: Table, verifier: u64, calls: Workers, port: u16) -> Shared {
         Shared {
             table: RwLock::new(Arc::new(table)),
             verifier: AtomicU64::new(verifier),
             calls,
             port,
             poller: Poller::default(),
-        }
-    }
-}
-
-type Job = Box<dyn FnOnce() + Send>;
-
-/// The threads that run calls in tarn-fs: `WORKERS` of them, fed by one
-/// queue. They end once the queue's sender (this) is dropped. After
-/// `close` a queued call is dropped unrun (its connection is closing, its
-/// client resends), so nothing changes a dataset after the server stopped.
-pub struct Calls {
-    tx: crossbeam_channel::Sender<Job>,
-    /// Calls queued or running.
-    pending: Arc<AtomicUsize>,
-    closed: Arc<AtomicBool>,
-}
-
-/// Counts a call out of `pending` however its run ends.
-struct Done<'a>(&'a AtomicUsize);
-
-impl Drop for Done<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-impl Calls {
-    pub fn start() -> io::Result<Calls> {
-        let (tx, rx) = crossbeam_channel::unbounded::<Job>();
-        let pending = Arc::new(AtomicUsize::new(0));
-        let closed = Arc::new(AtomicBool::new(false));
-        for i in 0..WORKERS {
-            let (rx, pending, closed) = (rx.clone(), pending.clone(), closed.clone());
-            std::thread::Builder::new().name(format!("tarn-nfs-call{i}")).spawn(move || {
-                while let Ok(job) = rx.recv() {
-                    let _done = Done(&pending);
-                    if !closed.load(Ordering::Acquire) {
-                        // A panic past the call's own catch (writing the
-                        // reply) must not take the thread with it.
-                        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
-                    }
-                }
-            })?;
-        }
-        Ok(Calls { tx, pending, closed })
-    }
-
-    /// Queues `job`; false once the threads are gone.
-    fn run(&self, job: Job) -> bool {
-        self.pending.fetch_add(1, Ordering::AcqRel);
-        if self.tx.send(job).is_err() {
-            self.pending.fetch_sub(1, Ordering::AcqRel);
-            return false;
-        }
-        true
-    }
-
-    /// From now on queued calls are dropped unrun.
-    pub fn close(&self) {
-        self.closed.store(true, Ordering::Release);
-    }
-
-    /// Waits until no call is queued or running, at most `limit`.
-    pub fn drain(&self, limit: Duration) {
-        let start = Instant::now();
-        while self.pending.load(Ordering::Acquire) > 0 && start.elapsed() < limit {
-            std::thread::sleep(Duration::from_millis(1));
         }
     }
 }

@@ -12,9 +12,9 @@
 //! for a short while (`limit_us`), yielding the CPU between polls; one
 //! connection of a server polls at a time, so polling holds at most one
 //! thread (for an async server, one runtime thread) for at most the limit,
-//! whatever the number of connections. Linux's `net.core.busy_read` does the same in
-//! the kernel for NIC queues, not for loopback or a userspace server's own
-//! wait.
+//! whatever the number of connections. Linux's `net.core.busy_read` does
+//! the same in the kernel for NIC queues, not for loopback or a userspace
+//! server's own wait.
 
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
