@@ -14,6 +14,7 @@
 
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -637,15 +638,44 @@ impl TopVdev {
         Ok(shards)
     }
 
+    /// `encode` for writing: a data column as long as the shards is
+    /// borrowed from `data` (the shards' zero padding exists only for the
+    /// parity, and only short columns need it), so a write copies into
+    /// shards only the short columns, not the block.
+    fn encode_for_write<'a>(&self, map: &RaidzMap, data: &'a [u8]) -> Result<Vec<Cow<'a, [u8]>>> {
+        let mut shards: Vec<Cow<'a, [u8]>> = Vec::with_capacity(map.columns.len());
+        let mut at = 0usize;
+        for col in map.columns.iter().skip(map.parity) {
+            let src = data.get(at..at + col.len).ok_or_else(|| VdevError::Invalid("raidz data too short".into()))?;
+            if col.len == map.shard_len {
+                shards.push(Cow::Borrowed(src));
+            } else {
+                let mut shard = vec![0u8; map.shard_len];
+                if let Some(dst) = shard.get_mut(..col.len) {
+                    dst.copy_from_slice(src);
+                }
+                shards.push(Cow::Owned(shard));
+            }
+            at += col.len;
+        }
+        let mut parity = vec![vec![0u8; map.shard_len]; map.parity];
+        {
+            let refs: Vec<&[u8]> = shards.iter().map(|s| s.as_ref()).collect();
+            self.codec()?.encode(&refs, &mut parity).map_err(VdevError::Invalid)?;
+        }
+        shards.extend(parity.into_iter().map(Cow::Owned));
+        Ok(shards)
+    }
+
     /// The bytes column `c` stores, from shards in codec order.
-    fn column_bytes<'a>(map: &RaidzMap, shards: &'a [Vec<u8>], c: usize) -> &'a [u8] {
+    fn column_bytes<'a, S: AsRef<[u8]>>(map: &RaidzMap, shards: &'a [S], c: usize) -> &'a [u8] {
         let len = map.columns.get(c).map_or(0, |col| col.len);
-        shards.get(map.shard_of(c)).and_then(|s| s.get(..len)).unwrap_or(&[])
+        shards.get(map.shard_of(c)).and_then(|s| s.as_ref().get(..len)).unwrap_or(&[])
     }
 
     fn raidz_write(&self, offset: u64, data: &[u8], txg: u64, durable: bool, gather: bool) -> Result<()> {
         let map = self.map(offset, data.len() as u64);
-        let shards = self.encode(&map, data)?;
+        let shards = self.encode_for_write(&map, data)?;
         let columns: Vec<usize> = (0..map.columns.len()).collect();
         let write_column = |c: &usize| {
             let c = *c;
@@ -907,7 +937,42 @@ fn combinations(items: &[usize], k: usize) -> Vec<Vec<usize>> {
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::indexing_slicing)]
 mod tests {
-    use super::combinations;
+    use super::*;
+
+    /// A write's borrowed shards store what the copied ones do, in every
+    /// column, for blocks with short columns and without, at parity 1–3.
+    #[test]
+    fn write_shards_match_the_copied_encoding() {
+        for parity in 1..=3u8 {
+            let n = 6;
+            let kind = TopKind::Raidz { parity };
+            let sizes = vec![8u64 << 20; n];
+            let cfg = TopConfig {
+                class: Default::default(),
+                id: 0,
+                guid: 1,
+                kind: kind.clone(),
+                ashift: 9,
+                asize: TopVdev::compute_asize(&kind, 9, &sizes).unwrap(),
+                children: (0..n).map(|i| LeafConfig::new(10 + i as u64, format!("d{i}"))).collect(),
+            };
+            let devs = (0..n).map(|i| Some(tarn_dev::MemDevice::new(&format!("d{i}"), 8 << 20) as Arc<dyn Device>)).collect();
+            let top = TopVdev::new(cfg, devs).unwrap();
+            for sectors in [1u64, 2, 3, 5, 6, 7, 31, 32, 33, 256] {
+                let data: Vec<u8> = (0..sectors * 512).map(|i| (i * 7 + i / 511) as u8).collect();
+                let map = top.map(sectors * 512 * 3, data.len() as u64);
+                let copied = top.encode(&map, &data).unwrap();
+                let borrowed = top.encode_for_write(&map, &data).unwrap();
+                for c in 0..map.columns.len() {
+                    assert_eq!(
+                        TopVdev::column_bytes(&map, &copied, c),
+                        TopVdev::column_bytes(&map, &borrowed, c),
+                        "parity {parity}, {sectors} sectors, column {c}"
+                    );
+                }
+            }
+        }
+    }
 
     #[test]
     fn combos() {
