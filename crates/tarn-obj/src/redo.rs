@@ -16,14 +16,20 @@
 //! - Data writes are noted without copying their bytes: the note keeps the
 //!   versions of the blocks the write made (`WritePart`, the same buffers
 //!   the txg will write), and [`flush`], still under the caller's locks,
-//!   copies the bytes into the record's payload (which has room for them
-//!   anyway) and lets go of the blocks, so a record holds the bytes of its
-//!   own write, not a later one's. The blocks must not stay shared past
+//!   copies the bytes of partial blocks into the record's payload and lets
+//!   go of those blocks, so a record holds the bytes of its own write, not
+//!   a later one's. A partially written block must not stay shared past
 //!   the flush: the next write into a shared block copies all of it
 //!   first (`Arc::make_mut`), so keeping them until a commit made every
 //!   4 KiB write into a 128 KiB record dirty in the txg copy the record
-//!   (half the daemon's time, docs/benchmarks.md). Only whole blocks
-//!   written indirectly (below) are kept until the commit (`Fill`).
+//!   (half the daemon's time, docs/benchmarks.md). Whole blocks are kept
+//!   until the commit instead: written indirectly (below, `Fill`), or,
+//!   when small, spliced into the payload by the log writer (`Splice`,
+//!   [`assemble`]) — most records retire with their txg uncommitted, and
+//!   copying every 16 KiB block of a volume's writes at the flush was a
+//!   fifth of the daemon's time in a sequential write. The version kept is
+//!   the write's own: a later whole-block write replaces the txg's buffer,
+//!   a later partial one copies it first (at most `IMMEDIATE_WRITE_MAX`).
 //! - Replay ([`ObjectSet::replay_redo`]) applies each record's notes in one
 //!   transaction, on top of exactly the state that preceded them (the
 //!   intent log replays only records of txgs that did not reach disk, in
@@ -121,24 +127,13 @@ pub(crate) struct Fill {
     pub spec: tarn_block::WriteSpec,
 }
 
-/// Appends `len` bytes from offset `skip` of the write `parts` describe
-/// to `dst`.
-fn copy_parts(dst: &mut Vec<u8>, parts: &[WritePart], skip: usize, len: usize) {
-    let (mut skip, mut done) = (skip, 0);
-    for p in parts {
-        if done == len {
-            break;
-        }
-        if skip >= p.len {
-            skip -= p.len;
-            continue;
-        }
-        let n = (p.len - skip).min(len - done);
-        dst.extend_from_slice(&p.block[p.start + skip..p.start + skip + n]);
-        done += n;
-        skip = 0;
-    }
-    assert_eq!(done, len, "a write note's blocks cover fewer bytes than the note");
+/// A whole block of a write the log writer copies into the record's
+/// payload at `at` (of the assembled payload) when it commits the record:
+/// the block version the write made, kept instead of its bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Splice {
+    pub at: usize,
+    pub block: Arc<Vec<u8>>,
 }
 
 impl Tx {
@@ -184,8 +179,8 @@ pub fn flush(tx: &Tx) {
     if ops.is_empty() {
         return;
     }
-    for (payload, fills) in encode(ops, indirect_policy(&c.os)) {
-        if let Err(e) = c.os.log_append_filled(tx, REDO_RECORD, payload, fills) {
+    for rec in encode(ops, indirect_policy(&c.os)) {
+        if let Err(e) = c.os.log_append_filled(tx, REDO_RECORD, rec) {
             // The change is in the txg; without its record a commit must
             // not claim it durable: the log falls back to a txg sync.
             c.os.log_needs_sync(tx);
@@ -287,20 +282,85 @@ fn pieces(len: usize, parts: &[WritePart], indirect: &Indirect) -> Vec<Piece> {
     out
 }
 
+/// One record as encoded: its payload less the spliced blocks' bytes,
+/// the block notes the log writer fills, and the whole blocks it splices
+/// in (`assemble`).
+#[derive(Debug, Default)]
+pub(crate) struct Encoded {
+    pub payload: Vec<u8>,
+    pub fills: Vec<Fill>,
+    pub splices: Vec<Splice>,
+    /// Bytes of `splices`.
+    pub spliced: usize,
+}
+
+impl Encoded {
+    /// The assembled payload's length.
+    pub fn len(&self) -> usize {
+        self.payload.len() + self.spliced
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Appends `len` bytes from offset `skip` of the write `parts`
+    /// describe: a whole block the range covers is spliced, the rest copied.
+    fn add_parts(&mut self, parts: &[WritePart], skip: usize, len: usize) {
+        let (mut skip, mut done) = (skip, 0);
+        for p in parts {
+            if done == len {
+                break;
+            }
+            if skip >= p.len {
+                skip -= p.len;
+                continue;
+            }
+            let n = (p.len - skip).min(len - done);
+            if skip == 0 && n == p.len && p.start == 0 && p.len == p.block.len() {
+                self.splices.push(Splice { at: self.len(), block: p.block.clone() });
+                self.spliced += n;
+            } else {
+                self.payload.extend_from_slice(&p.block[p.start + skip..p.start + skip + n]);
+            }
+            done += n;
+            skip = 0;
+        }
+        assert_eq!(done, len, "a write note's blocks cover fewer bytes than the note");
+    }
+}
+
+/// A record's payload with its spliced blocks in place (the log writer,
+/// at commit; `skeleton` is `Encoded::payload`).
+pub(crate) fn assemble(skeleton: &[u8], splices: &[Splice]) -> Vec<u8> {
+    let total = skeleton.len() + splices.iter().map(|s| s.block.len()).sum::<usize>();
+    let mut out = Vec::with_capacity(total);
+    let mut from = 0usize;
+    for s in splices {
+        let take = s.at - out.len();
+        out.extend_from_slice(&skeleton[from..from + take]);
+        from += take;
+        out.extend_from_slice(&s.block);
+    }
+    out.extend_from_slice(&skeleton[from..]);
+    assert_eq!(out.len(), total, "a record's splices lie within it");
+    out
+}
+
 /// Packs notes into record payloads of at most `RECORD_PAYLOAD_MAX` bytes,
 /// splitting writes that do not fit; whole blocks `indirect` selects get
-/// block notes instead of their bytes.
-pub(crate) fn encode(mut ops: Vec<Op>, indirect: Indirect) -> Vec<(Vec<u8>, Vec<Fill>)> {
+/// block notes instead of their bytes, and other whole blocks are spliced
+/// in at commit rather than copied now.
+pub(crate) fn encode(mut ops: Vec<Op>, indirect: Indirect) -> Vec<Encoded> {
     let total: usize = ops.iter().map(note_len).sum();
     if total > RECORD_PAYLOAD_MAX {
         bonus_first(&mut ops);
     }
     let mut out = Vec::new();
-    let mut cur: Vec<u8> = Vec::new();
-    let mut fills: Vec<Fill> = Vec::new();
+    let mut cur = Encoded::default();
     // What is left to encode, to size each record's payload once (grown a
     // push at a time, a 4 KiB write's payload was reallocated ten times).
-    let mut left: usize = ops.iter().map(|op| encoded_len(op, &indirect)).sum();
+    let mut left: usize = ops.iter().map(|op| copied_len(op, &indirect)).sum();
     // Bytes the current record's block notes take outside it (claim-table
     // entries of a sealed log block, and the table's head): the record
     // and they must fit one log block together.
@@ -309,56 +369,67 @@ pub(crate) fn encode(mut ops: Vec<Op>, indirect: Indirect) -> Vec<(Vec<u8>, Vec<
     // What one more block note adds outside a record already `outside`
     // bytes out (the first note of a record also pays the table's head).
     let claim_bytes = |outside: usize| if per_block > 0 && outside == 0 { per_block + crate::zil::CLAIM_HEAD } else { per_block };
-    let push = |out: &mut Vec<(Vec<u8>, Vec<Fill>)>, cur: &mut Vec<u8>, fills: &mut Vec<Fill>, outside: &mut usize| {
-        out.push((std::mem::take(cur), std::mem::take(fills)));
+    let push = |out: &mut Vec<Encoded>, cur: &mut Encoded, outside: &mut usize| {
+        out.push(std::mem::take(cur));
         *outside = 0;
     };
     for op in ops {
-        if cur.capacity() == 0 {
-            cur.reserve_exact(left.min(RECORD_PAYLOAD_MAX));
+        if cur.payload.capacity() == 0 {
+            cur.payload.reserve_exact(left.min(RECORD_PAYLOAD_MAX));
         }
-        left = left.saturating_sub(encoded_len(&op, &indirect));
+        left = left.saturating_sub(copied_len(&op, &indirect));
         if let Op::Write { id, off, len, parts } = op {
             for piece in pieces(len as usize, &parts, &indirect) {
                 match piece {
                     Piece::Block(at, block, otype) => {
                         if RECORD_PAYLOAD_MAX - cur.len() - outside < BLOCK_NOTE + claim_bytes(outside) {
-                            push(&mut out, &mut cur, &mut fills, &mut outside);
+                            push(&mut out, &mut cur, &mut outside);
                         }
                         outside += claim_bytes(outside);
-                        cur.push(T_WRITE_BLOCK);
-                        cur.extend_from_slice(&id.to_le_bytes());
-                        cur.extend_from_slice(&(off + at as u64).to_le_bytes());
-                        cur.extend_from_slice(&(block.len() as u32).to_le_bytes());
+                        cur.payload.push(T_WRITE_BLOCK);
+                        cur.payload.extend_from_slice(&id.to_le_bytes());
+                        cur.payload.extend_from_slice(&(off + at as u64).to_le_bytes());
+                        cur.payload.extend_from_slice(&(block.len() as u32).to_le_bytes());
                         let spec = tarn_block::WriteSpec { otype, ..indirect.expect("block pieces only with a policy").1 };
-                        fills.push(Fill { at: cur.len(), block, spec });
-                        cur.resize(cur.len() + tarn_block::BP_SIZE, 0);
+                        cur.fills.push(Fill { at: cur.len(), block, spec });
+                        cur.payload.resize(cur.payload.len() + tarn_block::BP_SIZE, 0);
                     }
-                    Piece::Copy(start, n) => {
-                        encode_copy(&mut out, &mut cur, &mut fills, id, off + start as u64, n, start, &parts, &mut outside)
-                    }
+                    Piece::Copy(start, n) => encode_copy(&mut out, &mut cur, id, off + start as u64, n, start, &parts, &mut outside),
                 }
             }
             continue;
         }
         if cur.len() + outside + note_len(&op) > RECORD_PAYLOAD_MAX && !cur.is_empty() {
-            push(&mut out, &mut cur, &mut fills, &mut outside);
+            push(&mut out, &mut cur, &mut outside);
         }
-        encode_note(&op, &mut cur);
+        encode_note(&op, &mut cur.payload);
     }
     if !cur.is_empty() {
-        out.push((cur, fills));
+        out.push(cur);
     }
     out
 }
 
+/// Bytes `op` puts into a record's payload at encoding: `encoded_len`
+/// less the whole blocks spliced in at commit.
+fn copied_len(op: &Op, indirect: &Indirect) -> usize {
+    let spliced = match op {
+        Op::Write { parts, .. } => parts
+            .iter()
+            .filter(|p| p.start == 0 && p.len == p.block.len() && indirect.is_none_or(|(min, _, _)| p.len < min))
+            .map(|p| p.len)
+            .sum(),
+        _ => 0,
+    };
+    encoded_len(op, indirect).saturating_sub(spliced)
+}
+
 /// Write notes for `len` bytes at `off`, from byte `skip` of the write's
-/// parts (copied in), split over records where they do not fit.
+/// parts, split over records where they do not fit.
 #[allow(clippy::too_many_arguments)]
 fn encode_copy(
-    out: &mut Vec<(Vec<u8>, Vec<Fill>)>,
-    cur: &mut Vec<u8>,
-    fills: &mut Vec<Fill>,
+    out: &mut Vec<Encoded>,
+    cur: &mut Encoded,
     id: u64,
     mut off: u64,
     mut len: usize,
@@ -369,18 +440,19 @@ fn encode_copy(
     while len > 0 {
         let mut room = RECORD_PAYLOAD_MAX - cur.len() - *outside;
         if room <= WRITE_HEAD {
-            out.push((std::mem::take(cur), std::mem::take(fills)));
+            out.push(std::mem::take(cur));
             *outside = 0;
             room = RECORD_PAYLOAD_MAX;
-            // The rest of the write, and the attributes usually noted after it.
-            cur.reserve_exact((WRITE_HEAD + len + 256).min(RECORD_PAYLOAD_MAX));
+            // The rest of the write's notes, and the attributes usually
+            // noted after it (whole blocks are spliced, not copied).
+            cur.payload.reserve_exact(4096);
         }
         let n = len.min(room - WRITE_HEAD);
-        cur.push(T_WRITE);
-        cur.extend_from_slice(&id.to_le_bytes());
-        cur.extend_from_slice(&off.to_le_bytes());
-        cur.extend_from_slice(&(n as u32).to_le_bytes());
-        copy_parts(cur, parts, skip, n);
+        cur.payload.push(T_WRITE);
+        cur.payload.extend_from_slice(&id.to_le_bytes());
+        cur.payload.extend_from_slice(&off.to_le_bytes());
+        cur.payload.extend_from_slice(&(n as u32).to_le_bytes());
+        cur.add_parts(parts, skip, n);
         off += n as u64;
         len -= n;
         skip += n;
@@ -727,12 +799,17 @@ mod tests {
     fn encode_splits_and_decodes() {
         let recs = encode(sample(), None);
         assert!(recs.len() >= 3, "a 300,000-byte write spans records: {}", recs.len());
+        let skeleton: usize = recs.iter().map(|r| r.payload.len()).sum();
+        assert!(skeleton < 20_000, "whole blocks are spliced at commit, not copied now: {skeleton} bytes");
         let mut written = 0usize;
         let mut ops = Vec::new();
-        for (payload, fills) in &recs {
-            assert!(payload.len() <= RECORD_PAYLOAD_MAX);
-            assert!(fills.is_empty(), "no block fills without a policy");
-            for d in decode(payload).unwrap() {
+        for r in &recs {
+            assert!(r.len() <= RECORD_PAYLOAD_MAX);
+            assert!(r.fills.is_empty(), "no block fills without a policy");
+            assert_eq!(r.spliced, r.splices.len() * 4096);
+            let payload = assemble(&r.payload, &r.splices);
+            assert_eq!(payload.len(), r.len());
+            for d in decode(&payload).unwrap() {
                 match d {
                     Decoded::Write { id, off, data } => {
                         assert_eq!((id, off), (9, 10 + written as u64));
@@ -755,7 +832,8 @@ mod tests {
         let ops = vec![Op::Write { id: 5, off: 0, len: 100, parts: parts(100) }, Op::Bonus { id: 5, bonus: [1; BONUS_LEN] }];
         let recs = encode(ops, None);
         assert_eq!(recs.len(), 1);
-        let d = decode(&recs[0].0).unwrap();
+        assert!(recs[0].splices.is_empty(), "a part of a block is copied");
+        let d = decode(&recs[0].payload).unwrap();
         assert!(matches!(d[0], Decoded::Write { id: 5, .. }) && matches!(d[1], Decoded::Op(Op::Bonus { .. })));
     }
 
@@ -774,7 +852,8 @@ mod tests {
         let op = || Op::Write { id: 7, off: 65526, len, parts: Arc::new(parts.clone()) };
         let recs = encode(vec![op()], Some((32769, spec, 0)));
         assert_eq!(recs.len(), 1);
-        let (payload, fills) = &recs[0];
+        let (payload, fills) = (&recs[0].payload, &recs[0].fills);
+        assert!(recs[0].splices.is_empty(), "whole blocks past the policy are block notes");
         assert!(payload.len() < 1000, "blocks are not copied: {} bytes", payload.len());
         let blocks: Vec<u8> = fills.iter().map(|f| f.block[0]).collect();
         assert_eq!(blocks, [2, 3], "the two whole blocks, in order");
@@ -798,23 +877,27 @@ mod tests {
         assert_eq!(block_pointers(&payload).len(), 2);
         // Below the policy's size everything is copied.
         let recs = encode(vec![op()], Some((65537, spec, 0)));
-        assert!(recs.iter().all(|(_, f)| f.is_empty()));
+        assert!(recs.iter().all(|r| r.fills.is_empty()));
+        let spliced: Vec<u8> = recs.iter().flat_map(|r| r.splices.iter().map(|b| b.block[0])).collect();
+        // A block the record's end cuts in two is copied, the rest spliced.
+        assert!(spliced == [2] || spliced == [3] || spliced == [2, 3], "whole blocks spliced, partial ones copied: {spliced:?}");
         // ... into the records, in order (the write is split over them).
         let mut bytes = Vec::new();
-        for (payload, _) in &recs {
-            for d in decode(payload).unwrap() {
+        for r in &recs {
+            for d in decode(&assemble(&r.payload, &r.splices)).unwrap() {
                 let Decoded::Write { id: 7, off, data } = d else { panic!("only write notes: {d:?}") };
                 assert_eq!(off, 65526 + bytes.len() as u64);
                 bytes.extend_from_slice(data);
             }
         }
         let want: Vec<u8> = parts.iter().flat_map(|p| p.block[p.start..p.start + p.len].to_vec()).collect();
-        assert!(bytes == want, "the write's bytes, copied at encoding");
+        assert!(bytes == want, "the write's bytes, copied at encoding or spliced");
     }
 
     #[test]
     fn malformed_payloads_are_errors() {
-        let (payload, _) = encode(sample(), None).remove(0);
+        let first = encode(sample(), None).remove(0);
+        let payload = assemble(&first.payload, &first.splices);
         for cut in 1..payload.len().min(200) {
             let _ = decode(&payload[..cut]);
         }

@@ -98,6 +98,9 @@ pub(crate) struct LiveBlock {
 pub(crate) struct Pending {
     pub rec: LogRecord,
     pub fills: Vec<crate::redo::Fill>,
+    /// Whole blocks whose bytes go into `rec.payload` at commit (until
+    /// then the payload lacks them: `redo::assemble`).
+    pub splices: Vec<crate::redo::Splice>,
     /// Its bytes, counted as dirty memory until it is written or retired.
     pub _held: PendingBytes,
 }
@@ -380,12 +383,13 @@ impl ObjectSet {
     /// txg of `tx` (the txg whose changes the record describes); returns
     /// its sequence number. Cheap: nothing is written until `log_commit`.
     pub fn log_append(&self, tx: &Tx, rtype: u32, payload: &[u8]) -> Result<u64> {
-        self.log_append_filled(tx, rtype, payload.to_vec(), Vec::new())
+        let rec = crate::redo::Encoded { payload: payload.to_vec(), ..Default::default() };
+        self.log_append_filled(tx, rtype, rec)
     }
 
     /// `log_append` of a record whose `fills` ranges the writer reads from
     /// the object set when it writes the record.
-    pub(crate) fn log_append_filled(&self, tx: &Tx, rtype: u32, payload: Vec<u8>, fills: Vec<crate::redo::Fill>) -> Result<u64> {
+    pub(crate) fn log_append_filled(&self, tx: &Tx, rtype: u32, rec: crate::redo::Encoded) -> Result<u64> {
         let s = &self.shared;
         if s.readonly || self.inner.readonly.load(Ordering::Relaxed) {
             return Err(ObjError::ReadOnly);
@@ -393,9 +397,11 @@ impl ObjectSet {
         if rtype == 0 {
             return Err(ObjError::Invalid("log record type 0 is reserved".into()));
         }
-        if payload.len() > RECORD_PAYLOAD_MAX {
-            return Err(ObjError::Invalid(format!("log record of {} bytes (at most {RECORD_PAYLOAD_MAX})", payload.len())));
+        if rec.len() > RECORD_PAYLOAD_MAX {
+            return Err(ObjError::Invalid(format!("log record of {} bytes (at most {RECORD_PAYLOAD_MAX})", rec.len())));
         }
+        let len = rec.len();
+        let crate::redo::Encoded { payload, fills, splices, .. } = rec;
         let synced = s.synced_txg.load(Ordering::Acquire);
         assert!(tx.txg > synced, "log record appended in txg {} but txg {synced} already synced", tx.txg);
         let log = s.logs.get_or_create(self.inner.id);
@@ -408,8 +414,10 @@ impl ObjectSet {
             }
             let seq = st.next_rec_seq;
             st.next_rec_seq += 1;
-            let held = s.logs.hold_bytes((payload.len() + format::RECORD_HEAD) as u64);
-            st.pending.push(Pending { rec: LogRecord { rtype, txg: tx.txg, seq, payload }, fills, _held: held });
+            // Spliced blocks count too: the txg's dirty data lets go of a
+            // block the same range is written over again, the record not.
+            let held = s.logs.hold_bytes((len + format::RECORD_HEAD) as u64);
+            st.pending.push(Pending { rec: LogRecord { rtype, txg: tx.txg, seq, payload }, fills, splices, _held: held });
             seq
         };
         s.dirty_grew();

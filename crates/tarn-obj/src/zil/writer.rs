@@ -152,7 +152,8 @@ fn writer_thread(weak: Weak<Shared>, log: Arc<ObjsetLog>) {
 /// is the cheaper way or the only one left.
 fn make_durable(s: &Arc<Shared>, log: &ObjsetLog, batch: Vec<Pending>) -> Result<()> {
     let indirect: usize = batch.iter().flat_map(|p| p.fills.iter()).map(|f| f.block.len()).sum();
-    if indirect > TXG_INSTEAD_BYTES {
+    let spliced: usize = batch.iter().flat_map(|p| p.splices.iter()).map(|b| b.block.len()).sum();
+    if indirect + spliced > TXG_INSTEAD_BYTES {
         // Much data to write (an fsync after a bulk write, an NFS COMMIT,
         // an NBD FLUSH): a txg sync streams it and its tree at the pool's
         // full rate, where the log would write it block by block with a
@@ -177,7 +178,8 @@ fn make_durable(s: &Arc<Shared>, log: &ObjsetLog, batch: Vec<Pending>) -> Result
 /// Completes the batch's records: writes the blocks of their indirect
 /// writes (indirect.rs; each durable before this returns, so a record is
 /// never durable before the block it names) and puts the pointers in
-/// (copied bytes are in the payloads since the notes' flush, redo.rs).
+/// (copied bytes are in the payloads since the notes' flush; whole blocks
+/// of small writes are spliced in here, redo.rs).
 /// The blocks are written in parallel: each waits for its own durable
 /// write, and a 1 MiB sync write is eight of them.
 fn fill(s: &Shared, log: &ObjsetLog, batch: Vec<Pending>, keys: Option<&BlockKeys>) -> Result<Vec<LogRecord>> {
@@ -188,7 +190,16 @@ fn fill(s: &Shared, log: &ObjsetLog, batch: Vec<Pending>, keys: Option<&BlockKey
     for (&(i, f, _), bp) in jobs.iter().zip(bps) {
         placed.push((i, f.at, bp?));
     }
-    let mut out: Vec<LogRecord> = batch.into_iter().map(|p| p.rec).collect();
+    let mut out: Vec<LogRecord> = batch
+        .into_iter()
+        .map(|p| {
+            let mut rec = p.rec;
+            if !p.splices.is_empty() {
+                rec.payload = crate::redo::assemble(&rec.payload, &p.splices);
+            }
+            rec
+        })
+        .collect();
     for (i, at, bp) in placed {
         if let Some(rec) = out.get_mut(i) {
             rec.payload[at..at + tarn_block::BP_SIZE].copy_from_slice(&bp.encode());
