@@ -1,5 +1,6 @@
 //! The I/O pipeline between object trees and vdevs.
 
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -275,7 +276,7 @@ impl BlockIo {
     /// As `write`, sealed with `keys` when given (an encrypted dataset's
     /// block: at most two copies, crypt.rs).
     pub fn write_with(&self, data: &[u8], spec: WriteSpec, birth: u64, keys: Option<&BlockKeys>) -> Result<BlockPtr, BlockError> {
-        let Some((mut bp, phys)) = self.prepare_with(data, spec, birth, keys)? else { return Ok(BlockPtr::HOLE) };
+        let Some((mut bp, phys)) = self.prepare_cow(data, spec, birth, keys)? else { return Ok(BlockPtr::HOLE) };
         let placement = self.place(u64::from(bp.psize), copies_for(spec.copies, keys.is_some()), spec.metadata)?;
         placement.apply(&mut bp);
         self.write_placed(&bp, &placement, &phys)?;
@@ -326,15 +327,25 @@ impl BlockIo {
     /// As `prepare`, sealing the physical block with `keys` when given
     /// (compress -> pad -> seal -> checksum over the ciphertext).
     pub fn prepare_with(&self, data: &[u8], spec: WriteSpec, birth: u64, keys: Option<&BlockKeys>) -> Result<Option<(BlockPtr, Vec<u8>)>, BlockError> {
+        Ok(self.prepare_cow(data, spec, birth, keys)?.map(|(bp, phys)| (bp, phys.into_owned())))
+    }
+
+    /// `prepare_with`, the physical bytes borrowed from `data` when they
+    /// are the data itself (stored uncompressed, not sealed, a whole
+    /// number of allocation units): a block of incompressible data is not
+    /// copied on its way to the vdevs.
+    fn prepare_cow<'a>(&self, data: &'a [u8], spec: WriteSpec, birth: u64, keys: Option<&BlockKeys>) -> Result<Option<(BlockPtr, Cow<'a, [u8]>)>, BlockError> {
         if spec.compression != Compression::Off && data.iter().all(|&b| b == 0) {
             return Ok(None);
         }
         let (code, mut phys) = match compress::compress(spec.compression, data) {
-            Some(z) => (compression_code(spec.compression), z),
-            None => (COMP_OFF, data.to_vec()),
+            Some(z) => (compression_code(spec.compression), Cow::Owned(z)),
+            None => (COMP_OFF, Cow::Borrowed(data)),
         };
         let psize = self.psize_for(phys.len());
-        phys.resize(psize as usize, 0);
+        if psize as usize != phys.len() {
+            phys.to_mut().resize(psize as usize, 0);
+        }
         let mut bp = BlockPtr::HOLE;
         bp.lsize = data.len() as u32;
         bp.psize = psize as u32;
@@ -345,7 +356,7 @@ impl BlockIo {
         bp.level = spec.level;
         bp.otype = spec.otype;
         if let Some(keys) = keys {
-            keys.seal(&mut bp, &mut phys).map_err(|e| BlockError::Write(format!("cannot encrypt block: {e}")))?;
+            keys.seal(&mut bp, phys.to_mut()).map_err(|e| BlockError::Write(format!("cannot encrypt block: {e}")))?;
         }
         bp.checksum = checksum::compute(spec.checksum, &phys);
         Ok(Some((bp, phys)))
