@@ -2,13 +2,13 @@
 //! by the shared workers, each answered whole under the write lock in
 //! completion order (clients match replies by cookie).
 
-use std::io::{BufReader, Read, Write};
+use std::io::{BufReader, IoSlice, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex};
-use tarn_vol::{VolError, Volume};
+use tarn_vol::{Segment, VolError, Volume};
 
 use crate::handshake::Chosen;
 use crate::proto::*;
@@ -114,8 +114,11 @@ pub(crate) fn run(stream: TcpStream, shared: &Shared, chosen: Chosen) {
         };
         ctx.budget.acquire(bytes);
         if req.rtype == CMD_WRITE {
-            payload = vec![0u8; req.len as usize];
-            if r.read_exact(&mut payload).is_err() {
+            // Read into the spare capacity: no zeroing of a buffer the
+            // payload overwrites whole.
+            payload = Vec::with_capacity(req.len as usize);
+            let got = (&mut r).take(u64::from(req.len)).read_to_end(&mut payload);
+            if got.map_or(true, |n| n != req.len as usize) {
                 // The client vanished mid-write: nothing of it is applied.
                 ctx.budget.release(bytes);
                 break;
@@ -126,8 +129,8 @@ pub(crate) fn run(stream: TcpStream, shared: &Shared, chosen: Chosen) {
             let cookie = req.cookie;
             let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| execute(&c, &req, payload)));
             // A request that panicked: a bug, answered EIO; the server keeps running.
-            let reply = out.unwrap_or_else(|_| status_reply(c.structured, cookie, EIO, "internal error"));
-            let _ = c.writer.lock().write_all(&reply);
+            let reply = out.unwrap_or_else(|_| status_reply(c.structured, cookie, EIO, "internal error").into());
+            let _ = send(&mut c.writer.lock(), &reply);
             c.budget.release(bytes);
         });
         if !shared.jobs.run(job) {
@@ -139,13 +142,59 @@ pub(crate) fn run(stream: TcpStream, shared: &Shared, chosen: Chosen) {
     let _ = stream.shutdown(Shutdown::Both);
 }
 
-fn vol_error(structured: bool, cookie: u64, e: &VolError) -> Vec<u8> {
-    status_reply(structured, cookie, nbd_error(e.errno()), &e.to_string())
+/// A reply: its head (all of it, but for a read) and a read's data as
+/// the volume's own block buffers and runs of zeros, sent together in
+/// vectored writes: the data is not copied into a reply buffer first.
+struct Reply {
+    head: Vec<u8>,
+    body: Vec<Segment>,
 }
 
-fn execute(ctx: &Ctx, req: &Request, payload: Vec<u8>) -> Vec<u8> {
+impl From<Vec<u8>> for Reply {
+    fn from(head: Vec<u8>) -> Reply {
+        Reply { head, body: Vec::new() }
+    }
+}
+
+/// Zeros to send holes and short blocks from.
+static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
+
+/// Writes `r` whole (a vectored write may take part of it).
+fn send(w: &mut TcpStream, r: &Reply) -> std::io::Result<()> {
+    let mut iov: Vec<IoSlice<'_>> = Vec::with_capacity(1 + r.body.len());
+    iov.push(IoSlice::new(&r.head));
+    for seg in &r.body {
+        match seg.bytes() {
+            Some(b) => iov.push(IoSlice::new(b)),
+            None => {
+                let mut n = seg.len();
+                while n > 0 {
+                    let k = n.min(ZEROS.len());
+                    iov.push(IoSlice::new(&ZEROS[..k]));
+                    n -= k;
+                }
+            }
+        }
+    }
+    let mut left = &mut iov[..];
+    while !left.is_empty() {
+        match w.write_vectored(left) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => IoSlice::advance_slices(&mut left, n),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+fn vol_error(structured: bool, cookie: u64, e: &VolError) -> Reply {
+    status_reply(structured, cookie, nbd_error(e.errno()), &e.to_string()).into()
+}
+
+fn execute(ctx: &Ctx, req: &Request, payload: Vec<u8>) -> Reply {
     let (s, cookie) = (ctx.structured, req.cookie);
-    let err = |code: u32, msg: &str| status_reply(s, cookie, code, msg);
+    let err = |code: u32, msg: &str| -> Reply { status_reply(s, cookie, code, msg).into() };
     if req.flags & !CMD_FLAGS_KNOWN != 0 {
         return err(EINVAL, "unknown command flags");
     }
@@ -154,7 +203,7 @@ fn execute(ctx: &Ctx, req: &Request, payload: Vec<u8>) -> Vec<u8> {
     let in_range = off.checked_add(len).is_some_and(|end| end <= vol.size());
     let fua = req.flags & CMD_FLAG_FUA != 0;
     let done = |r: tarn_vol::Result<()>| match r {
-        Ok(()) => status_reply(s, cookie, 0, ""),
+        Ok(()) => status_reply(s, cookie, 0, "").into(),
         Err(e) => vol_error(s, cookie, &e),
     };
     match req.rtype {
@@ -204,7 +253,7 @@ fn execute(ctx: &Ctx, req: &Request, payload: Vec<u8>) -> Vec<u8> {
             if !in_range {
                 return err(EINVAL, "cache past the end of the volume");
             }
-            status_reply(s, cookie, 0, "")
+            status_reply(s, cookie, 0, "").into()
         }
         CMD_BLOCK_STATUS => {
             if !ctx.structured || !ctx.allocation {
@@ -215,7 +264,7 @@ fn execute(ctx: &Ctx, req: &Request, payload: Vec<u8>) -> Vec<u8> {
             }
             let max = if req.flags & CMD_FLAG_REQ_ONE != 0 { 1 } else { MAX_EXTENTS };
             match vol.extents(off, len, max) {
-                Ok(extents) => block_status(cookie, &extents),
+                Ok(extents) => block_status(cookie, &extents).into(),
                 Err(e) => vol_error(s, cookie, &e),
             }
         }
@@ -223,27 +272,24 @@ fn execute(ctx: &Ctx, req: &Request, payload: Vec<u8>) -> Vec<u8> {
     }
 }
 
-fn read(ctx: &Ctx, req: &Request) -> Vec<u8> {
+fn read(ctx: &Ctx, req: &Request) -> Reply {
     let n = req.len as usize;
-    if !ctx.structured {
-        let mut out = vec![0u8; SIMPLE_HEADER + n];
-        return match ctx.volume.read(req.offset, &mut out[SIMPLE_HEADER..]) {
-            Ok(()) => {
-                simple_header(&mut out, 0, req.cookie);
-                out
-            }
-            Err(e) => vol_error(false, req.cookie, &e),
-        };
-    }
-    let mut out = vec![0u8; CHUNK_HEADER + 8 + n];
-    match ctx.volume.read(req.offset, &mut out[CHUNK_HEADER + 8..]) {
-        Ok(()) => {
-            chunk_header(&mut out, REPLY_FLAG_DONE, REPLY_TYPE_OFFSET_DATA, req.cookie, (8 + n) as u32);
-            out[CHUNK_HEADER..CHUNK_HEADER + 8].copy_from_slice(&req.offset.to_be_bytes());
-            out
-        }
-        Err(e) => vol_error(true, req.cookie, &e),
-    }
+    let body = match ctx.volume.read_segments(req.offset, n) {
+        Ok(body) => body,
+        Err(e) => return vol_error(ctx.structured, req.cookie, &e),
+    };
+    let head = if ctx.structured {
+        let mut h = vec![0u8; CHUNK_HEADER + 8];
+        chunk_header(&mut h, REPLY_FLAG_DONE, REPLY_TYPE_OFFSET_DATA, req.cookie, (8 + n) as u32);
+        h[CHUNK_HEADER..].copy_from_slice(&req.offset.to_be_bytes());
+        h
+    } else {
+        let mut h = vec![0u8; SIMPLE_HEADER];
+        simple_header(&mut h, 0, req.cookie);
+        h
+    };
+    assert_eq!(body.iter().map(Segment::len).sum::<usize>(), n, "a read's segments cover it");
+    Reply { head, body }
 }
 
 fn block_status(cookie: u64, extents: &[tarn_vol::Extent]) -> Vec<u8> {

@@ -170,7 +170,7 @@ mod vdevs;
 pub mod zil;
 
 pub use dnode_prefetch::DNODE_PREFETCH_BLOCKS_MAX;
-pub use objset::ObjectSet;
+pub use objset::{ObjectSet, Segment};
 pub use pool::{ObjPool, MOS_OBJSET_TABLE};
 pub use space::{deflate_ratio, slop_bytes};
 

@@ -30,6 +30,7 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, MutexGuard, RwLock, RwLockReadGuard};
 use tarn_obj::{ObjError, ObjPool, ObjType, ObjectId, ObjectSet, Tx, BONUS_LEN};
+pub use tarn_obj::Segment;
 
 /// Object type of a volume's data object.
 pub const VOLUME_DATA: ObjType = ObjType(40);
@@ -348,6 +349,16 @@ impl Volume {
         self.check(offset, buf.len() as u64)?;
         self.os.read(DATA_OBJECT, offset, buf)?;
         Ok(())
+    }
+
+    /// `read` without the copy: the blocks holding `len` bytes at
+    /// `offset`, and runs of zeros, in order (`ObjectSet::read_segments`).
+    pub fn read_segments(&self, offset: u64, len: usize) -> Result<Vec<Segment>> {
+        let _open = self.enter()?;
+        self.check(offset, len as u64)?;
+        let mut out = Vec::new();
+        self.os.read_segments(DATA_OBJECT, offset, len, &mut out)?;
+        Ok(out)
     }
 
     /// Writes `data` at `offset`; with `fua` (or `sync=always`) durable

@@ -29,6 +29,7 @@ use crate::tree::{self, block_err};
 use crate::{ObjError, ObjInfo, ObjType, ObjectId, ObjsetId, Result, Tx, Txg, WriteProps, BONUS_LEN, MAX_BLOCK_SIZE};
 
 mod read;
+pub use read::Segment;
 mod write;
 
 #[derive(Clone)]

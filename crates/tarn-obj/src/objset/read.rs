@@ -10,6 +10,34 @@ use crate::format::DnodePhys;
 use crate::tree::{self, block_err};
 use crate::{ObjError, ObjectId, Result, Txg};
 
+/// A piece of an object's contents as read (`ObjectSet::read_segments`):
+/// `len` bytes from `start` of a block's buffer, or zeros.
+#[derive(Clone, Debug)]
+pub enum Segment {
+    Data { block: Arc<Vec<u8>>, start: usize, len: usize },
+    Zeros(usize),
+}
+
+impl Segment {
+    pub fn len(&self) -> usize {
+        match self {
+            Segment::Data { len, .. } | Segment::Zeros(len) => *len,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The bytes, for data; None for zeros.
+    pub fn bytes(&self) -> Option<&[u8]> {
+        match self {
+            Segment::Data { block, start, len } => Some(&block[*start..*start + *len]),
+            Segment::Zeros(_) => None,
+        }
+    }
+}
+
 impl ObjectSet {
     /// Where the newest version of block `blkid` lives.
     pub(super) fn block_view(&self, st: &DnodeState, blkid: u64) -> Result<Found> {
@@ -59,13 +87,36 @@ impl ObjectSet {
     }
 
     pub fn read(&self, id: ObjectId, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let mut pos = 0usize;
+        self.visit(id, offset, buf.len(), &mut |seg| {
+            let dst = &mut buf[pos..pos + seg.len()];
+            match seg {
+                Segment::Data { block, start, len } => dst.copy_from_slice(&block[start..start + len]),
+                Segment::Zeros(_) => dst.fill(0),
+            }
+            pos += dst.len();
+        })
+    }
+
+    /// What `read` of `len` bytes at `offset` reads, without copying: the
+    /// blocks' own buffers (cached or dirty) and runs of zeros, in order,
+    /// appended to `out` (a server sends them with one vectored write).
+    pub fn read_segments(&self, id: ObjectId, offset: u64, len: usize, out: &mut Vec<Segment>) -> Result<()> {
+        self.visit(id, offset, len, &mut |seg| match (out.last_mut(), seg) {
+            (Some(Segment::Zeros(n)), Segment::Zeros(m)) => *n += m,
+            (_, seg) => out.push(seg),
+        })
+    }
+
+    /// Hands `f` the pieces of `len` bytes at `offset`, in order.
+    fn visit(&self, id: ObjectId, offset: u64, len: usize, f: &mut dyn FnMut(Segment)) -> Result<()> {
         self.shared.client_ops.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let dn = self.dnode(id)?;
-        if !buf.is_empty() {
-            self.maybe_prefetch(&dn, offset, buf.len() as u64);
+        if len > 0 {
+            self.maybe_prefetch(&dn, offset, len as u64);
         }
         let mut pos = 0usize;
-        while pos < buf.len() {
+        while pos < len {
             let (view, bs) = {
                 let st = dn.st.lock();
                 let a = st.attrs();
@@ -75,27 +126,30 @@ impl ObjectSet {
                 let bs = a.block_size as u64;
                 let blkid = (offset + pos as u64) / bs;
                 if blkid >= st.nblocks() {
-                    buf[pos..].fill(0);
+                    f(Segment::Zeros(len - pos));
                     return Ok(());
                 }
                 (self.block_view(&st, blkid)?, bs)
             };
             let off = offset + pos as u64;
             let in_blk = (off % bs) as usize;
-            let n = ((bs as usize) - in_blk).min(buf.len() - pos);
+            let n = ((bs as usize) - in_blk).min(len - pos);
             let data = match view {
                 Found::Data(d) => Some(d),
                 Found::Hole => None,
                 Found::Committed(phys) => self.read_committed(&phys, off / bs)?,
             };
-            let dst = &mut buf[pos..pos + n];
             match data {
                 Some(d) => {
                     let avail = d.len().saturating_sub(in_blk).min(n);
-                    dst[..avail].copy_from_slice(&d[in_blk..in_blk + avail]);
-                    dst[avail..].fill(0);
+                    if avail > 0 {
+                        f(Segment::Data { block: d, start: in_blk, len: avail });
+                    }
+                    if avail < n {
+                        f(Segment::Zeros(n - avail));
+                    }
                 }
-                None => dst.fill(0),
+                None => f(Segment::Zeros(n)),
             }
             pos += n;
         }
