@@ -326,6 +326,12 @@ impl Checked<'_> {
         self.fs.read(ino, offset, size)
     }
 
+    pub fn read_segments(&self, ino: u64, offset: u64, size: u32) -> Result<Vec<crate::Segment>> {
+        let p = self.fs.live(ino)?;
+        need(&p, &self.caller, MAY_READ)?;
+        self.fs.read_segments(ino, offset, size)
+    }
+
     /// Write `data` at `offset`, then drop what a write drops.
     pub fn write(&self, ino: u64, offset: u64, data: &[u8]) -> Result<u32> {
         self.fs.writable()?;

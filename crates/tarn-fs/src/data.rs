@@ -1,6 +1,6 @@
 //! File data: read, write, fsync; statfs.
 
-use tarn_obj::ObjectId;
+use tarn_obj::{ObjectId, Segment};
 
 use crate::types::SyncMode;
 use crate::{
@@ -10,7 +10,23 @@ use crate::{
 impl Fs {
     /// Read up to `size` bytes at `offset` (short at end of file).
     pub fn read(&self, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
-        let (buf, p) = {
+        let segs = self.read_segments(ino, offset, size)?;
+        // Filled in order, not zeroed first.
+        let mut buf = Vec::with_capacity(segs.iter().map(Segment::len).sum());
+        for s in &segs {
+            match s.bytes() {
+                Some(b) => buf.extend_from_slice(b),
+                None => buf.resize(buf.len() + s.len(), 0),
+            }
+        }
+        Ok(buf)
+    }
+
+    /// `read` without the copy: the file's blocks (cached or dirty) and
+    /// runs of zeros holding its bytes `offset..offset + size` (to its
+    /// end), in order, for a server to send as they are.
+    pub fn read_segments(&self, ino: u64, offset: u64, size: u32) -> Result<Vec<Segment>> {
+        let (segs, p) = {
             let _g = self.read_lock(ino);
             let p = self.inode(ino)?;
             if is_dir(&p) {
@@ -20,11 +36,12 @@ impl Fs {
                 return Err(FsError::Invalid("read of a non-regular file"));
             }
             let end = offset.saturating_add(size as u64).min(p.size);
-            let mut buf = vec![0u8; end.saturating_sub(offset) as usize];
-            if !buf.is_empty() {
-                self.os.read(ObjectId(ino), offset, &mut buf)?;
+            let len = end.saturating_sub(offset) as usize;
+            let mut segs = Vec::new();
+            if len > 0 {
+                self.os.read_segments(ObjectId(ino), offset, len, &mut segs)?;
             }
-            (buf, p)
+            (segs, p)
         };
         let opts = *self.opts.read();
         if opts.atime && !opts.readonly {
@@ -42,7 +59,7 @@ impl Fs {
                 }
             }
         }
-        Ok(buf)
+        Ok(segs)
     }
 
     /// Write `data` at `offset`; returns bytes written (all of it).

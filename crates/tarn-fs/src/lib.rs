@@ -73,6 +73,7 @@ mod types;
 mod xattr;
 pub use access::{Caller, Checked, MAY_EXEC, MAY_READ, MAY_WRITE};
 pub use error::FsError;
+pub use tarn_obj::Segment;
 use format::{u64_value, InodePhys};
 pub use privileges::XATTR_SECURITY_CAPABILITY;
 pub use readdir::READDIR_PLUS_BATCH;

@@ -44,8 +44,8 @@ pub fn readlink(fs: &Fs, ino: u64, c: &Creds) -> Result<Vec<u8>> {
     fs.checked(&caller(c)).readlink(ino)
 }
 
-pub fn read(fs: &Fs, ino: u64, c: &Creds, offset: u64, count: u32) -> Result<Vec<u8>> {
-    fs.checked(&caller(c)).read(ino, offset, count)
+pub fn read_segments(fs: &Fs, ino: u64, c: &Creds, offset: u64, count: u32) -> Result<Vec<tarn_fs::Segment>> {
+    fs.checked(&caller(c)).read_segments(ino, offset, count)
 }
 
 pub fn write(fs: &Fs, ino: u64, c: &Creds, offset: u64, data: &[u8]) -> Result<u32> {

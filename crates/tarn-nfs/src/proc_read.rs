@@ -16,6 +16,7 @@ use crate::handle::Kind;
 use crate::nfs::{fattr, fh, status, Ctx, NfsResult, Target};
 use crate::rpc::PackDyn;
 use crate::xdr::{self, Reader};
+use tarn_fs::Segment;
 
 /// rtmax and wtmax: the largest READ and WRITE (1 MiB, what NAS clients ask for).
 pub const MAX_IO: u32 = 1 << 20;
@@ -140,12 +141,13 @@ pub fn readlink(ctx: &Ctx, r: &mut Reader) -> Reply {
 }
 
 /// A successful READ: packed like `Nfs3Result::Ok(READ3resok)`, but the
-/// data (tarn-fs's buffer) is the record's tail, written to the socket
-/// from where tarn-fs put it instead of copied into the reply.
+/// data (the file's blocks and runs of zeros, tarn-fs `read_segments`) is
+/// the record's tail, written to the socket from the blocks' buffers
+/// instead of copied into the reply.
 struct ReadOk {
     file_attributes: nfs3_types::nfs3::post_op_attr,
     eof: bool,
-    data: Vec<u8>,
+    data: Vec<Segment>,
 }
 
 impl PackDyn for ReadOk {
@@ -155,7 +157,7 @@ impl PackDyn for ReadOk {
     }
 
     fn pack_into(&self, out: &mut Vec<u8>) {
-        let count = self.data.len() as u32;
+        let count = self.data.iter().map(Segment::len).sum::<usize>() as u32;
         let _ = nfsstat3::NFS3_OK.pack(out);
         let _ = self.file_attributes.pack(out);
         let _ = count.pack(out);
@@ -163,7 +165,7 @@ impl PackDyn for ReadOk {
         let _ = count.pack(out);
     }
 
-    fn take_tail(&mut self) -> Vec<u8> {
+    fn take_tail(&mut self) -> Vec<Segment> {
         std::mem::take(&mut self.data)
     }
 }
@@ -176,9 +178,10 @@ pub fn read(ctx: &Ctx, r: &mut Reader) -> Reply {
         let t = ctx.resolve(&fh).map_err(|s| (s, READ3resfail::default()))?;
         let fail = |s| (s, READ3resfail { file_attributes: t.post_op() });
         let (fs, ino) = t.inode().ok_or_else(|| fail(nfsstat3::NFS3ERR_ISDIR))?;
-        let data = crate::caller::read(fs, ino, &t.creds, offset, count).map_err(|e| fail(status(&e)))?;
+        let data = crate::caller::read_segments(fs, ino, &t.creds, offset, count).map_err(|e| fail(status(&e)))?;
         let attr = t.attr().map_err(fail)?;
-        let eof = offset.saturating_add(data.len() as u64) >= attr.size;
+        let len: usize = data.iter().map(Segment::len).sum();
+        let eof = offset.saturating_add(len as u64) >= attr.size;
         Ok(ReadOk { file_attributes: Nfs3Option::Some(attr), eof, data })
     })();
     match res {
@@ -282,10 +285,16 @@ mod tests {
                     eof,
                     data: Opaque::owned(data.clone()),
                 });
-                let mut tail = ReadOk { file_attributes: Nfs3Option::Some(attr.clone()), eof, data: data.clone() };
+                // The data as a block's middle (what a read of a cached block hands over).
+                let mut block = vec![0xEE; 3];
+                block.extend_from_slice(&data);
+                block.push(0xEE);
+                let segs = vec![Segment::Data { block: std::sync::Arc::new(block), start: 3, len }];
+                let mut tail = ReadOk { file_attributes: Nfs3Option::Some(attr.clone()), eof, data: segs };
                 let want = reply(7, Status::Success, Some(&mut packed)).to_bytes();
                 let rec = reply(7, Status::Success, Some(&mut tail));
-                assert_eq!(rec.tail, data, "the data is handed over, not copied into the head");
+                assert_eq!(rec.tail_len(), len, "the data is handed over, not copied into the head");
+                assert_eq!(rec.head.len() + len + rec.pad, want.len());
                 assert_eq!(rec.to_bytes(), want, "len {len} eof {eof}");
             }
         }

@@ -19,6 +19,7 @@ use nfs3_types::xdr_codec::Pack;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::xdr::{Garbage, Reader};
+use tarn_fs::Segment;
 
 /// Largest WRITE (1 MiB, our wtmax) plus room for its header and handle.
 pub const MAX_RECORD: usize = (1 << 20) + 4096;
@@ -157,70 +158,102 @@ pub enum Status {
 }
 
 /// A reply record: `head` (record mark, RPC header, the packed results),
-/// then `tail` (READ's data, sent from the buffer tarn-fs filled, not
-/// copied into `head`) and the XDR padding of the tail.
+/// then `tail` (READ's data: the file's blocks as the cache or the dirty
+/// txg holds them and runs of zeros, sent as they are, not copied into
+/// `head`) and the XDR padding of the tail.
 pub struct Record {
     pub head: Vec<u8>,
-    pub tail: Vec<u8>,
+    pub tail: Vec<Segment>,
     /// Zero bytes after `tail` (the tail's XDR padding, 0–3).
     pub pad: usize,
 }
 
 impl Record {
-    pub fn pad(&self) -> usize {
-        self.pad
+    pub fn tail_len(&self) -> usize {
+        self.tail.iter().map(Segment::len).sum()
     }
 
     pub fn size(&self) -> usize {
-        self.head.len() + self.tail.len() + self.pad
+        self.head.len() + self.tail_len() + self.pad
     }
 
     /// What is left after its first `n` bytes went out (`n` < `len()`).
     pub fn rest(self, n: usize) -> Record {
         let Record { mut head, mut tail, pad } = self;
-        let total = head.len() + tail.len() + pad;
         if n < head.len() {
             head.drain(..n);
-            Record { head, tail, pad }
-        } else if n < head.len() + tail.len() {
-            tail.drain(..n - head.len());
-            Record { head: Vec::new(), tail, pad }
-        } else {
-            Record { head: Vec::new(), tail: Vec::new(), pad: total - n }
+            return Record { head, tail, pad };
         }
+        let mut skip = n - head.len();
+        let mut gone = 0;
+        for seg in tail.iter_mut() {
+            if skip == 0 {
+                break;
+            }
+            if skip >= seg.len() {
+                skip -= seg.len();
+                gone += 1;
+                continue;
+            }
+            *seg = match std::mem::replace(seg, Segment::Zeros(0)) {
+                Segment::Data { block, start, len } => Segment::Data { block, start: start + skip, len: len - skip },
+                Segment::Zeros(len) => Segment::Zeros(len - skip),
+            };
+            skip = 0;
+        }
+        tail.drain(..gone);
+        Record { head: Vec::new(), tail, pad: pad - skip }
     }
 
     /// The whole record as one buffer (tests).
     #[cfg(test)]
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(self.head.len() + self.tail.len() + 3);
+        let mut out = Vec::with_capacity(self.size());
         out.extend_from_slice(&self.head);
-        out.extend_from_slice(&self.tail);
+        for seg in &self.tail {
+            match seg.bytes() {
+                Some(b) => out.extend_from_slice(b),
+                None => out.resize(out.len() + seg.len(), 0),
+            }
+        }
         out.resize(out.len() + self.pad, 0);
         out
     }
 }
 
-/// Zero bytes a record is padded with.
-const PAD: [u8; 3] = [0; 3];
+/// Zero bytes a record is padded with, and runs of zeros in its tail are
+/// sent from.
+static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
 
 impl Record {
     /// The bytes still to send after the first `done` (head, tail,
-    /// padding), as slices in `out`; returns how many of `out` are used.
-    pub fn unsent<'a>(&'a self, done: usize, out: &mut [io::IoSlice<'a>; 3]) -> usize {
-        let parts: [&'a [u8]; 3] = [&self.head, &self.tail, &PAD[..self.pad()]];
+    /// padding), as slices put into `out` (emptied first).
+    pub fn unsent<'a>(&'a self, done: usize, out: &mut Vec<io::IoSlice<'a>>) {
+        out.clear();
         let mut skip = done;
-        let mut n = 0;
-        for p in parts {
+        let mut put = |p: &'a [u8], out: &mut Vec<io::IoSlice<'a>>| {
             if skip >= p.len() {
                 skip -= p.len();
-                continue;
+            } else {
+                out.push(io::IoSlice::new(&p[skip..]));
+                skip = 0;
             }
-            out[n] = io::IoSlice::new(&p[skip..]);
-            skip = 0;
-            n += 1;
+        };
+        put(&self.head, out);
+        for seg in &self.tail {
+            match seg.bytes() {
+                Some(b) => put(b, out),
+                None => {
+                    let mut n = seg.len();
+                    while n > 0 {
+                        let k = n.min(ZEROS.len());
+                        put(&ZEROS[..k], out);
+                        n -= k;
+                    }
+                }
+            }
         }
-        n
+        put(&ZEROS[..self.pad], out);
     }
 }
 
@@ -228,10 +261,10 @@ impl Record {
 pub async fn write_record<W: AsyncWrite + Unpin>(w: &mut W, rec: &Record) -> io::Result<()> {
     let total = rec.size();
     let mut done = 0;
+    let mut slices = Vec::new();
     while done < total {
-        let mut slices = [io::IoSlice::new(&[]); 3];
-        let n = rec.unsent(done, &mut slices);
-        let wrote = w.write_vectored(&slices[..n]).await?;
+        rec.unsent(done, &mut slices);
+        let wrote = w.write_vectored(&slices).await?;
         if wrote == 0 {
             return Err(io::ErrorKind::WriteZero.into());
         }
@@ -270,7 +303,8 @@ pub fn reply(xid: u32, status: Status, body: Option<&mut dyn PackDyn>) -> Record
         b.pack_into(&mut out);
         tail = b.take_tail();
     }
-    let pad = (4 - tail.len() % 4) % 4;
+    let tail_len: usize = tail.iter().map(Segment::len).sum();
+    let pad = (4 - tail_len % 4) % 4;
     let mut rec = Record { head: out, tail, pad };
     let len = (rec.size() - 4) as u32;
     rec.head[..4].copy_from_slice(&(len | 0x8000_0000).to_be_bytes());
@@ -284,7 +318,7 @@ pub trait PackDyn {
     /// Bytes that follow what `pack_into` wrote, handed over rather than
     /// copied (an opaque's data whose length `pack_into` already wrote;
     /// `reply` adds the padding). Called once, after `pack_into`.
-    fn take_tail(&mut self) -> Vec<u8> {
+    fn take_tail(&mut self) -> Vec<Segment> {
         Vec::new()
     }
 }
@@ -306,7 +340,9 @@ mod tests {
     #[test]
     fn rest_of_a_record_is_its_remaining_bytes() {
         for tail_len in [0usize, 1, 3, 4, 7] {
-            let rec = || Record { head: vec![1, 2, 3, 4, 5, 6], tail: (10..10 + tail_len as u8).collect(), pad: (4 - tail_len % 4) % 4 };
+            // Bytes, then zeros, then bytes again: a cut can land anywhere.
+            let bytes = |from: u8| Segment::Data { block: std::sync::Arc::new((from..from + 9).collect()), start: 2, len: tail_len };
+            let rec = || Record { head: vec![1, 2, 3, 4, 5, 6], tail: vec![bytes(10), Segment::Zeros(3), bytes(40)], pad: (4 - (2 * tail_len + 3) % 4) % 4 };
             let whole = rec().to_bytes();
             assert_eq!(whole.len(), rec().size());
             for n in 0..rec().size() {

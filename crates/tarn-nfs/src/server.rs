@@ -141,10 +141,10 @@ impl Replies {
 fn try_write(wr: &OwnedWriteHalf, rec: &Record) -> io::Result<usize> {
     let total = rec.size();
     let mut done = 0;
+    let mut slices = Vec::new();
     while done < total {
-        let mut slices = [io::IoSlice::new(&[]); 3];
-        let k = rec.unsent(done, &mut slices);
-        match wr.try_write_vectored(&slices[..k]) {
+        rec.unsent(done, &mut slices);
+        match wr.try_write_vectored(&slices) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
             Ok(n) => done += n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock && done > 0 => return Ok(done),
