@@ -32,8 +32,8 @@ pub fn fletcher4(data: &[u8]) -> [u8; 32] {
     #[cfg(not(target_arch = "x86_64"))]
     let sums = lanes_scalar(body);
     let (mut a, mut b, mut c, mut d) = (0u64, 0u64, 0u64, 0u64);
-    for k in 0..4 {
-        let [la, lb, lc, ld] = [sums[0][k], sums[1][k], sums[2][k], sums[3][k]];
+    let [sa, sb, sc, sd] = sums;
+    for (k, (((la, lb), lc), ld)) in sa.into_iter().zip(sb).zip(sc).zip(sd).enumerate() {
         let k = k as u64;
         let choose2 = k * k.saturating_sub(1) / 2;
         let choose3 = k * k.saturating_sub(1) * k.saturating_sub(2) / 6;
