@@ -14,6 +14,10 @@ use crate::bp::{checksum_code, compression_code, BlockPtr, Dva, COMP_OFF, MAX_CO
 use crate::crypt::{BlockKeys, RawBlock};
 use crate::{checksum, compress, ChecksumKind, Compression};
 
+/// A block ready to place: its pointer (no addresses yet) and physical
+/// bytes, borrowed from the data when they are the data itself.
+type Prepared<'a> = (BlockPtr, Cow<'a, [u8]>);
+
 #[derive(Debug, thiserror::Error)]
 pub enum BlockError {
     #[error("out of space")]
@@ -334,7 +338,7 @@ impl BlockIo {
     /// are the data itself (stored uncompressed, not sealed, a whole
     /// number of allocation units): a block of incompressible data is not
     /// copied on its way to the vdevs.
-    fn prepare_cow<'a>(&self, data: &'a [u8], spec: WriteSpec, birth: u64, keys: Option<&BlockKeys>) -> Result<Option<(BlockPtr, Cow<'a, [u8]>)>, BlockError> {
+    fn prepare_cow<'a>(&self, data: &'a [u8], spec: WriteSpec, birth: u64, keys: Option<&BlockKeys>) -> Result<Option<Prepared<'a>>, BlockError> {
         if spec.compression != Compression::Off && data.iter().all(|&b| b == 0) {
             return Ok(None);
         }
@@ -475,6 +479,16 @@ impl BlockIo {
     /// the L2ARC routes by it.
     pub fn cache_id(&self) -> u64 {
         self.arc_id
+    }
+
+    /// `bp`'s data if the cache holds it, as `read_keyed` returns it (a
+    /// hit counted); None, without reading anything, when it does not.
+    pub fn read_if_cached(&self, bp: &BlockPtr, keys: Option<&BlockKeys>) -> Option<Arc<Vec<u8>>> {
+        let key = self.cache_key(bp, keys);
+        if !self.cache.contains(&key) {
+            return None;
+        }
+        self.cache.get(&key, bp, false)
     }
 
     /// Whether `bp`'s data is in the cache (no read, no hit counted).

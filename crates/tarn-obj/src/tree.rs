@@ -57,6 +57,35 @@ pub fn lookup(io: &BlockIo, phys: &DnodePhys, blkid: u64) -> Result<BlockPtr> {
     Ok(bp)
 }
 
+/// `lookup` from cached indirect blocks only: None when one of them is
+/// not in the cache (nothing is read).
+pub fn lookup_cached(io: &BlockIo, phys: &DnodePhys, blkid: u64) -> Option<Result<BlockPtr>> {
+    if !phys.in_use() || blkid >= phys.capacity() {
+        return Some(Ok(BlockPtr::HOLE));
+    }
+    let mut level = phys.nlevels - 1;
+    let s = span(level);
+    let idx = (blkid / s) as usize;
+    let Some(mut bp) = phys.bps.get(idx).copied() else { return Some(Err(ObjError::Corrupt("block id past tree".into()))) };
+    let mut rem = blkid % s;
+    while level > 0 {
+        if bp.is_hole() {
+            return Some(Ok(BlockPtr::HOLE));
+        }
+        let data = io.read_if_cached(&bp, None)?;
+        level -= 1;
+        let s = span(level);
+        let i = (rem / s) as usize;
+        rem %= s;
+        let Some(raw) = data.get(i * BP_SIZE..(i + 1) * BP_SIZE) else { return Some(Err(ObjError::Corrupt("indirect".into()))) };
+        bp = match BlockPtr::decode(raw) {
+            Ok(bp) => bp,
+            Err(e) => return Some(Err(ObjError::Corrupt(e))),
+        };
+    }
+    Some(Ok(bp))
+}
+
 /// A txg's changes to one object's tree: frees (applied first), then writes.
 #[derive(Default)]
 pub struct Changes {

@@ -361,6 +361,15 @@ impl Volume {
         Ok(out)
     }
 
+    /// `read_segments` if it needs no read from the vdevs (every block
+    /// dirty or cached); None when it would.
+    pub fn read_segments_cached(&self, offset: u64, len: usize) -> Result<Option<Vec<Segment>>> {
+        let _open = self.enter()?;
+        self.check(offset, len as u64)?;
+        let mut out = Vec::new();
+        Ok(self.os.read_segments_cached(DATA_OBJECT, offset, len, &mut out)?.then_some(out))
+    }
+
     /// Writes `data` at `offset`; with `fua` (or `sync=always`) durable
     /// when it returns. Whole blocks of zeros become holes.
     pub fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<()> {

@@ -18,6 +18,17 @@ pub enum Segment {
     Zeros(usize),
 }
 
+/// A committed block as read: its data, or None for a hole.
+type Block = Option<Arc<Vec<u8>>>;
+
+/// Appends `seg`, merged into a run of zeros it continues.
+fn push_segment(out: &mut Vec<Segment>, seg: Segment) {
+    match (out.last_mut(), seg) {
+        (Some(Segment::Zeros(n)), Segment::Zeros(m)) => *n += m,
+        (_, seg) => out.push(seg),
+    }
+}
+
 impl Segment {
     pub fn len(&self) -> usize {
         match self {
@@ -62,6 +73,25 @@ impl ObjectSet {
         Ok(Found::Committed(Box::new(st.committed.clone())))
     }
 
+    /// `read_committed` from the cache alone: None when the block, or an
+    /// indirect block above it, is not cached (nothing is read then).
+    fn read_committed_if_cached(&self, phys: &DnodePhys, blkid: u64) -> Result<Option<Block>> {
+        let keys = self.inner.keys(&self.shared)?;
+        let _gate = self.shared.reader_gate.read();
+        let metadata = phys.flags & crate::format::DN_METADATA != 0;
+        if !self.cache_policy().keeps(metadata) {
+            return Ok(None);
+        }
+        let bp = match tree::lookup_cached(self.io(), phys, blkid) {
+            None => return Ok(None),
+            Some(bp) => bp?,
+        };
+        if bp.is_hole() {
+            return Ok(Some(None));
+        }
+        Ok(self.io().read_if_cached(&bp, keys.as_deref()).map(Some))
+    }
+
     pub(super) fn read_committed(&self, phys: &DnodePhys, blkid: u64) -> Result<Option<Arc<Vec<u8>>>> {
         self.read_committed_as(phys, blkid, false)
     }
@@ -88,7 +118,7 @@ impl ObjectSet {
 
     pub fn read(&self, id: ObjectId, offset: u64, buf: &mut [u8]) -> Result<()> {
         let mut pos = 0usize;
-        self.visit(id, offset, buf.len(), &mut |seg| {
+        self.visit(id, offset, buf.len(), false, &mut |seg| {
             let dst = &mut buf[pos..pos + seg.len()];
             match seg {
                 Segment::Data { block, start, len } => dst.copy_from_slice(&block[start..start + len]),
@@ -96,24 +126,41 @@ impl ObjectSet {
             }
             pos += dst.len();
         })
+        .map(|_| ())
     }
 
     /// What `read` of `len` bytes at `offset` reads, without copying: the
     /// blocks' own buffers (cached or dirty) and runs of zeros, in order,
     /// appended to `out` (a server sends them with one vectored write).
     pub fn read_segments(&self, id: ObjectId, offset: u64, len: usize, out: &mut Vec<Segment>) -> Result<()> {
-        self.visit(id, offset, len, &mut |seg| match (out.last_mut(), seg) {
-            (Some(Segment::Zeros(n)), Segment::Zeros(m)) => *n += m,
-            (_, seg) => out.push(seg),
-        })
+        self.visit(id, offset, len, false, &mut |seg| push_segment(out, seg)).map(|_| ())
     }
 
-    /// Hands `f` the pieces of `len` bytes at `offset`, in order.
-    fn visit(&self, id: ObjectId, offset: u64, len: usize, f: &mut dyn FnMut(Segment)) -> Result<()> {
-        self.shared.client_ops.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    /// `read_segments` if every block it needs (and every indirect block
+    /// above them) is dirty or cached: false, with `out` left empty and
+    /// nothing read, when one is not. A server answers such reads on the
+    /// thread that read the request, without a hand-off.
+    pub fn read_segments_cached(&self, id: ObjectId, offset: u64, len: usize, out: &mut Vec<Segment>) -> Result<bool> {
+        let done = self.visit(id, offset, len, true, &mut |seg| push_segment(out, seg))?;
+        if !done {
+            out.clear();
+        }
+        Ok(done)
+    }
+
+    /// Hands `f` the pieces of `len` bytes at `offset`, in order; with
+    /// `cached_only`, stops and returns false at the first block that is
+    /// neither dirty nor cached.
+    fn visit(&self, id: ObjectId, offset: u64, len: usize, cached_only: bool, f: &mut dyn FnMut(Segment)) -> Result<bool> {
         let dn = self.dnode(id)?;
-        if len > 0 {
-            self.maybe_prefetch(&dn, offset, len as u64);
+        // A read that may still give up counts (and reads ahead) only once
+        // it is done: the one that follows it must not look like a second
+        // reader of the same range.
+        if !cached_only {
+            self.shared.client_ops.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if len > 0 {
+                self.maybe_prefetch(&dn, offset, len as u64);
+            }
         }
         let mut pos = 0usize;
         while pos < len {
@@ -127,7 +174,7 @@ impl ObjectSet {
                 let blkid = (offset + pos as u64) / bs;
                 if blkid >= st.nblocks() {
                     f(Segment::Zeros(len - pos));
-                    return Ok(());
+                    break;
                 }
                 (self.block_view(&st, blkid)?, bs)
             };
@@ -137,6 +184,10 @@ impl ObjectSet {
             let data = match view {
                 Found::Data(d) => Some(d),
                 Found::Hole => None,
+                Found::Committed(phys) if cached_only => match self.read_committed_if_cached(&phys, off / bs)? {
+                    Some(d) => d,
+                    None => return Ok(false),
+                },
                 Found::Committed(phys) => self.read_committed(&phys, off / bs)?,
             };
             match data {
@@ -153,7 +204,13 @@ impl ObjectSet {
             }
             pos += n;
         }
-        Ok(())
+        if cached_only {
+            self.shared.client_ops.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if len > 0 {
+                self.maybe_prefetch(&dn, offset, len as u64);
+            }
+        }
+        Ok(true)
     }
 
     /// Sequential reads warm the cache ahead of the reader: when a read

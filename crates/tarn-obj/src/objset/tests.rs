@@ -198,3 +198,52 @@ fn read_segments_cover_what_read_reads() {
         assert!(segs.windows(2).all(|w| w[0].bytes().is_some() || w[1].bytes().is_some()), "runs of zeros are merged at {off}");
     }
 }
+
+/// `read_segments_cached` answers from dirty and cached blocks and gives
+/// up, reading nothing and leaving `out` empty, at a block the cache lost.
+#[test]
+fn cached_segments_give_up_at_a_block_not_in_the_cache() {
+    let (pool, _osid, os) = pool_with_objset();
+    let bs = 16384usize;
+    let data: Vec<u8> = (0..bs * 4).map(|i| (i % 253) as u8).collect();
+    let id = {
+        let tx = pool.begin();
+        let id = os.create(&tx, ObjType(30), bs as u32, &[0; BONUS_LEN]).unwrap();
+        os.write(&tx, id, 0, &data).unwrap();
+        id
+    };
+    let flat = |segs: &[Segment]| -> Vec<u8> {
+        let mut v = Vec::new();
+        for s in segs {
+            match s.bytes() {
+                Some(b) => v.extend_from_slice(b),
+                None => v.resize(v.len() + s.len(), 0),
+            }
+        }
+        v
+    };
+    let mut out = Vec::new();
+    assert!(os.read_segments_cached(id, 0, bs * 4, &mut out).unwrap(), "dirty blocks");
+    assert!(flat(&out) == data);
+    pool.sync().unwrap();
+    // A read caches what the sync wrote; then block 2 is dropped.
+    os.read_segments(id, 0, bs * 4, &mut Vec::new()).unwrap();
+    let phys = os.dnode(ObjectId(id.0)).unwrap().st.lock().committed.clone();
+    let bp = crate::tree::lookup(os.io(), &phys, 2).unwrap();
+    assert!(!bp.is_hole());
+    os.io().evict(&bp);
+    let mut out = Vec::new();
+    assert!(os.read_segments_cached(id, 100, bs * 2 - 100, &mut out).unwrap(), "blocks 0 and 1 are cached");
+    assert!(flat(&out) == data[100..bs * 2]);
+    let mut out = Vec::new();
+    assert!(!os.read_segments_cached(id, 0, bs * 4, &mut out).unwrap(), "block 2 is not cached");
+    assert!(out.is_empty());
+    // A read brings it back; past the end reads zeros, cached or not.
+    let mut out = Vec::new();
+    os.read_segments(id, 0, bs * 4, &mut out).unwrap();
+    let mut again = Vec::new();
+    assert!(os.read_segments_cached(id, 0, bs * 5, &mut again).unwrap());
+    let mut want = data.clone();
+    want.resize(bs * 5, 0);
+    assert!(flat(&again) == want);
+}
