@@ -287,6 +287,14 @@ impl ReadCache for ArcCache {
         self.cache.peek(key).is_some()
     }
 
+    fn get_resident(&self, key: &CacheKey) -> Option<Arc<Vec<u8>>> {
+        let found = self.cache.get(key).map(|c| c.data);
+        if found.is_some() {
+            self.hits.fetch_add(1, Ordering::Relaxed);
+        }
+        found
+    }
+
     fn insert(&self, key: CacheKey, data: Arc<Vec<u8>>, l2: Option<[u8; 32]>) {
         self.cache.insert(key, Cached { data, l2 });
     }

@@ -481,14 +481,11 @@ impl BlockIo {
         self.arc_id
     }
 
-    /// `bp`'s data if the cache holds it, as `read_keyed` returns it (a
-    /// hit counted); None, without reading anything, when it does not.
+    /// `bp`'s data if the ARC holds it, as `read_keyed` returns it (a
+    /// hit counted); None, without reading anything (not even from an
+    /// L2ARC device) and without counting a miss, when it does not.
     pub fn read_if_cached(&self, bp: &BlockPtr, keys: Option<&BlockKeys>) -> Option<Arc<Vec<u8>>> {
-        let key = self.cache_key(bp, keys);
-        if !self.cache.contains(&key) {
-            return None;
-        }
-        self.cache.get(&key, bp, false)
+        self.cache.get_resident(&self.cache_key(bp, keys))
     }
 
     /// Whether `bp`'s data is in the cache (no read, no hit counted).

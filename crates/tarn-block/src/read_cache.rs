@@ -44,6 +44,10 @@ pub trait ReadCache: Send + Sync {
     /// Whether the block is cached (no counter, no change of recency).
     fn contains(&self, key: &CacheKey) -> bool;
 
+    /// The block if this level holds it (a demand hit counted); None,
+    /// with nothing counted and nothing asked of a second level, if not.
+    fn get_resident(&self, key: &CacheKey) -> Option<Arc<Vec<u8>>>;
+
     /// A block just read and verified. `l2`, when the block may go to a
     /// second level once evicted (the dataset's `secondarycache`), is its
     /// block pointer's checksum, which the second level records with it

@@ -141,6 +141,8 @@ pub(crate) fn run(stream: TcpStream, shared: &Shared, chosen: Chosen) {
             c.budget.release(bytes);
         });
         if !shared.jobs.run(job) {
+            // The workers are gone: the job was dropped unrun.
+            ctx.budget.release(bytes);
             break;
         }
     }

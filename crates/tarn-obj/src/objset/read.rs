@@ -137,13 +137,16 @@ impl ObjectSet {
     }
 
     /// `read_segments` if every block it needs (and every indirect block
-    /// above them) is dirty or cached: false, with `out` left empty and
+    /// above them) is dirty or in the ARC: false, with `out` as it was and
     /// nothing read, when one is not. A server answers such reads on the
-    /// thread that read the request, without a hand-off.
+    /// thread that read the request, without a hand-off. (The blocks found
+    /// before a missing one count as hits twice when the reader then reads
+    /// the whole range: the ARC's hit ratio leans high by that much.)
     pub fn read_segments_cached(&self, id: ObjectId, offset: u64, len: usize, out: &mut Vec<Segment>) -> Result<bool> {
-        let done = self.visit(id, offset, len, true, &mut |seg| push_segment(out, seg))?;
-        if !done {
-            out.clear();
+        let mut mine = Vec::new();
+        let done = self.visit(id, offset, len, true, &mut |seg| push_segment(&mut mine, seg))?;
+        if done {
+            out.append(&mut mine);
         }
         Ok(done)
     }
