@@ -14,10 +14,7 @@ impl Fs {
         // Filled in order, not zeroed first.
         let mut buf = Vec::with_capacity(segs.iter().map(Segment::len).sum());
         for s in &segs {
-            match s.bytes() {
-                Some(b) => buf.extend_from_slice(b),
-                None => buf.resize(buf.len() + s.len(), 0),
-            }
+            s.append_to(&mut buf);
         }
         Ok(buf)
     }

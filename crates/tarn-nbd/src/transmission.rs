@@ -165,25 +165,12 @@ impl From<Vec<u8>> for Reply {
     }
 }
 
-/// Zeros to send holes and short blocks from.
-static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
-
 /// Writes `r` whole (a vectored write may take part of it).
 fn send(w: &mut TcpStream, r: &Reply) -> std::io::Result<()> {
     let mut iov: Vec<IoSlice<'_>> = Vec::with_capacity(1 + r.body.len());
     iov.push(IoSlice::new(&r.head));
     for seg in &r.body {
-        match seg.bytes() {
-            Some(b) => iov.push(IoSlice::new(b)),
-            None => {
-                let mut n = seg.len();
-                while n > 0 {
-                    let k = n.min(ZEROS.len());
-                    iov.push(IoSlice::new(&ZEROS[..k]));
-                    n -= k;
-                }
-            }
-        }
+        iov.extend(seg.slices().map(IoSlice::new));
     }
     let mut left = &mut iov[..];
     while !left.is_empty() {
@@ -209,7 +196,7 @@ fn execute(ctx: &Ctx, req: &Request, payload: Vec<u8>) -> Reply {
     }
     let vol = &ctx.volume;
     let (off, len) = (req.offset, u64::from(req.len));
-    let in_range = off.checked_add(len).is_some_and(|end| end <= vol.size());
+    let in_range = in_range(vol, req);
     let fua = req.flags & CMD_FLAG_FUA != 0;
     let done = |r: tarn_vol::Result<()>| match r {
         Ok(()) => status_reply(s, cookie, 0, "").into(),
@@ -293,14 +280,18 @@ fn read_inline(ctx: &Ctx, req: &Request) -> Option<Reply> {
     if req.flags & !CMD_FLAGS_KNOWN != 0 {
         return None;
     }
-    let end = req.offset.checked_add(u64::from(req.len))?;
-    if end > ctx.volume.size() {
+    if !in_range(&ctx.volume, req) {
         return None;
     }
     // A panic here falls back to the worker, which answers it EIO.
     let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ctx.volume.read_segments_cached(req.offset, req.len as usize)));
     let body = read.ok()?.ok()??;
     Some(read_reply(ctx, req, body))
+}
+
+/// Whether `req`'s range lies within the volume.
+fn in_range(vol: &Volume, req: &Request) -> bool {
+    req.offset.checked_add(u64::from(req.len)).is_some_and(|end| end <= vol.size())
 }
 
 fn read(ctx: &Ctx, req: &Request) -> Reply {

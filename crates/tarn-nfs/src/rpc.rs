@@ -211,19 +211,15 @@ impl Record {
         let mut out = Vec::with_capacity(self.size());
         out.extend_from_slice(&self.head);
         for seg in &self.tail {
-            match seg.bytes() {
-                Some(b) => out.extend_from_slice(b),
-                None => out.resize(out.len() + seg.len(), 0),
-            }
+            seg.append_to(&mut out);
         }
         out.resize(out.len() + self.pad, 0);
         out
     }
 }
 
-/// Zero bytes a record is padded with, and runs of zeros in its tail are
-/// sent from.
-static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
+/// Zero bytes a record is padded with.
+const PAD: [u8; 3] = [0; 3];
 
 impl Record {
     /// The bytes still to send after the first `done` (head, tail,
@@ -241,19 +237,11 @@ impl Record {
         };
         put(&self.head, out);
         for seg in &self.tail {
-            match seg.bytes() {
-                Some(b) => put(b, out),
-                None => {
-                    let mut n = seg.len();
-                    while n > 0 {
-                        let k = n.min(ZEROS.len());
-                        put(&ZEROS[..k], out);
-                        n -= k;
-                    }
-                }
+            for b in seg.slices() {
+                put(b, out);
             }
         }
-        put(&ZEROS[..self.pad], out);
+        put(&PAD[..self.pad], out);
     }
 }
 

@@ -117,6 +117,13 @@ pub struct WritePart {
     pub(crate) otype: u8,
 }
 
+impl WritePart {
+    /// The write covers the whole block.
+    fn is_whole(&self) -> bool {
+        self.start == 0 && self.len == self.block.len()
+    }
+}
+
 /// What the log writer puts into a record at commit: `block` written as
 /// an ordinary block with `spec` (zil/indirect.rs); its pointer goes to
 /// payload offset `at`.
@@ -231,7 +238,7 @@ fn encoded_len(op: &Op, indirect: &Indirect) -> usize {
     let mut n = 0;
     let mut copying = false;
     for p in parts.iter() {
-        if p.start == 0 && p.len == p.block.len() && p.len >= *min {
+        if p.is_whole() && p.len >= *min {
             n += BLOCK_NOTE;
             copying = false;
         } else {
@@ -270,7 +277,7 @@ fn pieces(len: usize, parts: &[WritePart], indirect: &Indirect) -> Vec<Piece> {
     let mut out = Vec::new();
     let mut at = 0usize;
     for p in parts {
-        let whole = p.start == 0 && p.len == p.block.len() && p.len >= *min;
+        let whole = p.is_whole() && p.len >= *min;
         match out.last_mut() {
             _ if whole => out.push(Piece::Block(at, p.block.clone(), p.otype)),
             Some(Piece::Copy(_, n)) => *n += p.len,
@@ -317,7 +324,7 @@ impl Encoded {
                 continue;
             }
             let n = (p.len - skip).min(len - done);
-            if skip == 0 && n == p.len && p.start == 0 && p.len == p.block.len() {
+            if skip == 0 && n == p.len && p.is_whole() {
                 self.splices.push(Splice { at: self.len(), block: p.block.clone() });
                 self.spliced += n;
             } else {
@@ -416,7 +423,7 @@ fn copied_len(op: &Op, indirect: &Indirect) -> usize {
     let spliced = match op {
         Op::Write { parts, .. } => parts
             .iter()
-            .filter(|p| p.start == 0 && p.len == p.block.len() && indirect.is_none_or(|(min, _, _)| p.len < min))
+            .filter(|p| p.is_whole() && indirect.is_none_or(|(min, _, _)| p.len < min))
             .map(|p| p.len)
             .sum(),
         _ => 0,

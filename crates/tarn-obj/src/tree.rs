@@ -3,6 +3,7 @@
 //! block is written anew and the old one freed).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use tarn_block::{BlockIo, BlockPtr, WriteSpec, BP_SIZE};
 
@@ -34,32 +35,21 @@ pub fn read_children(io: &BlockIo, bp: &BlockPtr) -> Result<Vec<BlockPtr>> {
 
 /// The block pointer of data block `blkid` (a hole if none).
 pub fn lookup(io: &BlockIo, phys: &DnodePhys, blkid: u64) -> Result<BlockPtr> {
-    if !phys.in_use() || blkid >= phys.capacity() {
-        return Ok(BlockPtr::HOLE);
-    }
-    let mut level = phys.nlevels - 1;
-    let s = span(level);
-    let idx = (blkid / s) as usize;
-    let mut bp = *phys.bps.get(idx).ok_or_else(|| ObjError::Corrupt("block id past tree".into()))?;
-    let mut rem = blkid % s;
-    while level > 0 {
-        if bp.is_hole() {
-            return Ok(BlockPtr::HOLE);
-        }
-        let data = io.read(&bp).map_err(block_err)?;
-        level -= 1;
-        let s = span(level);
-        let i = (rem / s) as usize;
-        rem %= s;
-        bp = BlockPtr::decode(data.get(i * BP_SIZE..(i + 1) * BP_SIZE).ok_or_else(|| ObjError::Corrupt("indirect".into()))?)
-            .map_err(ObjError::Corrupt)?;
-    }
-    Ok(bp)
+    descend(phys, blkid, &mut |bp| Some(io.read(bp).map_err(block_err))).expect("a walk that reads every indirect block finishes")
 }
 
 /// `lookup` from cached indirect blocks only: None when one of them is
 /// not in the cache (nothing is read).
 pub fn lookup_cached(io: &BlockIo, phys: &DnodePhys, blkid: u64) -> Option<Result<BlockPtr>> {
+    descend(phys, blkid, &mut |bp| io.read_if_cached(bp, None).map(Ok))
+}
+
+/// How `descend` gets an indirect block: None gives up the walk.
+type GetIndirect<'a> = dyn FnMut(&BlockPtr) -> Option<Result<Arc<Vec<u8>>>> + 'a;
+
+/// The pointer of level-0 block `blkid`, each indirect block on the way
+/// got from `indirect` (None there: the walk gives up, None).
+fn descend(phys: &DnodePhys, blkid: u64, indirect: &mut GetIndirect<'_>) -> Option<Result<BlockPtr>> {
     if !phys.in_use() || blkid >= phys.capacity() {
         return Some(Ok(BlockPtr::HOLE));
     }
@@ -72,7 +62,10 @@ pub fn lookup_cached(io: &BlockIo, phys: &DnodePhys, blkid: u64) -> Option<Resul
         if bp.is_hole() {
             return Some(Ok(BlockPtr::HOLE));
         }
-        let data = io.read_if_cached(&bp, None)?;
+        let data = match indirect(&bp)? {
+            Ok(d) => d,
+            Err(e) => return Some(Err(e)),
+        };
         level -= 1;
         let s = span(level);
         let i = (rem / s) as usize;

@@ -47,7 +47,33 @@ impl Segment {
             Segment::Zeros(_) => None,
         }
     }
+
+    /// The segment as slices, in order: its bytes, or zeros from a static
+    /// buffer (a long run in several slices) — what a vectored write sends
+    /// and a copy appends.
+    pub fn slices(&self) -> impl Iterator<Item = &[u8]> {
+        let zeros = match self {
+            Segment::Data { .. } => 0,
+            Segment::Zeros(n) => *n,
+        };
+        let whole = zeros / ZEROS.len();
+        let rest = zeros % ZEROS.len();
+        self.bytes()
+            .into_iter()
+            .chain(std::iter::repeat_n(&ZEROS[..], whole))
+            .chain((rest > 0).then(|| &ZEROS[..rest]))
+    }
+
+    /// Appends the segment's bytes to `out`.
+    pub fn append_to(&self, out: &mut Vec<u8>) {
+        for s in self.slices() {
+            out.extend_from_slice(s);
+        }
+    }
 }
+
+/// Zeros that runs of zeros are handed out from (`Segment::slices`).
+static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
 
 impl ObjectSet {
     /// Where the newest version of block `blkid` lives.

@@ -160,6 +160,15 @@ fn a_sync_in_progress_does_not_count_its_blocks_twice() {
     assert!(pool.check().ok());
 }
 
+/// The bytes `segs` hold, in order.
+fn flat(segs: &[Segment]) -> Vec<u8> {
+    let mut v = Vec::new();
+    for s in segs {
+        s.append_to(&mut v);
+    }
+    v
+}
+
 /// `read_segments` hands out what `read` copies: dirty blocks, committed
 /// ones, holes, a block written in part and the range past the object's
 /// blocks, with runs of zeros merged, at every alignment tried.
@@ -187,13 +196,7 @@ fn read_segments_cover_what_read_reads() {
         os.read(id, off as u64, &mut want).unwrap();
         let mut segs = Vec::new();
         os.read_segments(id, off as u64, len, &mut segs).unwrap();
-        let mut got = Vec::new();
-        for s in &segs {
-            match s.bytes() {
-                Some(b) => got.extend_from_slice(b),
-                None => got.resize(got.len() + s.len(), 0),
-            }
-        }
+        let got = flat(&segs);
         assert!(got == want, "offset {off}, length {len}");
         assert!(segs.windows(2).all(|w| w[0].bytes().is_some() || w[1].bytes().is_some()), "runs of zeros are merged at {off}");
     }
@@ -211,16 +214,6 @@ fn cached_segments_give_up_at_a_block_not_in_the_cache() {
         let id = os.create(&tx, ObjType(30), bs as u32, &[0; BONUS_LEN]).unwrap();
         os.write(&tx, id, 0, &data).unwrap();
         id
-    };
-    let flat = |segs: &[Segment]| -> Vec<u8> {
-        let mut v = Vec::new();
-        for s in segs {
-            match s.bytes() {
-                Some(b) => v.extend_from_slice(b),
-                None => v.resize(v.len() + s.len(), 0),
-            }
-        }
-        v
     };
     let mut out = Vec::new();
     assert!(os.read_segments_cached(id, 0, bs * 4, &mut out).unwrap(), "dirty blocks");
