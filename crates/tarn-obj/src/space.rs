@@ -275,10 +275,12 @@ impl Shared {
     /// `NoSpace` when nothing pending can.
     pub(crate) fn reserve_space(self: &std::sync::Arc<Self>, asize: u64) -> Result<()> {
         let mut synced_pending = false;
+        let mut condensed = false;
         let mut waited_for: Option<u64> = None;
-        // Room for a wait on a returning delete and then a whole defer window:
-        // the loop ends early when the room is there or cannot come.
-        for _ in 0..2 * (crate::pool::DEFER_TXGS + 2) {
+        // Room for a wait on a returning delete, a condensed space map and
+        // a whole defer window after each: the loop ends early when the
+        // room is there or cannot come.
+        for _ in 0..3 * (crate::pool::DEFER_TXGS + 2) {
             self.check_suspended()?;
             let (size, free, deferred) = self.raw_space();
             let slop = slop_bytes(size);
@@ -305,12 +307,29 @@ impl Shared {
             // can: write them once and look again.
             let pending = !self.dirty_objsets.lock().is_empty();
             if !could && (synced_pending || !pending) {
+                // The space map log's blocks, when a condensed map would
+                // be much smaller, are space too: condense once and wait
+                // for its old blocks to come back, or the space would turn
+                // up a few txgs later on its own (ENOSPC a passing state).
+                if !condensed && self.spacemap_would_shrink() {
+                    condensed = true;
+                    self.condense_wanted.store(true, Ordering::Release);
+                    crate::pool::sync_and_wait(self)?;
+                    continue;
+                }
                 return Err(ObjError::NoSpace);
             }
             synced_pending |= !could;
             crate::pool::sync_and_wait(self)?;
         }
         Err(ObjError::NoSpace)
+    }
+
+    /// Would the next sync condense the space map log if a writer asked?
+    fn spacemap_would_shrink(&self) -> bool {
+        let records = self.root.lock().spacemap_records;
+        let extents = crate::pool::spacemap_extents(&self.io.alloc.lock());
+        crate::pool::condense_now(records, extents, true)
     }
 
     /// Should a new transaction wait for the txg to sync because the dirty

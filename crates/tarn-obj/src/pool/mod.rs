@@ -51,7 +51,7 @@ use crate::*;
 
 pub(crate) use prefetch::PrefetchJob;
 pub(crate) use sync_tx::SyncTx;
-pub(crate) use syncing::ObjsetSync;
+pub(crate) use syncing::{condense_now, spacemap_extents, ObjsetSync};
 pub(crate) use txg::{begin_tx, sync_and_wait, DEFER_TXGS};
 
 /// MOS object holding one block pointer per object set (indexed by id).
@@ -114,6 +114,10 @@ pub(crate) struct Shared {
     pub cv_sync: Condvar,
     pub cv_done: Condvar,
     pub shutdown: AtomicBool,
+    /// A writer about to answer `NoSpace` asks the next sync to condense
+    /// the space map log, whose blocks are space the pool can give back
+    /// (space.rs, `reserve_space`).
+    pub condense_wanted: AtomicBool,
     pub next_objset: AtomicU64,
     pub created_objsets: Mutex<BTreeMap<Txg, Vec<ObjsetId>>>,
     pub destroyed_objsets: Mutex<BTreeMap<Txg, Vec<DestroyedObjset>>>,
@@ -314,6 +318,7 @@ impl ObjPool {
             cv_sync: Condvar::new(),
             cv_done: Condvar::new(),
             shutdown: AtomicBool::new(false),
+            condense_wanted: AtomicBool::new(false),
             next_objset: AtomicU64::new(next_objset),
             created_objsets: Mutex::new(BTreeMap::new()),
             destroyed_objsets: Mutex::new(BTreeMap::new()),

@@ -138,11 +138,9 @@ fn sync_txg_inner(s: &Arc<Shared>, stx: &SyncTx, txg: Txg) -> Result<Txg> {
     let (sm_head, sm_blocks, sm_records) = {
         let root = s.root.lock();
         let records = s.io.alloc.lock().take_records();
-        let extents = {
-            let a = s.io.alloc.lock();
-            a.vdevs.iter().map(|v| v.extent_count()).sum::<usize>() + a.deferred.values().map(|v| v.len()).sum::<usize>()
-        };
-        let condense = root.spacemap_records > 20_000 && root.spacemap_records as usize > 4 * extents;
+        let extents = spacemap_extents(&s.io.alloc.lock());
+        let wanted = s.condense_wanted.swap(false, Ordering::AcqRel);
+        let condense = condense_now(root.spacemap_records, extents, wanted);
         if condense {
             drop(root);
             condense_spacemap(s, stx, records)?
@@ -533,6 +531,21 @@ fn publish(s: &Shared, r: ObjsetSync, txg: Txg) {
     for t in done {
         od.remove(&t);
     }
+}
+
+/// Records a condensed space map would hold: the free tree's extents and
+/// the deferred frees.
+pub(crate) fn spacemap_extents(a: &tarn_block::alloc::Allocator) -> usize {
+    a.vdevs.iter().map(|v| v.extent_count()).sum::<usize>() + a.deferred.values().map(|v| v.len()).sum::<usize>()
+}
+
+/// Condense the space map log in this txg? On its own once it holds more
+/// than 20,000 records and four times what a condensed map would; when a
+/// writer short of space asked (`wanted`), as soon as it holds more than
+/// 1,000 and twice that: its blocks are then worth giving back.
+pub(crate) fn condense_now(records: u64, extents: usize, wanted: bool) -> bool {
+    let records = records as usize;
+    (records > 20_000 && records > 4 * extents) || (wanted && records > 1_000 && records > 2 * extents)
 }
 
 fn condense_spacemap(s: &Shared, stx: &SyncTx, records: Vec<tarn_block::alloc::Record>) -> Result<(BlockPtr, Vec<BlockPtr>, u64)> {
