@@ -40,6 +40,14 @@
 #                              on its own 1/20 of the device (in whole
 #                              MiB), 70/30 random 4 KiB read/write at QD4
 #                              (aggregate IOPS)
+#   disk (once per round, before the systems): bench/fio/disk-direct-write.fio,
+#                              1 MiB O_DIRECT writes into 4 fresh sparse files
+#                              of the vdevs' size under --workdir, one writer
+#                              each (MiB/s): what the disk takes the way
+#                              tarn's vdevs are written. A raidz1 of 4 puts
+#                              4/3 bytes on the disk per byte written, so
+#                              3/4 of this is tarn's ceiling on the 1M
+#                              seqwrite row, reported against nbdkit's row
 #   4K randread QD32 × N conns for the systems in --scaling (default tarn):
 #                              N = 4 and 20 connections at once, each at
 #                              QD32 over the whole device (aggregate IOPS;
@@ -47,7 +55,8 @@
 #                              share of both CPUs' time that was busy
 #                              (/proc/stat; server and client), so that
 #                              "stops growing" and "the CPU is saturated"
-#                              can be told apart
+#                              can be told apart; and the server's own CPU
+#                              time per request (/proc/PID/stat)
 # The table gives each row's median over --rounds and its range, then
 # tarn's ratio against the goals of issue 13. A fio error or a hang (fio
 # killed at --runtime + 120 s) marks the row failed, the run goes on and
@@ -200,6 +209,8 @@ log_of() { case "$1" in tarn) echo "$workdir/nbd-tarn-daemon.log" ;; nbdkit) ech
 failures=()
 # cpu_sample: "TOTAL IDLE" jiffies of all CPUs (idle includes iowait).
 cpu_sample() { awk '/^cpu / {print $2+$3+$4+$5+$6+$7+$8+$9, $5+$6}' /proc/stat; }
+# proc_ticks PID: user + system clock ticks PID (all its threads) has used.
+proc_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
 # cpu_busy "T0 I0" "T1 I1": percent of the CPUs' time not idle between the samples.
 cpu_busy() { echo "$1 $2" | awk '{t = $3 - $1; printf "%.1f", (t > 0 ? 100 * (1 - ($4 - $2) / t) : 0)}'; }
 # measure SYSTEM ROUND ROW UNIT JOB [VAR=VALUE...]: one fio run, one result
@@ -220,8 +231,9 @@ measure() {
         echo "  $(label "$system") / $row: not run, the server has exited" >&2
         return 0
     fi
-    local cpu0
+    local cpu0 srv0
     cpu0=$(cpu_sample)
+    srv0=$(proc_ticks "$srv_pid")
     if env BENCH_URI="$uri" BENCH_RUNTIME="$runtime" BENCH_QD=1 BENCH_JOBS=1 "$@" \
         timeout --foreground -k 10 "$limit" fio --thread --output-format=json --output="$json" "bench/fio/$job.fio" >"$workdir/nbd-fio.err" 2>&1 &&
         value=$(python3 - "$json" "$unit" <<'PY'
@@ -243,10 +255,16 @@ PY
         # to tell "stops growing" from "the CPU is saturated".
         case "$row" in
             "4K randread QD32"*)
-                local busy
+                local busy per
                 busy=$(cpu_busy "$cpu0" "$(cpu_sample)")
                 printf '%s\t%s\t%s\t%s\t%s\n' "$system" "$round" "CPU busy, $row" "$busy" "%" >> "$results"
-                echo "  $(label "$system") / CPU busy, $row: $busy %" ;;
+                echo "  $(label "$system") / CPU busy, $row: $busy %"
+                # The server's own CPU time per request: flat when more
+                # connections cost the server nothing more each.
+                per=$(awk -v t="$(( $(proc_ticks "$srv_pid") - srv0 ))" -v hz="$(getconf CLK_TCK)" -v n="$value" -v rt="$runtime" \
+                    'BEGIN { printf "%.1f", (n > 0 ? t / hz / (n * rt) * 1e6 : 0) }')
+                printf '%s\t%s\t%s\t%s\t%s\n' "$system" "$round" "server CPU per request, $row" "$per" "µs" >> "$results"
+                echo "  $(label "$system") / server CPU per request, $row: $per µs" ;;
         esac
     else
         printf '%s\t%s\t%s\tfail\t%s\n' "$system" "$round" "$row" "$unit" >> "$results"
@@ -278,10 +296,39 @@ rows() {
     measure "$s" "$r" "20 VMs: 20 conns, 70/30 4K rand QD4" IOPS nbd-20vms BENCH_JOBS=20 BENCH_REGION="$region"
 }
 
+# disk_row ROUND: the disk's direct write rate over 4 fresh sparse files.
+disk_row() {
+    local round=$1 dir="$workdir/nbd-disk" value i
+    mkdir -p "$dir"
+    for i in 0 1 2 3; do rm -f "$dir/disk.$i"; truncate -s "$vdev_size" "$dir/disk.$i"; done
+    if env BENCH_DIR="$dir" BENCH_FILE_SIZE="$vdev_size" BENCH_JOBS=4 BENCH_RUNTIME="$runtime" \
+        timeout --foreground -k 10 $(( runtime + 120 )) fio --output-format=json --output="$json" bench/fio/disk-direct-write.fio >"$workdir/nbd-fio.err" 2>&1 &&
+        value=$(python3 - "$json" <<'PY'
+import json, sys
+text = open(sys.argv[1]).read()
+d = json.loads(text[text.index("{"):])
+if any(j["error"] for j in d["jobs"]):
+    sys.exit(1)
+print("%.1f" % (sum(j["write"]["bw_bytes"] for j in d["jobs"]) / 2**20))
+PY
+        ); then
+        printf 'disk\t%s\t%s\t%s\t%s\n' "$round" "1M direct write, 4 sparse files" "$value" "MiB/s" >> "$results"
+        echo "  disk / 1M direct write, 4 sparse files: $value MiB/s"
+    else
+        printf 'disk\t%s\t%s\tfail\t%s\n' "$round" "1M direct write, 4 sparse files" "MiB/s" >> "$results"
+        failures+=("disk round $round")
+        echo "  disk / 1M direct write: FAILED" >&2
+        tail -5 "$workdir/nbd-fio.err" >&2 || true
+    fi
+    rm -rf "$dir" "$json" "$workdir/nbd-fio.err"
+}
+
 order=()
 for s in tarn nbdkit qemu-nbd; do has "$s" && order+=("$s"); done
 [ ${#order[@]} -gt 0 ] || { echo "bench/nbd.sh: no system in --systems $systems (known: tarn, nbdkit, qemu-nbd)" >&2; exit 2; }
 for round in $(seq "$rounds"); do
+    echo "== round $round: the disk"
+    disk_row "$round"
     n=${#order[@]}
     for i in $(seq 0 $(( n - 1 ))); do
         s=${order[$(( (i + round - 1) % n ))]}
@@ -301,7 +348,7 @@ echo "Client: fio $(fio --version | sed 's/^fio-//') ioengine=nbd (libnbd), loop
 echo
 python3 - "$results" "$rounds" <<'PY'
 import statistics, sys
-labels = {"tarn": "tarn volume (raidz1)", "nbdkit": "nbdkit file (raw)", "qemu-nbd": "qemu-nbd qcow2"}
+labels = {"tarn": "tarn volume (raidz1)", "nbdkit": "nbdkit file (raw)", "qemu-nbd": "qemu-nbd qcow2", "disk": "the disk (fio, O_DIRECT)"}
 runs, order = {}, []
 for line in open(sys.argv[1]):
     s, rnd, row, value, unit = line.rstrip("\n").split("\t")
@@ -355,11 +402,20 @@ if all(v is not None for _, v in scale):
     # once the CPUs were saturated (>= 90% busy) at the smaller count.
     busy = {n: med.get(("tarn", "CPU busy, 4K randread QD32" + ("" if n == "1" else " × %s conns" % n))) for n, _ in scale}
     steps += " (CPU busy %s)" % ", ".join("%s" % ("?" if busy[n] is None else "%.0f%%" % busy[n]) for n, _ in scale)
+    per = [med.get(("tarn", "server CPU per request, 4K randread QD32" + ("" if n == "1" else " × %s conns" % n))) for n, _ in scale]
+    if all(p is not None for p in per):
+        steps += ", daemon CPU per request %s µs" % " / ".join("%.1f" % p for p in per)
     bad = ["%s → %s conns %+.0f%% at %s CPU" % (n, m, (b / a - 1) * 100, "?" if busy[n] is None else "%.0f%%" % busy[n])
            for (n, a), (m, b) in zip(scale, scale[1:])
            if b < a * 1.03 and not (busy[n] is not None and busy[n] >= 90 and b >= a * 0.97)]
     met = "yes" if not bad else "no: " + ", ".join(bad)
     print("| tarn 4K randread QD32, IOPS by connections | %s | | grows until the CPU is saturated | %s |" % (steps, met))
+disk, kit = med.get(("disk", "1M direct write, 4 sparse files")), med.get(("nbdkit", "1M seqwrite QD8"))
+if disk is not None and kit:
+    print()
+    print("The disk took %.0f MiB/s of direct writes into 4 sparse files: a raidz1 of 4 file vdevs on it" % disk)
+    print("can take at most 3/4 of that, %.0f MiB/s, %.2f× nbdkit's 1M seqwrite row (whose writes" % (disk * 0.75, disk * 0.75 / kit))
+    print("overwrite the same 4 GiB in the host's page cache)%s." % ("" if disk * 0.75 >= 0.7 * kit else ": the 0.7× goal is out of reach on this disk"))
 PY
 if [ ${#failures[@]} -gt 0 ]; then
     echo
