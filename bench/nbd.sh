@@ -213,30 +213,16 @@ cpu_sample() { awk '/^cpu / {print $2+$3+$4+$5+$6+$7+$8+$9, $5+$6}' /proc/stat; 
 proc_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
 # cpu_busy "T0 I0" "T1 I1": percent of the CPUs' time not idle between the samples.
 cpu_busy() { echo "$1 $2" | awk '{t = $3 - $1; printf "%.1f", (t > 0 ? 100 * (1 - ($4 - $2) / t) : 0)}'; }
-# measure SYSTEM ROUND ROW UNIT JOB [VAR=VALUE...]: one fio run, one result
-# line (IOPS: reads + writes; MiB/s: reads + writes), or "fail".
-measure() {
-    local system=$1 round=$2 row=$3 unit=$4 job=$5 limit value
-    shift 5
-    # A hung server hangs fio: killed after the limit. --thread keeps every
-    # job in fio's one process, so that kill leaves no job behind, and
-    # --foreground lets a ^C reach fio.
-    limit=$(( runtime + 120 ))
-    [ "$job" != nbd-fill ] || limit=3600
+# fio_value LIMIT UNIT JOBFILE [VAR=VALUE...]: one fio run of JOBFILE with
+# the variables (killed after LIMIT s); prints its result (IOPS: reads +
+# writes; MiB/s: reads + writes), fails on a fio error or a hang.
+fio_value() {
+    local limit=$1 unit=$2 jobfile=$3
+    shift 3
     rm -f "$json"
-    if ! kill -0 "$srv_pid" 2>/dev/null; then
-        # The server is gone (reported at the row it died in): not run.
-        printf '%s\t%s\t%s\tfail\t%s\n' "$system" "$round" "$row" "$unit" >> "$results"
-        failures+=("$system round $round, $row (not run: the server had exited)")
-        echo "  $(label "$system") / $row: not run, the server has exited" >&2
-        return 0
-    fi
-    local cpu0 srv0
-    cpu0=$(cpu_sample)
-    srv0=$(proc_ticks "$srv_pid")
-    if env BENCH_URI="$uri" BENCH_RUNTIME="$runtime" BENCH_QD=1 BENCH_JOBS=1 "$@" \
-        timeout --foreground -k 10 "$limit" fio --thread --output-format=json --output="$json" "bench/fio/$job.fio" >"$workdir/nbd-fio.err" 2>&1 &&
-        value=$(python3 - "$json" "$unit" <<'PY'
+    env BENCH_RUNTIME="$runtime" BENCH_QD=1 BENCH_JOBS=1 "$@" \
+        timeout --foreground -k 10 "$limit" fio --thread --output-format=json --output="$json" "$jobfile" >"$workdir/nbd-fio.err" 2>&1 || return 1
+    python3 - "$json" "$unit" <<'PY'
 import json, sys
 text = open(sys.argv[1]).read()
 d = json.loads(text[text.index("{"):])   # fio may print notes before the JSON
@@ -248,7 +234,28 @@ if sys.argv[2] == "IOPS":
 else:
     print("%.1f" % (sum(j[k]["bw_bytes"] for j in jobs for k in ("read", "write")) / 2**20))
 PY
-        ); then
+}
+# measure SYSTEM ROUND ROW UNIT JOB [VAR=VALUE...]: one fio run, one result
+# line (IOPS: reads + writes; MiB/s: reads + writes), or "fail".
+measure() {
+    local system=$1 round=$2 row=$3 unit=$4 job=$5 limit value
+    shift 5
+    # A hung server hangs fio: killed after the limit. --thread keeps every
+    # job in fio's one process, so that kill leaves no job behind, and
+    # --foreground lets a ^C reach fio.
+    limit=$(( runtime + 120 ))
+    [ "$job" != nbd-fill ] || limit=3600
+    if ! kill -0 "$srv_pid" 2>/dev/null; then
+        # The server is gone (reported at the row it died in): not run.
+        printf '%s\t%s\t%s\tfail\t%s\n' "$system" "$round" "$row" "$unit" >> "$results"
+        failures+=("$system round $round, $row (not run: the server had exited)")
+        echo "  $(label "$system") / $row: not run, the server has exited" >&2
+        return 0
+    fi
+    local cpu0 srv0
+    cpu0=$(cpu_sample)
+    srv0=$(proc_ticks "$srv_pid")
+    if value=$(fio_value "$limit" "$unit" "bench/fio/$job.fio" BENCH_URI="$uri" "$@"); then
         printf '%s\t%s\t%s\t%s\t%s\n' "$system" "$round" "$row" "$value" "$unit" >> "$results"
         echo "  $(label "$system") / $row: $value $unit"
         # The scaling rows: how busy both CPUs were (server and client),
@@ -301,17 +308,8 @@ disk_row() {
     local round=$1 dir="$workdir/nbd-disk" value i
     mkdir -p "$dir"
     for i in 0 1 2 3; do rm -f "$dir/disk.$i"; truncate -s "$vdev_size" "$dir/disk.$i"; done
-    if env BENCH_DIR="$dir" BENCH_FILE_SIZE="$vdev_size" BENCH_JOBS=4 BENCH_RUNTIME="$runtime" \
-        timeout --foreground -k 10 $(( runtime + 120 )) fio --output-format=json --output="$json" bench/fio/disk-direct-write.fio >"$workdir/nbd-fio.err" 2>&1 &&
-        value=$(python3 - "$json" <<'PY'
-import json, sys
-text = open(sys.argv[1]).read()
-d = json.loads(text[text.index("{"):])
-if any(j["error"] for j in d["jobs"]):
-    sys.exit(1)
-print("%.1f" % (sum(j["write"]["bw_bytes"] for j in d["jobs"]) / 2**20))
-PY
-        ); then
+    if value=$(fio_value $(( runtime + 120 )) MiB/s bench/fio/disk-direct-write.fio \
+        BENCH_DIR="$dir" BENCH_FILE_SIZE="$vdev_size" BENCH_JOBS=4); then
         printf 'disk\t%s\t%s\t%s\t%s\n' "$round" "1M direct write, 4 sparse files" "$value" "MiB/s" >> "$results"
         echo "  disk / 1M direct write, 4 sparse files: $value MiB/s"
     else
