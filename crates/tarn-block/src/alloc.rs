@@ -55,12 +55,19 @@ pub struct Record {
     pub extent: Extent,
 }
 
+/// A free extent at least this long holds any block whole (the largest
+/// record, 1 MiB, with raidz parity fits a few times over); free space in
+/// shorter extents is holes, where large blocks may have to be ganged.
+pub const LARGE_EXTENT: u64 = 4 << 20;
+
 #[derive(Clone, Debug)]
 pub struct VdevSpace {
     pub asize: u64,
     /// start -> length
     free: BTreeMap<u64, u64>,
     pub free_bytes: u64,
+    /// Bytes of `free` in extents of at least [`LARGE_EXTENT`].
+    pub large_free: u64,
     cursor: u64,
     /// Metadata is placed at or below this (it moves down).
     meta_cursor: u64,
@@ -76,7 +83,25 @@ impl VdevSpace {
         if asize > 0 {
             free.insert(0, asize);
         }
-        VdevSpace { asize, free, free_bytes: asize, cursor: 0, meta_cursor: asize, log: false }
+        let large_free = if asize >= LARGE_EXTENT { asize } else { 0 };
+        VdevSpace { asize, free, free_bytes: asize, large_free, cursor: 0, meta_cursor: asize, log: false }
+    }
+
+    /// Every change to the free tree goes through these two, which keep
+    /// `large_free` true.
+    fn put(&mut self, start: u64, len: u64) {
+        if len >= LARGE_EXTENT {
+            self.large_free += len;
+        }
+        self.free.insert(start, len);
+    }
+
+    fn take(&mut self, start: u64) {
+        if let Some(len) = self.free.remove(&start) {
+            if len >= LARGE_EXTENT {
+                self.large_free -= len;
+            }
+        }
     }
 
     /// First fit at or after the cursor, wrapping once.
@@ -128,12 +153,12 @@ impl VdevSpace {
         if s + l < end {
             return false;
         }
-        self.free.remove(&s);
+        self.take(s);
         if s < start {
-            self.free.insert(s, start - s);
+            self.put(s, start - s);
         }
         if start + len < s + l {
-            self.free.insert(start + len, s + l - (start + len));
+            self.put(start + len, s + l - (start + len));
         }
         self.free_bytes -= len;
         true
@@ -161,14 +186,14 @@ impl VdevSpace {
                 return false;
             }
             if s == start + len {
-                self.free.remove(&s);
+                self.take(s);
                 new_len += l;
             }
         }
         if new_start != start {
-            self.free.remove(&new_start);
+            self.take(new_start);
         }
-        self.free.insert(new_start, new_len);
+        self.put(new_start, new_len);
         self.free_bytes += len;
         true
     }
@@ -589,6 +614,12 @@ impl Allocator {
         self.vdevs.iter().filter(|v| !v.log).map(|v| v.free_bytes).sum()
     }
 
+    /// Free bytes in extents of at least [`LARGE_EXTENT`] (not log vdevs'):
+    /// space a block of any size is written to whole.
+    pub fn large_free_bytes(&self) -> u64 {
+        self.vdevs.iter().filter(|v| !v.log).map(|v| v.large_free).sum()
+    }
+
     /// Size of the normal vdevs.
     pub fn total_bytes(&self) -> u64 {
         self.vdevs.iter().filter(|v| !v.log).map(|v| v.asize).sum()
@@ -649,6 +680,34 @@ mod tests {
         assert_eq!(a.deferred_bytes(), 0);
         assert!(!a.vdevs[e1.vdev as usize].add_free(e1.offset, e1.len), "double free refused");
         assert_eq!(a.vdevs[e1.vdev as usize].extent_count(), 1, "merged back");
+    }
+
+    /// `large_free` (what `reserve_space` tells holes from room by) stays
+    /// the sum of the free extents of at least `LARGE_EXTENT` through
+    /// allocations of every size, frees, splits and merges.
+    #[test]
+    fn large_free_follows_the_free_tree() {
+        use rand::Rng;
+        let run = tarn_testkit::seeded!(200);
+        let mut rng = run.rng(0);
+        let mut a = Allocator::new(&[64 << 20, 3 << 20]);
+        let mut live = Vec::new();
+        let recount = |a: &Allocator| -> u64 {
+            a.vdevs.iter().flat_map(|v| v.free_extents()).filter(|&(_, l)| l >= LARGE_EXTENT).map(|(_, l)| l).sum()
+        };
+        assert_eq!(a.large_free_bytes(), 64 << 20, "the 3 MiB vdev is one extent, but not a large one");
+        for step in 0..run.count {
+            if live.is_empty() || rng.gen_bool(0.6) {
+                let len = 4096u64 << rng.gen_range(0..11);
+                if let Some(e) = a.alloc(&|_| len, &|_| 4096, &[], false) {
+                    live.push(e);
+                }
+            } else {
+                let e = live.swap_remove(rng.gen_range(0..live.len()));
+                assert!(a.vdevs[e.vdev as usize].add_free(e.offset, e.len));
+            }
+            assert_eq!(a.large_free_bytes(), recount(&a), "step {step}");
+        }
     }
 
     /// The intent log allocates blocks outside syncing context and records

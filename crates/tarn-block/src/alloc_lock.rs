@@ -17,12 +17,15 @@ use parking_lot::{Mutex, MutexGuard};
 
 use crate::alloc::Allocator;
 
-/// Raw bytes: every vdev's size, free now, freed but in the defer window.
+/// Raw bytes: every vdev's size, free now, freed but in the defer window,
+/// and of what is free, what lies in extents of at least
+/// [`crate::alloc::LARGE_EXTENT`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SpaceTotals {
     pub total: u64,
     pub free: u64,
     pub deferred: u64,
+    pub large_free: u64,
 }
 
 pub struct AllocLock {
@@ -30,11 +33,12 @@ pub struct AllocLock {
     total: AtomicU64,
     free: AtomicU64,
     deferred: AtomicU64,
+    large_free: AtomicU64,
 }
 
 impl AllocLock {
     pub fn new(a: Allocator) -> AllocLock {
-        let l = AllocLock { allocator: Mutex::new(a), total: AtomicU64::new(0), free: AtomicU64::new(0), deferred: AtomicU64::new(0) };
+        let l = AllocLock { allocator: Mutex::new(a), total: AtomicU64::new(0), free: AtomicU64::new(0), deferred: AtomicU64::new(0), large_free: AtomicU64::new(0) };
         drop(l.lock());
         l
     }
@@ -51,6 +55,7 @@ impl AllocLock {
             total: self.total.load(Ordering::Acquire),
             free: self.free.load(Ordering::Acquire),
             deferred: self.deferred.load(Ordering::Acquire),
+            large_free: self.large_free.load(Ordering::Acquire),
         }
     }
 }
@@ -79,6 +84,7 @@ impl Drop for AllocGuard<'_> {
         self.owner.total.store(a.total_bytes(), Ordering::Release);
         self.owner.free.store(a.free_bytes(), Ordering::Release);
         self.owner.deferred.store(a.deferred_bytes(), Ordering::Release);
+        self.owner.large_free.store(a.large_free_bytes(), Ordering::Release);
     }
 }
 
@@ -91,15 +97,15 @@ mod tests {
     #[test]
     fn totals_follow_every_guard() {
         let l = AllocLock::new(Allocator::new(&[1 << 20, 1 << 20]));
-        assert_eq!(l.totals(), SpaceTotals { total: 2 << 20, free: 2 << 20, deferred: 0 });
+        assert_eq!(l.totals(), SpaceTotals { total: 2 << 20, free: 2 << 20, deferred: 0, large_free: 0 });
         let e = {
             let mut a = l.lock();
             a.alloc_on(0, 4096, 4096, false).expect("room")
         };
         assert_eq!(l.totals().free, (2 << 20) - 4096);
         l.lock().free(e, 3, 2);
-        assert_eq!(l.totals(), SpaceTotals { total: 2 << 20, free: (2 << 20) - 4096, deferred: 4096 });
+        assert_eq!(l.totals(), SpaceTotals { total: 2 << 20, free: (2 << 20) - 4096, deferred: 4096, large_free: 0 });
         *l.lock() = Allocator::new(&[8 << 20]);
-        assert_eq!(l.totals(), SpaceTotals { total: 8 << 20, free: 8 << 20, deferred: 0 });
+        assert_eq!(l.totals(), SpaceTotals { total: 8 << 20, free: 8 << 20, deferred: 0, large_free: 8 << 20 });
     }
 }
