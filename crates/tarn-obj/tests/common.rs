@@ -82,3 +82,40 @@ pub fn replay_all(os: &ObjectSet) -> (Vec<u32>, tarn_obj::zil::ReplayReport) {
         .unwrap();
     (got, report)
 }
+
+/// Fills the pool with 4 KiB objects, then frees every other one: what is
+/// free afterwards is 4 KiB holes. Returns the objects kept.
+pub fn fragment(pool: &ObjPool, os: &ObjectSet) -> Vec<ObjectId> {
+    let mut ids = Vec::new();
+    let data = vec![0x5au8; 4096];
+    loop {
+        let r = {
+            let tx = pool.begin();
+            os.create(&tx, ObjType(20), 4096, &[0; BONUS_LEN]).and_then(|id| os.write_data(&tx, id, 0, &data).map(|_| id))
+        };
+        match r {
+            Ok(id) => ids.push(id),
+            Err(ObjError::NoSpace) => break,
+            Err(e) => panic!("filling: {e}"),
+        }
+        if ids.len() % 2000 == 0 {
+            pool.sync().unwrap();
+        }
+    }
+    pool.sync().unwrap();
+    let mut kept = Vec::new();
+    {
+        let tx = pool.begin();
+        for (i, id) in ids.into_iter().enumerate() {
+            if i % 2 == 0 {
+                os.free(&tx, id).unwrap();
+            } else {
+                kept.push(id);
+            }
+        }
+    }
+    for _ in 0..=tarn_block::DEFER_TXGS + 1 {
+        pool.sync().unwrap();
+    }
+    kept
+}

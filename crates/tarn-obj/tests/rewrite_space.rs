@@ -82,35 +82,14 @@ fn after_a_mass_delete_among_holes_the_writer_waits_for_the_space() {
     let (pool, os) = pool_and_objset(64 << 20);
     // The pool full of 4 KiB objects, every other one freed and back:
     // what is free is 4 KiB holes.
-    let data = vec![0x5au8; 4096];
-    let mut ids = Vec::new();
-    loop {
-        let r = {
-            let tx = pool.begin();
-            os.create(&tx, ObjType(20), 4096, &[0; BONUS_LEN]).and_then(|id| os.write_data(&tx, id, 0, &data).map(|_| id))
-        };
-        match r {
-            Ok(id) => ids.push(id),
-            Err(ObjError::NoSpace) => break,
-            Err(e) => panic!("filling: {e}"),
-        }
-        if ids.len() % 2000 == 0 {
-            pool.sync().unwrap();
-        }
-    }
-    let free_all = |ids: &[ObjectId]| {
-        let tx = pool.begin();
-        for id in ids {
-            os.free(&tx, *id).unwrap();
-        }
-    };
-    let (gone, kept): (Vec<ObjectId>, Vec<ObjectId>) = ids.iter().partition(|id| id.0 % 2 == 0);
-    free_all(&gone);
-    for _ in 0..=tarn_block::DEFER_TXGS + 1 {
-        pool.sync().unwrap();
-    }
+    let kept = fragment(&pool, &os);
     // Then the rest goes: more returning than the holes hold.
-    free_all(&kept);
+    {
+        let tx = pool.begin();
+        for id in kept {
+            os.free(&tx, id).unwrap();
+        }
+    }
     pool.sync().unwrap();
     let before = pool.last_synced_txg();
     os.reserve(CHUNK as u64).unwrap();
