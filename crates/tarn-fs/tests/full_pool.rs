@@ -112,7 +112,15 @@ fn journey(kind: TopKind, devices: usize) {
         let written = fill_big(&fs, b"big", &chunk);
         suspended("big file");
         let gap = promised.abs_diff(written);
-        assert!(gap * 100 <= promised, "round {round}: available said {promised}, wrote {written}");
+        // (What the pool said right after the refusal, for a failure to name its state.)
+        assert!(
+            gap * 100 <= promised,
+            "round {round}: available said {promised}, wrote {written}; then {:?}, dirty {} bytes (worst case {}), gang blocks {}",
+            pool.space(),
+            pool.dirty_bytes(),
+            pool.dirty_asize(),
+            pool.gang_blocks()
+        );
         // Small files into what is left, then the big file goes and small
         // files fill that too: tens of thousands on a full pool.
         let first = fill_small(&fs, dir, 3000, "a");
