@@ -79,12 +79,11 @@ pub struct VdevSpace {
 
 impl VdevSpace {
     pub fn new(asize: u64) -> VdevSpace {
-        let mut free = BTreeMap::new();
+        let mut v = VdevSpace { asize, free: BTreeMap::new(), free_bytes: asize, large_free: 0, cursor: 0, meta_cursor: asize, log: false };
         if asize > 0 {
-            free.insert(0, asize);
+            v.put(0, asize);
         }
-        let large_free = if asize >= LARGE_EXTENT { asize } else { 0 };
-        VdevSpace { asize, free, free_bytes: asize, large_free, cursor: 0, meta_cursor: asize, log: false }
+        v
     }
 
     /// Every change to the free tree goes through these two, which keep

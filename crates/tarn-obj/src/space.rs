@@ -299,8 +299,8 @@ impl Shared {
             // QD32 fell to a few hundred IOPS in those seconds).
             let returning = deferred + self.pending_frees();
             let progressing = waited_for.is_none_or(|before| returning < before);
-            let holes = self.io.alloc.totals().large_free < free / 2;
-            if returning > slop && returning * 16 > free && holes && progressing {
+            let holes = || self.io.alloc.totals().large_free < free / 2;
+            if returning > slop && returning * 16 > free && progressing && holes() {
                 waited_for = Some(returning);
                 crate::pool::sync_and_wait(self)?;
                 continue;
