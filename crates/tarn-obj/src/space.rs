@@ -25,8 +25,9 @@
 //!   Only when even that cannot make room is the answer `NoSpace`.
 //! - While a txg is written its blocks have left the free space but its
 //!   charges stay dirty until it publishes: the checks add back what the
-//!   sync allocated since it began, up to the charges it began with
-//!   (`sync_credit`), so the txg is counted once.
+//!   sync allocated since it began, up to the charges it began with less
+//!   those it has given back (`sync_credit`), so the txg is counted once,
+//!   while it publishes too.
 //! - Every change (deletes too) waits at `begin()` while the dirty charges
 //!   reach free space less half the slop: no txg is ever bigger than the
 //!   space it can be written to, so a txg never fails for space.
@@ -153,7 +154,7 @@ impl Shared {
     pub(crate) fn undirty(&self, c: Charge) {
         let _ = self.dirty_bytes.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| Some(v.saturating_sub(c.bytes)));
         // Release: a checker that sees the charge gone sees the sync's
-        // credit ended too (`sync_space_end` comes first).
+        // credit shrunk by it too (`note_sync_discharge` comes first).
         let _ = self.dirty_asize.fetch_update(Ordering::Release, Ordering::Relaxed, |v| Some(v.saturating_sub(c.asize)));
     }
 
@@ -192,6 +193,7 @@ impl Shared {
         let done: Vec<Txg> = m.asize.range(..=txg).map(|(&t, _)| t).collect();
         for t in done {
             let asize = m.asize.remove(&t).unwrap_or(0);
+            self.note_sync_discharge(asize);
             let _ = self.dirty_asize.fetch_update(Ordering::Release, Ordering::Relaxed, |v| Some(v.saturating_sub(asize)));
         }
         let done: Vec<Txg> = m.blocks.range(..=txg).map(|(&t, _)| t).collect();
@@ -220,21 +222,30 @@ impl Shared {
 
     /// A txg being written takes its blocks out of the free space before
     /// its charges leave `dirty_asize` (at publish): what it allocated so
-    /// far, up to the charges there were when it began, counts once, not
-    /// twice. Without this a writer checking during a sync saw the pool
-    /// short by up to the whole txg and got `NoSpace` with room to spare.
-    /// Space taken meanwhile outside the sync (intent-log blocks, charged
-    /// to nothing) is not the sync's and earns no credit. Callers load
-    /// `dirty_asize` (Acquire) before calling this: the credit ends before
-    /// the charges are given back, so a charge seen gone means the credit
-    /// is seen ended.
+    /// far, up to the charges there were when it began less those given
+    /// back since, counts once, not twice. Without this a writer checking
+    /// during a sync saw the pool short by up to the whole txg and got
+    /// `NoSpace` with room to spare; and while the credit ended before
+    /// publish gave the charges back, a fresh pool's first fill was
+    /// refused at 61% (full_pool, one run in seven). Space taken meanwhile
+    /// outside the sync (intent-log blocks, charged to nothing) is not the
+    /// sync's and earns no credit. Callers load `dirty_asize` (Acquire)
+    /// before calling this: a charge is noted given back before it leaves
+    /// `dirty_asize`, so a charge seen gone is never credited as well.
     fn sync_credit(&self, free_now: u64) -> u64 {
         let charge = self.sync_charge_start.load(Ordering::Acquire);
         if charge == 0 {
             return 0;
         }
+        let left = charge.saturating_sub(self.sync_discharged.load(Ordering::Acquire));
         let taken = self.sync_free_start.load(Ordering::Acquire).saturating_sub(free_now);
-        taken.saturating_sub(self.sync_other_alloc.load(Ordering::Acquire)).min(charge)
+        taken.saturating_sub(self.sync_other_alloc.load(Ordering::Acquire)).min(left)
+    }
+
+    /// The syncing txg gives back `asize` of its charges: called before
+    /// they leave `dirty_asize` (see `sync_credit`).
+    pub(crate) fn note_sync_discharge(&self, asize: u64) {
+        self.sync_discharged.fetch_add(asize, Ordering::AcqRel);
     }
 
     /// A txg's sync begins, before it allocates anything: called with the
@@ -243,6 +254,7 @@ impl Shared {
     pub(crate) fn sync_space_begin(&self) {
         let (_, free, _) = self.raw_space();
         self.sync_other_alloc.store(0, Ordering::Release);
+        self.sync_discharged.store(0, Ordering::Release);
         self.sync_free_start.store(free, Ordering::Release);
         self.sync_charge_start.store(self.dirty_asize.load(Ordering::Acquire), Ordering::Release);
     }
@@ -253,8 +265,8 @@ impl Shared {
         self.sync_other_alloc.fetch_add(bytes, Ordering::AcqRel);
     }
 
-    /// A txg's sync ends (before its charges are given back, so the credit
-    /// is never counted beside them; also when the sync fails or panics).
+    /// A txg's sync ends: once it has published and given its charges
+    /// back, or when it fails or panics.
     pub(crate) fn sync_space_end(&self) {
         self.sync_charge_start.store(0, Ordering::Release);
     }

@@ -201,6 +201,13 @@ impl ObjsetInner {
         s.undirty(c);
     }
 
+    /// Give back the charge of a record the syncing txg wrote (or threw
+    /// away with its object set): its sync's credit shrinks first.
+    pub(crate) fn discharge_synced(&self, s: &Shared, c: Charge) {
+        s.note_sync_discharge(c.asize);
+        self.discharge(s, c);
+    }
+
     /// The keys that seal this object set's blocks: None if it is not
     /// encrypted; `KeyNotLoaded` if it is and its key is not loaded.
     pub(crate) fn keys(&self, s: &Shared) -> Result<Option<Arc<tarn_block::BlockKeys>>> {

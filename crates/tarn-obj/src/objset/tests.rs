@@ -151,6 +151,21 @@ fn a_sync_in_progress_does_not_count_its_blocks_twice() {
     for e in log {
         s.io.alloc.lock().return_held(e);
     }
+    // The sync publishes and gives its charges back a piece at a time: at
+    // no point is the txg counted twice (while the credit ended before the
+    // charges left, a fresh pool's first fill was refused at 61%), and once
+    // they are all back the txg counts as what it took.
+    let charge = s.dirty_asize.load(Ordering::Relaxed);
+    let piece = charge / 4;
+    for i in 0..4 {
+        s.note_sync_discharge(piece);
+        s.undirty(crate::space::Charge { bytes: 0, asize: piece });
+        assert!(s.check_space(room).is_ok(), "publish step {i}: the txg counted twice");
+    }
+    let after = room + charge - (4 << 20);
+    assert!(s.check_space(after).is_ok(), "published: the txg counts as what it took");
+    assert!(s.check_space(after + 1).is_err(), "published: no more room than free space");
+    s.add_dirty(crate::space::Charge { bytes: 0, asize: 4 * piece });
     // Without the credit (no sync under way) the same state is short.
     s.sync_space_end();
     assert!(s.check_space(room).is_err());

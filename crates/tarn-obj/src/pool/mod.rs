@@ -101,6 +101,9 @@ pub(crate) struct Shared {
     pub sync_charge_start: AtomicU64,
     /// Space taken outside the sync since it began (intent-log blocks).
     pub sync_other_alloc: AtomicU64,
+    /// Charges the sync has given back so far (as it publishes): the
+    /// credit shrinks by them, so a txg is counted once through publish.
+    pub sync_discharged: AtomicU64,
     pub meta_charges: Mutex<crate::space::MetaCharges>,
     pub dirty_objsets: Mutex<BTreeMap<Txg, HashSet<ObjsetId>>>,
     pub objsets: Mutex<HashMap<ObjsetId, Arc<ObjsetInner>>>,
@@ -307,6 +310,7 @@ impl ObjPool {
             sync_free_start: AtomicU64::new(0),
             sync_charge_start: AtomicU64::new(0),
             sync_other_alloc: AtomicU64::new(0),
+            sync_discharged: AtomicU64::new(0),
             meta_charges: Mutex::new(Default::default()),
             dirty_objsets: Mutex::new(BTreeMap::new()),
             objsets: Mutex::new(HashMap::new()),

@@ -30,8 +30,9 @@ pub(crate) struct ObjsetSync {
 
 pub(super) fn sync_txg(s: &Arc<Shared>, stx: &SyncTx) -> Result<Txg> {
     let txg = stx.txg();
-    // The credit began in `sync_once` (space.rs); it ends before publish
-    // on success, and here on any other way out, a panic included.
+    // The credit began in `sync_once` (space.rs); it ends here, once the
+    // txg has published and given its charges back, or on any other way
+    // out, a panic included.
     struct EndCredit<'a>(&'a Shared);
     impl Drop for EndCredit<'_> {
         fn drop(&mut self) {
@@ -106,7 +107,7 @@ fn sync_txg_inner(s: &Arc<Shared>, stx: &SyncTx, txg: Txg) -> Result<Txg> {
         for dn in dnodes {
             let mut st = dn.st.lock();
             for (_, d) in std::mem::take(&mut st.dirty) {
-                inner.discharge(s, d.charge);
+                inner.discharge_synced(s, d.charge);
             }
         }
     }
@@ -170,7 +171,6 @@ fn sync_txg_inner(s: &Arc<Shared>, stx: &SyncTx, txg: Txg) -> Result<Txg> {
     let ub_devices = crate::vdevs::uberblock_devices(s);
     tarn_vdev::write_uberblock(&ub_devices, &Uberblock { txg, timestamp_ns: now_ns(), pool_guid: guid, payload })?;
     // Publish: trees first, then drop the dirty records they replace.
-    s.sync_space_end();
     *s.root.lock() = RootState { spacemap_head: sm_head, spacemap_records: sm_records, spacemap_blocks: sm_blocks };
     for r in synced.into_iter().chain(std::iter::once(mos_sync)) {
         publish(s, r, txg);
@@ -515,7 +515,7 @@ fn publish(s: &Shared, r: ObjsetSync, txg: Txg) {
         let done: Vec<Txg> = st.dirty.range(..=txg).map(|(&t, _)| t).collect();
         for t in done {
             if let Some(d) = st.dirty.remove(&t) {
-                r.inner.discharge(s, d.charge);
+                r.inner.discharge_synced(s, d.charge);
             }
         }
         // An emptied BTreeMap keeps its root node (room for 11 dirty
