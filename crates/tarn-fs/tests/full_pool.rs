@@ -115,11 +115,12 @@ fn journey(kind: TopKind, devices: usize) {
         // (What the pool said right after the refusal, for a failure to name its state.)
         assert!(
             gap * 100 <= promised,
-            "round {round}: available said {promised}, wrote {written}; then {:?}, dirty {} bytes (worst case {}), gang blocks {}",
+            "round {round}: available said {promised}, wrote {written}; then {:?}, dirty {} bytes (worst case {}), gang blocks {}, refusals {:?}",
             pool.space(),
             pool.dirty_bytes(),
             pool.dirty_asize(),
-            pool.gang_blocks()
+            pool.gang_blocks(),
+            pool.nospace_refusals()
         );
         // Small files into what is left, then the big file goes and small
         // files fill that too: tens of thousands on a full pool.
@@ -127,7 +128,7 @@ fn journey(kind: TopKind, devices: usize) {
         fs.unlink(fs.root_ino(), b"big").expect("unlink on a full pool");
         let files = first + fill_small(&fs, dir, 3000, "b");
         suspended("small files");
-        assert!(files > 20_000, "round {round}: only {files} small files fit");
+        assert!(files > 20_000, "round {round}: only {files} small files fit; refusals {:?}", pool.nospace_refusals());
         eprintln!("round {round}: {written} bytes in one file, then {files} small files ({} gang blocks so far)", pool.gang_blocks());
         // Everything goes, on a full pool, and the space is back at once.
         empty_dir(&fs, dir);

@@ -213,6 +213,14 @@ pub struct PoolSpace {
     pub available: u64,
 }
 
+/// Where the pool's ENOSPC answers came from (`ObjPool::nospace_refusals`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NoSpaceRefusals {
+    pub in_txg: u64,
+    pub reserve: u64,
+    pub reserve_waited_out: u64,
+}
+
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct PoolStatus {
     pub name: String,

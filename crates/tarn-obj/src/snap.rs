@@ -252,7 +252,16 @@ pub(crate) fn apply(s: &Arc<Shared>, stx: &SyncTx, ops: Vec<SnapOp>, synced: &mu
                 crate::zil::destroy_objset_log(s, stx, head);
                 phys.log = crate::zil::LogHeader::default();
                 // Drop the open state's pending changes to this head: they
-                // were synced into the tree being discarded.
+                // were synced into the tree being discarded. Their charges
+                // go back (they stayed counted for good before).
+                if let Some(r) = synced.iter().find(|r| r.inner.id == head) {
+                    crate::pool::discard_dirty(s, &r.inner, &r.items);
+                } else {
+                    let inner = s.objsets.lock().get(&head).cloned();
+                    if let Some(inner) = inner {
+                        crate::pool::discard_dirty(s, &inner, &[]);
+                    }
+                }
                 synced.retain(|r| r.inner.id != head);
                 rewrite_root(s, stx, head, phys, Some(head_root), &snap_root, synced)?;
                 evict.push(head);

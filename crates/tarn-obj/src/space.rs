@@ -277,7 +277,7 @@ impl Shared {
         self.check_suspended()?;
         let (size, _, _) = self.raw_space();
         if !self.fits(asize, slop_bytes(size) / 2) {
-            return Err(ObjError::NoSpace);
+            return Err(self.refuse(0));
         }
         Ok(())
     }
@@ -337,12 +337,19 @@ impl Shared {
                     crate::pool::sync_and_wait(self)?;
                     continue;
                 }
-                return Err(ObjError::NoSpace);
+                return Err(self.refuse(1));
             }
             synced_pending |= !could;
             crate::pool::sync_and_wait(self)?;
         }
-        Err(ObjError::NoSpace)
+        Err(self.refuse(2))
+    }
+
+    /// An ENOSPC answer, counted by where it was given (see
+    /// `ObjPool::nospace_refusals` for the sites).
+    fn refuse(&self, site: usize) -> ObjError {
+        self.nospace[site].fetch_add(1, Ordering::Relaxed);
+        ObjError::NoSpace
     }
 
     /// Would the next sync condense the space map log if a writer asked?

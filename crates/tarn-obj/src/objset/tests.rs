@@ -118,6 +118,31 @@ fn destroying_a_dataset_with_unsynced_changes_returns_its_dirty_bytes() {
     assert!(pool.check().ok());
 }
 
+/// A rollback in the txg that also changed the head throws those changes
+/// away: their charges go back too (they stayed counted for good, and a
+/// sync's credit would offset them).
+#[test]
+fn rolling_back_a_head_with_unsynced_changes_returns_its_dirty_bytes() {
+    let (pool, osid, os) = pool_with_objset();
+    let snap = {
+        let tx = pool.begin();
+        pool.snapshot(&tx, osid).unwrap()
+    };
+    pool.sync().unwrap();
+    {
+        let tx = pool.begin();
+        let id = os.create(&tx, ObjType(30), 131072, &[0; BONUS_LEN]).unwrap();
+        os.write(&tx, id, 0, &vec![7u8; 1 << 20]).unwrap();
+        assert!(pool.dirty_asize() >= 1 << 20);
+        pool.rollback(&tx, osid, snap).unwrap();
+    }
+    pool.sync().unwrap();
+    pool.sync().unwrap();
+    assert_eq!(pool.dirty_bytes(), 0);
+    assert_eq!(pool.dirty_asize(), 0, "the rolled-back changes' charges are given back");
+    assert!(pool.check().ok());
+}
+
 /// A txg being written has taken its blocks out of the free space while
 /// its charges still count as dirty: a writer checking then must see the
 /// space once, not twice (the full-pool test's spurious ENOSPC).

@@ -30,6 +30,7 @@ mod space;
 mod sync_thread;
 mod sync_tx;
 mod syncing;
+pub(crate) use syncing::discard_dirty;
 mod txg;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -104,6 +105,9 @@ pub(crate) struct Shared {
     /// Charges the sync has given back so far (as it publishes): the
     /// credit shrinks by them, so a txg is counted once through publish.
     pub sync_discharged: AtomicU64,
+    /// ENOSPC answers since import, by where they were given (space.rs,
+    /// `refuse`): for a refusal to say which check made it.
+    pub nospace: [AtomicU64; 3],
     pub meta_charges: Mutex<crate::space::MetaCharges>,
     pub dirty_objsets: Mutex<BTreeMap<Txg, HashSet<ObjsetId>>>,
     pub objsets: Mutex<HashMap<ObjsetId, Arc<ObjsetInner>>>,
@@ -311,6 +315,7 @@ impl ObjPool {
             sync_charge_start: AtomicU64::new(0),
             sync_other_alloc: AtomicU64::new(0),
             sync_discharged: AtomicU64::new(0),
+            nospace: Default::default(),
             meta_charges: Mutex::new(Default::default()),
             dirty_objsets: Mutex::new(BTreeMap::new()),
             objsets: Mutex::new(HashMap::new()),

@@ -35,6 +35,15 @@ impl ObjPool {
         self.shared.io.gang_blocks.load(Ordering::Relaxed)
     }
 
+    /// ENOSPC answers of the space checks since import: inside a txg
+    /// (`check_space`), by a writer reserving ahead when nothing pending
+    /// could make room, and by one that waited every txg it may wait.
+    /// Tests print them when a fill stops short.
+    pub fn nospace_refusals(&self) -> crate::NoSpaceRefusals {
+        let n = |i: usize| self.shared.nospace[i].load(Ordering::Relaxed);
+        crate::NoSpaceRefusals { in_txg: n(0), reserve: n(1), reserve_waited_out: n(2) }
+    }
+
     /// Raw space the changes not yet written out may take (worst case).
     pub fn dirty_asize(&self) -> u64 {
         self.shared.dirty_asize.load(Ordering::Relaxed)

@@ -102,14 +102,7 @@ fn sync_txg_inner(s: &Arc<Shared>, stx: &SyncTx, txg: Txg) -> Result<Txg> {
         ctx.free(&root);
         mos_write_in_txg(&mos_handle, stx, id.0 * tarn_block::BP_SIZE as u64, &[0u8; tarn_block::BP_SIZE])?;
         // Its unsynced changes die with it: give back their dirty accounting.
-        let dnodes: Vec<Arc<crate::objset::Dnode>> =
-            std::mem::take(&mut *inner.dirty.lock()).into_values().flat_map(|m| m.into_values()).collect();
-        for dn in dnodes {
-            let mut st = dn.st.lock();
-            for (_, d) in std::mem::take(&mut st.dirty) {
-                inner.discharge_synced(s, d.charge);
-            }
-        }
+        discard_dirty(s, &inner, &[]);
     }
     let dataset_ids: Vec<ObjsetId> = {
         let map = s.objsets.lock();
@@ -194,6 +187,20 @@ fn sync_txg_inner(s: &Arc<Shared>, stx: &SyncTx, txg: Txg) -> Result<Txg> {
     s.synced_txg.store(txg, Ordering::Release);
     crate::zil::after_sync(s, txg);
     Ok(txg)
+}
+
+/// An object set's changes not written, thrown away (it is destroyed, or
+/// rolled back in the txg that made them): their charges go back, those
+/// of the dnodes already taken into this sync's `items` too.
+pub(crate) fn discard_dirty(s: &Shared, inner: &ObjsetInner, items: &[SyncItem]) {
+    let dnodes: Vec<Arc<crate::objset::Dnode>> =
+        std::mem::take(&mut *inner.dirty.lock()).into_values().flat_map(|m| m.into_values()).collect();
+    for dn in dnodes.iter().chain(items.iter().map(|it| &it.dn)) {
+        let mut st = dn.st.lock();
+        for (_, d) in std::mem::take(&mut st.dirty) {
+            inner.discharge_synced(s, d.charge);
+        }
+    }
 }
 
 /// A write into the MOS object set table in the syncing txg.
