@@ -102,7 +102,7 @@ fn sync_txg_inner(s: &Arc<Shared>, stx: &SyncTx, txg: Txg) -> Result<Txg> {
         ctx.free(&root);
         mos_write_in_txg(&mos_handle, stx, id.0 * tarn_block::BP_SIZE as u64, &[0u8; tarn_block::BP_SIZE])?;
         // Its unsynced changes die with it: give back their dirty accounting.
-        discard_dirty(s, &inner, &[]);
+        discard_dirty(s, inner, &[]);
     }
     let dataset_ids: Vec<ObjsetId> = {
         let map = s.objsets.lock();
