@@ -94,6 +94,18 @@ impl Charge {
     }
 }
 
+/// Where an ENOSPC answer was given: the index of its count in
+/// `Shared::nospace`.
+#[derive(Clone, Copy)]
+enum NoSpaceSite {
+    /// `check_space`, inside a txg.
+    InTxg,
+    /// `reserve_space`, when nothing pending could make room.
+    Reserve,
+    /// `reserve_space`, after waiting every txg it may wait.
+    ReserveWaitedOut,
+}
+
 /// Dnode blocks dirtied per txg, each charged once; and the bytes freed
 /// per txg by objects freed whole (deletes not yet written).
 #[derive(Default)]
@@ -277,7 +289,7 @@ impl Shared {
         self.check_suspended()?;
         let (size, _, _) = self.raw_space();
         if !self.fits(asize, slop_bytes(size) / 2) {
-            return Err(self.refuse(0));
+            return Err(self.refuse(NoSpaceSite::InTxg));
         }
         Ok(())
     }
@@ -337,19 +349,28 @@ impl Shared {
                     crate::pool::sync_and_wait(self)?;
                     continue;
                 }
-                return Err(self.refuse(1));
+                return Err(self.refuse(NoSpaceSite::Reserve));
             }
             synced_pending |= !could;
             crate::pool::sync_and_wait(self)?;
         }
-        Err(self.refuse(2))
+        Err(self.refuse(NoSpaceSite::ReserveWaitedOut))
     }
 
-    /// An ENOSPC answer, counted by where it was given (see
-    /// `ObjPool::nospace_refusals` for the sites).
-    fn refuse(&self, site: usize) -> ObjError {
-        self.nospace[site].fetch_add(1, Ordering::Relaxed);
+    /// An ENOSPC answer, counted by where it was given.
+    fn refuse(&self, site: NoSpaceSite) -> ObjError {
+        self.nospace[site as usize].fetch_add(1, Ordering::Relaxed);
         ObjError::NoSpace
+    }
+
+    /// ENOSPC answers so far, by site (`ObjPool::nospace_refusals`).
+    pub(crate) fn nospace_refusals(&self) -> crate::NoSpaceRefusals {
+        let n = |site: NoSpaceSite| self.nospace[site as usize].load(Ordering::Relaxed);
+        crate::NoSpaceRefusals {
+            in_txg: n(NoSpaceSite::InTxg),
+            reserve: n(NoSpaceSite::Reserve),
+            reserve_waited_out: n(NoSpaceSite::ReserveWaitedOut),
+        }
     }
 
     /// Would the next sync condense the space map log if a writer asked?

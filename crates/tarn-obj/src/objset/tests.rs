@@ -191,9 +191,14 @@ fn a_sync_in_progress_does_not_count_its_blocks_twice() {
     assert!(s.check_space(after).is_ok(), "published: the txg counts as what it took");
     assert!(s.check_space(after + 1).is_err(), "published: no more room than free space");
     s.add_dirty(crate::space::Charge { bytes: 0, asize: 4 * piece });
-    // Without the credit (no sync under way) the same state is short.
+    // Without the credit (no sync under way) the same state is short, and
+    // the refusal is counted where it was given.
     s.sync_space_end();
+    let was = pool.nospace_refusals();
     assert!(s.check_space(room).is_err());
+    let now = pool.nospace_refusals();
+    assert_eq!(now.in_txg, was.in_txg + 1, "a refusal inside the txg counts as one");
+    assert_eq!((now.reserve, now.reserve_waited_out), (was.reserve, was.reserve_waited_out));
     s.io.alloc.lock().unalloc(taken);
     drop(tx);
     pool.sync().unwrap();

@@ -105,8 +105,8 @@ pub(crate) struct Shared {
     /// Charges the sync has given back so far (as it publishes): the
     /// credit shrinks by them, so a txg is counted once through publish.
     pub sync_discharged: AtomicU64,
-    /// ENOSPC answers since import, by where they were given (space.rs,
-    /// `refuse`): for a refusal to say which check made it.
+    /// ENOSPC answers since import, indexed by `space::NoSpaceSite`: for
+    /// a refusal to say which check made it.
     pub nospace: [AtomicU64; 3],
     pub meta_charges: Mutex<crate::space::MetaCharges>,
     pub dirty_objsets: Mutex<BTreeMap<Txg, HashSet<ObjsetId>>>,

@@ -40,8 +40,7 @@ impl ObjPool {
     /// could make room, and by one that waited every txg it may wait.
     /// Tests print them when a fill stops short.
     pub fn nospace_refusals(&self) -> crate::NoSpaceRefusals {
-        let n = |i: usize| self.shared.nospace[i].load(Ordering::Relaxed);
-        crate::NoSpaceRefusals { in_txg: n(0), reserve: n(1), reserve_waited_out: n(2) }
+        self.shared.nospace_refusals()
     }
 
     /// Raw space the changes not yet written out may take (worst case).
