@@ -64,6 +64,7 @@ command_line="bench/nfs.sh --systems $systems --size $size --runtime $runtime --
 # mimalloc's variables reach the daemon (tarn's main.rs lets them win over
 # its own allocator settings); a run with them says so in its command line
 for v in $(env | grep -o '^MIMALLOC_[A-Z_]*=[^ ]*' || true); do command_line="$v $command_line"; done
+[ -z "${TARN_BIN:-}" ] || command_line="TARN_BIN=$TARN_BIN $command_line"
 has() { case ",$systems," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 
 [ "$(id -u)" = 0 ] || { echo "bench/nfs.sh: needs root (namespaces, FUSE)" >&2; exit 1; }
@@ -82,7 +83,7 @@ if [ "${TARN_BENCH_NS:-}" != 1 ]; then
         DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need[@]}" </dev/null
     fi
     cargo build -j2 --release -p tarn-bench-nfsload
-    if has tarn-fuse || has tarn-fuse-uncached || has tarn-nfs; then cargo build -j2 --release -p tarn; fi
+    if [ -z "${TARN_BIN:-}" ] && { has tarn-fuse || has tarn-fuse-uncached || has tarn-nfs; }; then cargo build -j2 --release -p tarn; fi
     TARN_BENCH_NS=1 exec unshare --net --mount --fork --propagation private "$0" "${args[@]}"
 fi
 
@@ -93,7 +94,8 @@ mkdir -p /run/rpcbind /run/ganesha
 mkdir -p "$workdir"
 workdir=$(cd "$workdir" && pwd)
 nfsload="$repo/target/release/nfsload"
-tarn_bin="$repo/target/release/tarn"
+# TARN_BIN: another build to measure (an A/B of two commits).
+tarn_bin="${TARN_BIN:-$repo/target/release/tarn}"
 results="$workdir/results.tsv"
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 : > "$results"

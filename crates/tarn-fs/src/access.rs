@@ -332,6 +332,13 @@ impl Checked<'_> {
         self.fs.read_segments(ino, offset, size)
     }
 
+    /// `read_segments` and the file's attributes from memory alone, for a
+    /// server's connection thread (`Fs::read_segments_cached_as`): None
+    /// when the full path must answer.
+    pub fn read_segments_cached(&self, ino: u64, offset: u64, size: u32) -> Option<(Vec<crate::Segment>, Attr)> {
+        self.fs.read_segments_cached_as(ino, offset, size, &|p| need(p, &self.caller, MAY_READ).is_ok())
+    }
+
     /// Write `data` at `offset`, then drop what a write drops.
     pub fn write(&self, ino: u64, offset: u64, data: &[u8]) -> Result<u32> {
         self.fs.writable()?;

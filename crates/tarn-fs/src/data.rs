@@ -44,10 +44,7 @@ impl Fs {
         if opts.atime && !opts.readonly {
             // relatime: update when atime is not newer than mtime/ctime, or older than a day.
             let now = now_ns();
-            if p.atime_ns <= p.mtime_ns
-                || p.atime_ns <= p.ctime_ns
-                || now.saturating_sub(p.atime_ns) > 86_400_000_000_000
-            {
+            if atime_due(&p, now) {
                 let tx = self.begin();
                 let _g = self.lock_set(&tx, &[ino]);
                 if let Ok(mut p) = self.inode(ino) {
@@ -57,6 +54,37 @@ impl Fs {
             }
         }
         Ok(segs)
+    }
+
+    /// `read_segments` from memory alone, with the file's attributes, for
+    /// a server's connection thread: None, with nothing read, nothing
+    /// changed and nothing waited for, when the inode's dnode or a block is
+    /// not cached, a change holds the inode's lock, the read would update
+    /// atime (a transaction), `check` refuses the inode, or the read would
+    /// fail. The caller then takes the full path, which answers the same.
+    pub(crate) fn read_segments_cached_as(
+        &self,
+        ino: u64,
+        offset: u64,
+        size: u32,
+        check: &dyn Fn(&crate::format::InodePhys) -> bool,
+    ) -> Option<(Vec<Segment>, crate::Attr)> {
+        let _g = self.try_read_lock(ino)?;
+        let (p, info) = self.live_inode_cached(ino)?;
+        if !is_reg(&p) || !check(&p) {
+            return None;
+        }
+        let opts = *self.opts.read();
+        if opts.atime && !opts.readonly && atime_due(&p, now_ns()) {
+            return None;
+        }
+        let end = offset.saturating_add(size as u64).min(p.size);
+        let len = end.saturating_sub(offset) as usize;
+        let mut segs = Vec::new();
+        if len > 0 && !self.os.read_segments_cached(ObjectId(ino), offset, len, &mut segs).ok()? {
+            return None;
+        }
+        Some((segs, self.attr_from(ino, &p, &info)))
     }
 
     /// Write `data` at `offset`; returns bytes written (all of it).
@@ -208,4 +236,10 @@ impl Fs {
             name_max: NAME_MAX as u32,
         })
     }
+}
+
+/// relatime: a read updates atime when it is not newer than mtime or
+/// ctime, or older than a day.
+fn atime_due(p: &crate::format::InodePhys, now: i64) -> bool {
+    p.atime_ns <= p.mtime_ns || p.atime_ns <= p.ctime_ns || now.saturating_sub(p.atime_ns) > 86_400_000_000_000
 }

@@ -33,10 +33,21 @@ impl Fs {
         Ok(self.attr_from(ino, &p, &info))
     }
 
+    /// `attr_by_handle` from memory alone, for a server's connection
+    /// thread: None, with nothing read and nothing waited for, when the
+    /// inode's dnode is not in memory, a change holds its lock, or the
+    /// answer would be an error (the caller then takes the full path,
+    /// which gives the same answer or the error).
+    pub fn attr_by_handle_cached(&self, ino: u64, generation: u64) -> Option<Attr> {
+        let _g = self.try_read_lock(ino)?;
+        let (p, info) = self.live_inode_cached(ino)?;
+        (p.generation == generation).then(|| self.attr_from(ino, &p, &info))
+    }
+
     /// The inode `ino` if it is live (see the module comment), else
     /// `Stale`. Callers hold its lock when they need the answer to last.
     pub(crate) fn live_inode(&self, ino: u64) -> Result<(InodePhys, tarn_obj::ObjInfo)> {
-        if ino == 0 || ino == crate::MASTER_OBJECT || ino == self.unlinked.0 {
+        if !self.may_be_inode(ino) {
             return Err(FsError::Stale);
         }
         let info = match self.os.info(ObjectId(ino)) {
@@ -44,6 +55,24 @@ impl Fs {
             Err(ObjError::NotFound(_)) => return Err(FsError::Stale),
             Err(e) => return Err(e.into()),
         };
+        Self::live_of(ino, info)
+    }
+
+    /// `live_inode` from memory alone: None when the dnode is not in
+    /// memory or the inode is not live.
+    pub(crate) fn live_inode_cached(&self, ino: u64) -> Option<(InodePhys, tarn_obj::ObjInfo)> {
+        if !self.may_be_inode(ino) {
+            return None;
+        }
+        let info = self.os.info_cached(ObjectId(ino)).ok()??;
+        Self::live_of(ino, info).ok()
+    }
+
+    fn may_be_inode(&self, ino: u64) -> bool {
+        ino != 0 && ino != crate::MASTER_OBJECT && ino != self.unlinked.0
+    }
+
+    fn live_of(ino: u64, info: tarn_obj::ObjInfo) -> Result<(InodePhys, tarn_obj::ObjInfo)> {
         if ![otype::DIR, otype::FILE, otype::SYMLINK, otype::SPECIAL].contains(&info.otype) {
             return Err(FsError::Stale);
         }

@@ -30,6 +30,10 @@ impl Fs {
     pub(crate) fn read_lock(&self, ino: u64) -> RwLockReadGuard<'_, ()> {
         self.shards[Self::shard_of(ino)].read()
     }
+    /// `read_lock` if no change holds (or waits for) the shard now.
+    pub(crate) fn try_read_lock(&self, ino: u64) -> Option<RwLockReadGuard<'_, ()>> {
+        self.shards[Self::shard_of(ino)].try_read()
+    }
     pub(crate) fn lock_set<'a>(&'a self, tx: &'a Tx, inos: &[u64]) -> LockSet<'a> {
         let mut idx: Vec<usize> = inos.iter().map(|&i| Self::shard_of(i)).collect();
         idx.sort_unstable();

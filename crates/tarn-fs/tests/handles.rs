@@ -167,3 +167,71 @@ fn a_lost_txg_written_again_gives_new_generations() {
     }
     assert!(matches!(fs.attr_by_handle(lost.ino, lost.generation), Err(FsError::Stale)), "the lost file's handle is stale");
 }
+
+fn flat(segs: &[Segment]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for s in segs {
+        s.append_to(&mut out);
+    }
+    out
+}
+
+/// The answers a server gives from memory alone (`attr_by_handle_cached`,
+/// `Checked::read_segments_cached`) are the full path's answers, and they
+/// stand aside (None) whenever the full path would read the pool, change
+/// the inode (atime) or answer an error: after a re-import nothing is in
+/// memory, a refused caller and a stale handle get None, never data.
+#[test]
+fn cached_answers_are_the_full_paths_or_none() {
+    use std::sync::Arc;
+    use tarn_dev::Device;
+    use tarn_obj::{ImportOptions, ObjPool, TopKind};
+
+    let (pool, devs) = support::mem_pool("fhcached", TopKind::Disk, 1, 256 << 20);
+    let fs = support::new_fs(&pool, FsOptions::default());
+    let osid = fs.objset().id();
+    let root = fs.root_ino();
+    let f = fs.create_noref(root, b"f", 0o640, Cred { uid: 1000, gid: 1000 }, true).unwrap().0;
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    fs.write(f.ino, 0, &data).unwrap();
+    let owner = Caller { uid: 1000, gid: 1000, groups: vec![] };
+    let other = Caller { uid: 2000, gid: 2000, groups: vec![] };
+    let check = |fs: &Fs, off: u64, len: u32| {
+        let (segs, attr) = fs.checked(&owner).read_segments_cached(f.ino, off, len).expect("cached");
+        let want = fs.read(f.ino, off, len).unwrap();
+        assert!(flat(&segs) == want, "read of {len} at {off}");
+        assert_eq!(attr, fs.getattr(f.ino).unwrap());
+    };
+
+    // Dirty, never read: the first read is due to update atime (a change).
+    assert_eq!(fs.attr_by_handle_cached(f.ino, f.generation), Some(fs.attr_by_handle(f.ino, f.generation).unwrap()));
+    assert!(fs.checked(&owner).read_segments_cached(f.ino, 0, 4096).is_none(), "atime is due: the full path answers");
+    fs.checked(&owner).read_segments(f.ino, 0, 4096).unwrap();
+    for (off, len) in [(0, 4096), (131_000, 70_000), (299_000, 1 << 20), (400_000, 10)] {
+        check(&fs, off, len);
+    }
+    // Refused or stale: None, and the full path gives the error.
+    assert!(fs.checked(&other).read_segments_cached(f.ino, 0, 4096).is_none());
+    assert!(matches!(fs.checked(&other).read_segments(f.ino, 0, 4096), Err(FsError::Access)));
+    assert!(fs.attr_by_handle_cached(f.ino, f.generation + 1).is_none());
+    assert!(fs.checked(&owner).read_segments_cached(root, 0, 10).is_none(), "a directory");
+    let g = fs.create_noref(root, b"g", 0o644, C, true).unwrap().0;
+    fs.unlink(root, b"g").unwrap();
+    assert!(fs.attr_by_handle_cached(g.ino, g.generation).is_none(), "an unlinked inode");
+    assert!(fs.checked(&Caller::root()).read_segments_cached(g.ino, 0, 10).is_none());
+
+    // Written and re-imported: nothing in memory, so nothing cached
+    // answers until the full path has read it.
+    fs.pool().sync().unwrap();
+    let image = devs[0].snapshot();
+    drop(fs);
+    drop(pool);
+    let pool = ObjPool::import(vec![image as Arc<dyn Device>], ImportOptions { force: true, hostname: "test".into(), ..Default::default() }).unwrap();
+    let fs = Fs::open(pool.clone(), pool.open_objset(osid).unwrap(), FsOptions::default()).unwrap();
+    assert!(fs.attr_by_handle_cached(f.ino, f.generation).is_none(), "the inode's dnode is not in memory");
+    assert!(fs.checked(&owner).read_segments_cached(f.ino, 0, 4096).is_none());
+    let a = fs.attr_by_handle(f.ino, f.generation).unwrap();
+    assert_eq!(fs.attr_by_handle_cached(f.ino, f.generation), Some(a));
+    fs.read(f.ino, 0, data.len() as u32).unwrap();
+    check(&fs, 5, 200_000);
+}

@@ -48,6 +48,10 @@ pub fn read_segments(fs: &Fs, ino: u64, c: &Creds, offset: u64, count: u32) -> R
     fs.checked(&caller(c)).read_segments(ino, offset, count)
 }
 
+pub fn read_segments_cached(fs: &Fs, ino: u64, c: &Creds, offset: u64, count: u32) -> Option<(Vec<tarn_fs::Segment>, Attr)> {
+    fs.checked(&caller(c)).read_segments_cached(ino, offset, count)
+}
+
 pub fn write(fs: &Fs, ino: u64, c: &Creds, offset: u64, data: &[u8]) -> Result<u32> {
     fs.checked(&caller(c)).write(ino, offset, data)
 }

@@ -44,6 +44,10 @@ mod rpc;
 mod server;
 mod xdr;
 
+#[cfg(test)]
+#[path = "../../tarn-fs/tests/support/mod.rs"]
+mod fs_support;
+
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -65,6 +65,25 @@ impl Ctx<'_> {
     }
 }
 
+impl Ctx<'_> {
+    /// `resolve` of a dataset inode's handle from memory alone, with the
+    /// inode's attributes: None when the full path must answer (a
+    /// snapshot or `.zfs` handle, an inode not in memory or locked by a
+    /// change, or any error: the full path then gives it).
+    pub fn resolve_cached(&self, fh: &nfs_fh3) -> Option<(Target, Attr)> {
+        let handle = Handle::decode(fh.data.as_ref()).ok()?;
+        if handle.kind != Kind::Node {
+            return None;
+        }
+        let entry = self.table.by_handle(&handle)?.clone();
+        let access = entry.export.rules.access(self.client)?;
+        let creds = squash(self.auth, &access);
+        let fs = entry.export.fs.clone();
+        let attr = fs.attr_by_handle_cached(handle.ino, handle.generation)?;
+        Some((Target { entry, access, creds, node: Node::Inode { fs, ino: handle.ino, snapshot: 0 } }, attr))
+    }
+}
+
 /// STALE unless `ino` is a live inode of `fs` created as `generation`.
 fn check_generation(fs: &Fs, ino: u64, generation: u64) -> NfsResult<()> {
     crate::caller::by_handle(fs, ino, generation).map(|_| ()).map_err(|e| status(&e))

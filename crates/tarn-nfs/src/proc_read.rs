@@ -37,6 +37,14 @@ pub fn getattr(ctx: &Ctx, r: &mut Reader) -> Reply {
     ok(res)
 }
 
+/// GETATTR from memory alone (`Ctx::resolve_cached`), or None.
+pub fn getattr_cached(ctx: &Ctx, r: &mut Reader) -> Option<Reply> {
+    let fh = r.fh().ok()?;
+    let (t, a) = ctx.resolve_cached(&fh)?;
+    let res: Nfs3Result<GETATTR3resok, Void> = Nfs3Result::Ok(GETATTR3resok { obj_attributes: fattr(&t.entry, 0, &a) });
+    Some(ok(res))
+}
+
 /// `name` in directory `dir`: its handle and attributes.
 pub fn lookup_in(dir: &Target, name: &[u8]) -> NfsResult<(nfs_fh3, fattr3)> {
     let entry = &dir.entry;
@@ -125,6 +133,22 @@ pub fn access(ctx: &Ctx, r: &mut Reader) -> Reply {
     ok(Nfs3Result::<_, ACCESS3resfail>::Ok(ACCESS3resok { obj_attributes: Nfs3Option::Some(attr), access: granted }))
 }
 
+/// ACCESS from memory alone, or None (the same grant as `access`).
+pub fn access_cached(ctx: &Ctx, r: &mut Reader) -> Option<Reply> {
+    let fh = r.fh().ok()?;
+    let asked = r.u32().ok()?;
+    let (t, a) = ctx.resolve_cached(&fh)?;
+    let (fs, _) = t.inode()?;
+    let mut granted = asked
+        & (ACCESS3_READ | ACCESS3_LOOKUP | ACCESS3_MODIFY | ACCESS3_EXTEND | ACCESS3_DELETE | ACCESS3_EXECUTE);
+    if t.writable().is_err() {
+        granted &= !(ACCESS3_MODIFY | ACCESS3_EXTEND | ACCESS3_DELETE);
+    }
+    granted = crate::caller::access_mask(fs, &a, &t.creds, granted);
+    let attr = fattr(&t.entry, 0, &a);
+    Some(ok(Nfs3Result::<_, ACCESS3resfail>::Ok(ACCESS3resok { obj_attributes: Nfs3Option::Some(attr), access: granted })))
+}
+
 pub fn readlink(ctx: &Ctx, r: &mut Reader) -> Reply {
     let fh = r.fh()?;
     let res = (|| -> Result<READLINK3resok<'static>, (nfsstat3, READLINK3resfail)> {
@@ -188,6 +212,20 @@ pub fn read(ctx: &Ctx, r: &mut Reader) -> Reply {
         Ok(v) => ok(v),
         Err(e) => ok(Nfs3Result::<READ3resok, _>::Err(e)),
     }
+}
+
+/// A READ whose blocks are all in memory (tarn-fs `read_segments_cached`),
+/// or None: the same reply `read` would give.
+pub fn read_cached(ctx: &Ctx, r: &mut Reader) -> Option<Reply> {
+    let fh = r.fh().ok()?;
+    let offset = r.u64().ok()?;
+    let count = r.u32().ok()?.min(MAX_IO);
+    let (t, _) = ctx.resolve_cached(&fh)?;
+    let (fs, ino) = t.inode()?;
+    let (data, a) = crate::caller::read_segments_cached(fs, ino, &t.creds, offset, count)?;
+    let len: usize = data.iter().map(Segment::len).sum();
+    let eof = offset.saturating_add(len as u64) >= a.size;
+    Some(ok(ReadOk { file_attributes: Nfs3Option::Some(fattr(&t.entry, 0, &a)), eof, data }))
 }
 
 pub fn fsstat(ctx: &Ctx, r: &mut Reader) -> Reply {

@@ -17,6 +17,14 @@
 //! socket cannot take now is written by a task, so no call ever waits on
 //! a client.
 //!
+//! Calls that memory alone answers (a GETATTR, ACCESS or READ whose
+//! inode and blocks are cached and whose inode no change holds:
+//! `dispatch::handle_cached`) are answered by the connection's task
+//! itself, without the hand-off: at many calls in flight the wake-up of a
+//! worker per call cost more than such a call. Nothing in that path reads
+//! the pool or waits for a lock a change holds; everything else goes to
+//! the workers.
+//!
 //! Busy polling (tarn-share `poll.rs`): a connection with at most one
 //! call in flight polls its socket for the next call up to
 //! `[nfs] busy_poll_us` before it sleeps; on a VM, waking an idle CPU
@@ -179,9 +187,18 @@ async fn serve(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
             break; // no xid and message type: nothing to answer
         }
         let xid = u32::from_be_bytes([record[0], record[1], record[2], record[3]]);
-        let replies = replies.clone();
         let table = shared.table.read().clone();
         let (verifier, port) = (shared.verifier.load(Ordering::Acquire).to_be_bytes(), shared.port);
+        // A GETATTR, ACCESS or READ that memory alone answers is answered
+        // here; a panic in it leaves the call to a worker, which answers it.
+        let cached = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            crate::dispatch::handle_cached(&record, &table, client, verifier)
+        }));
+        if let Ok(Some(rec)) = cached {
+            replies.send(rec, permit);
+            continue;
+        }
+        let replies = replies.clone();
         let call = move || {
             let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 crate::dispatch::handle(&record, &table, client, verifier, port)

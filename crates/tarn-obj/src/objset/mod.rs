@@ -486,7 +486,20 @@ impl ObjectSet {
     }
 
     pub fn info(&self, id: ObjectId) -> Result<ObjInfo> {
-        let dn = self.dnode(id)?;
+        Self::info_of(id, &*self.dnode(id)?)
+    }
+
+    /// `info` if the object's dnode is in memory already; None, with
+    /// nothing read, when it would have to be read from the pool. (A
+    /// server answers such calls on the thread that read the request.)
+    pub fn info_cached(&self, id: ObjectId) -> Result<Option<ObjInfo>> {
+        match self.inner.handles.get(id) {
+            Some(dn) => Self::info_of(id, &dn).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    fn info_of(id: ObjectId, dn: &Dnode) -> Result<ObjInfo> {
         let st = dn.st.lock();
         let a = st.attrs();
         if !a.exists {

@@ -162,8 +162,9 @@ impl ObjectSet {
         self.visit(id, offset, len, false, &mut |seg| push_segment(out, seg)).map(|_| ())
     }
 
-    /// `read_segments` if every block it needs (and every indirect block
-    /// above them) is dirty or in the ARC: false, with `out` as it was and
+    /// `read_segments` if the object's dnode is in memory and every block
+    /// it needs (and every indirect block above them) is dirty or in the
+    /// ARC: false, with `out` as it was and
     /// nothing read, when one is not. A server answers such reads on the
     /// thread that read the request, without a hand-off. (The blocks found
     /// before a missing one count as hits twice when the reader then reads
@@ -181,7 +182,15 @@ impl ObjectSet {
     /// `cached_only`, stops and returns false at the first block that is
     /// neither dirty nor cached.
     fn visit(&self, id: ObjectId, offset: u64, len: usize, cached_only: bool, f: &mut dyn FnMut(Segment)) -> Result<bool> {
-        let dn = self.dnode(id)?;
+        let dn = if cached_only {
+            // Its dnode too: loading one may read the pool.
+            match self.inner.handles.get(id) {
+                Some(dn) => dn,
+                None => return Ok(false),
+            }
+        } else {
+            self.dnode(id)?
+        };
         // A read that may still give up counts (and reads ahead) only once
         // it is done: the one that follows it must not look like a second
         // reader of the same range.

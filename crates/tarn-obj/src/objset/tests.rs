@@ -284,4 +284,15 @@ fn cached_segments_give_up_at_a_block_not_in_the_cache() {
     let mut want = data.clone();
     want.resize(bs * 5, 0);
     assert!(flat(&again) == want);
+    // Its dnode out of memory: nothing cached answers, nothing is loaded.
+    let info = os.info(id).unwrap();
+    assert_eq!(os.info_cached(id).unwrap().map(|i| i.length), Some(info.length));
+    drop(again);
+    drop(out);
+    os.inner.handles.drop_clean();
+    assert!(os.info_cached(id).unwrap().is_none(), "the dnode is not in memory");
+    assert!(!os.read_segments_cached(id, 0, bs, &mut Vec::new()).unwrap(), "nor read for a cached read");
+    assert!(os.info_cached(id).unwrap().is_none(), "and still not loaded");
+    assert_eq!(os.info(id).unwrap().length, info.length);
+    assert!(os.info_cached(id).unwrap().is_some());
 }
