@@ -262,7 +262,13 @@ impl Shared {
 
     /// A txg's sync begins, before it allocates anything: called with the
     /// txg switch's write lock held, so no writer of the next txg has
-    /// charged anything yet.
+    /// charged anything yet. Not under the allocator's lock: an
+    /// intent-log block allocated while this runs can be in the starting
+    /// free space and not counted in `sync_other_alloc` (its count is
+    /// noted inside the allocator's lock, the free total updated as the
+    /// lock is let go), and is then credited to the sync: one log block at
+    /// most per sync, which the half slop every check inside a txg leaves
+    /// untouched covers many times over.
     pub(crate) fn sync_space_begin(&self) {
         let (_, free, _) = self.raw_space();
         self.sync_other_alloc.store(0, Ordering::Release);
