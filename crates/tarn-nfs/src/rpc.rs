@@ -209,12 +209,22 @@ impl Record {
     #[cfg(test)]
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.size());
+        self.append_to(&mut out);
+        out
+    }
+
+    /// The whole record, copied to the end of `out`.
+    pub fn append_to(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&self.head);
         for seg in &self.tail {
-            seg.append_to(&mut out);
+            seg.append_to(out);
         }
         out.resize(out.len() + self.pad, 0);
-        out
+    }
+
+    /// Records already whole, sent as one (`append_to` of each).
+    pub fn joined(bytes: Vec<u8>) -> Record {
+        Record { head: bytes, tail: Vec::new(), pad: 0 }
     }
 }
 

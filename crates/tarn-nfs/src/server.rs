@@ -23,7 +23,8 @@
 //! itself, without the hand-off: at many calls in flight the wake-up of a
 //! worker per call cost more than such a call. Nothing in that path reads
 //! the pool or waits for a lock a change holds; everything else goes to
-//! the workers.
+//! the workers. Their replies, while more calls wait in the read buffer,
+//! are sent together (`Batch`).
 //!
 //! Busy polling (tarn-share `poll.rs`): a connection with at most one
 //! call in flight polls its socket for the next call up to
@@ -114,9 +115,10 @@ struct Replies {
 }
 
 impl Replies {
-    /// Sends `rec`; `permit` (the call's place among `IN_FLIGHT`) is given
-    /// back once it is written or the connection is broken.
-    fn send(&self, rec: Record, permit: OwnedSemaphorePermit) {
+    /// Sends `rec`; `permit` (the places among `IN_FLIGHT` of the calls it
+    /// answers) is given back once it is written or the connection is
+    /// broken.
+    fn send<P: Send + 'static>(&self, rec: Record, permit: P) {
         let mut rec = rec;
         match self.wr.clone().try_lock_owned() {
             Ok(guard) => {
@@ -145,6 +147,46 @@ impl Replies {
     }
 }
 
+/// Replies of cached calls answered while more calls wait in the read
+/// buffer: sent together once the buffer holds no whole call (or the
+/// batch is full, or the connection has no place for another call), one
+/// send for many replies instead of one each. Over loopback TCP a send
+/// runs the receiver's side of the stack too, so at many calls in flight
+/// the sends were most of a cached call's cost.
+#[derive(Default)]
+struct Batch {
+    bytes: Vec<u8>,
+    permits: Vec<OwnedSemaphorePermit>,
+}
+
+/// A batch is sent once it holds this many bytes.
+const BATCH_MAX: usize = 256 << 10;
+/// Larger replies (READs of more than a few blocks) go out alone, their
+/// data not copied.
+const BATCH_ONE_MAX: usize = 16 << 10;
+
+impl Batch {
+    fn add(&mut self, rec: &Record, permit: OwnedSemaphorePermit) {
+        rec.append_to(&mut self.bytes);
+        self.permits.push(permit);
+    }
+
+    fn flush(&mut self, replies: &Replies) {
+        if !self.permits.is_empty() {
+            let bytes = std::mem::take(&mut self.bytes);
+            replies.send(Record::joined(bytes), std::mem::take(&mut self.permits));
+        }
+    }
+}
+
+/// Whether `buf` starts with a whole single-fragment record: a call that
+/// can be read without waiting for the client.
+fn whole_record_buffered(buf: &[u8]) -> bool {
+    let Some(&[a, b, c, d]) = buf.get(..4) else { return false };
+    let mark = u32::from_be_bytes([a, b, c, d]);
+    mark & 0x8000_0000 != 0 && buf.len() - 4 >= (mark & 0x7fff_ffff) as usize
+}
+
 /// Writes what the socket takes now, without waiting.
 fn try_write(wr: &OwnedWriteHalf, rec: &Record) -> io::Result<usize> {
     let total = rec.size();
@@ -171,7 +213,13 @@ async fn serve(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
     let mut rd = tokio::io::BufReader::with_capacity(64 << 10, rd);
     let replies = Arc::new(Replies { wr: Arc::new(tokio::sync::Mutex::new(wr)), rt: tokio::runtime::Handle::current() });
     let in_flight = Arc::new(Semaphore::new(IN_FLIGHT));
+    let mut batch = Batch::default();
     loop {
+        // The batch goes before anything may wait: for the client (no
+        // whole call buffered) or for a place (its calls hold theirs).
+        if !(whole_record_buffered(rd.buffer()) && in_flight.available_permits() > 0) {
+            batch.flush(&replies);
+        }
         let Ok(permit) = in_flight.clone().acquire_owned().await else { break };
         // At most one call in flight (the one just handed over) and
         // nothing buffered: a client waiting on each reply.
@@ -195,7 +243,14 @@ async fn serve(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
             crate::dispatch::handle_cached(&record, &table, client, verifier)
         }));
         if let Ok(Some(rec)) = cached {
-            replies.send(rec, permit);
+            if rec.size() <= BATCH_ONE_MAX && (whole_record_buffered(rd.buffer()) || !batch.permits.is_empty()) {
+                batch.add(&rec, permit);
+                if batch.bytes.len() >= BATCH_MAX {
+                    batch.flush(&replies);
+                }
+            } else {
+                replies.send(rec, permit);
+            }
             continue;
         }
         let replies = replies.clone();
@@ -218,6 +273,7 @@ async fn serve(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
     }
     // Every call answered (each gives its permit back once its reply is
     // written), then the write side is closed.
+    batch.flush(&replies);
     let _ = in_flight.acquire_many(IN_FLIGHT as u32).await;
     let mut wr = replies.wr.lock().await;
     let _ = wr.shutdown().await;

@@ -10,7 +10,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-use nfs3_client::nfs3_types::nfs3::ftype3;
+use nfs3_client::nfs3_types::nfs3::{ftype3, nfs_fh3, READ3args};
 use rand::{Rng, RngCore};
 use support::*;
 
@@ -207,4 +207,82 @@ fn a_held_server_answers_only_after_serve_now() {
     assert_eq!(u32::from_be_bytes([r[0], r[1], r[2], r[3]]), 41, "xid");
     assert_eq!(accept_stat(&r), 0, "SUCCESS");
     server.shutdown();
+}
+
+/// Many calls in one write (a client pipelining, as Linux's does at many
+/// calls in flight): cached GETATTRs, ACCESSes and READs, which the
+/// connection answers itself and sends in batches, mixed with calls the
+/// workers answer and with READs too large to batch. Each call gets
+/// exactly one reply, with its own data, and nothing waits forever
+/// although there are more calls than places in flight.
+#[test]
+fn pipelined_calls_are_each_answered_once() {
+    let fs = fs_support::single_fs("pipeline");
+    let root_ino = fs.root_ino();
+    let f = fs.create_noref(root_ino, b"f", 0o644, tarn_fs::Cred::ROOT, true).unwrap().0;
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i * 13 % 251) as u8).collect();
+    fs.write(f.ino, 0, &data).unwrap();
+    let srv = server(&fs, "rw,no_root_squash", 1);
+    let rt = rt();
+    let (mut c, root) = rt.block_on(connect(srv.local_addr(), "127.0.0.1", 0, 0));
+    let (fh, _) = rt.block_on(lookup(&mut c, &root, "f")).unwrap();
+    rt.block_on(c.read(&READ3args { file: fh.clone(), offset: 0, count: 10 })).unwrap(); // atime: the later reads change nothing
+    let fh_arg = |fh: &nfs_fh3| {
+        let mut a = (fh.data.len() as u32).to_be_bytes().to_vec();
+        a.extend_from_slice(fh.data.as_ref());
+        a.resize(a.len().next_multiple_of(4), 0);
+        a
+    };
+    let read_arg = |off: u64, count: u32| {
+        let mut a = fh_arg(&fh);
+        a.extend_from_slice(&off.to_be_bytes());
+        a.extend_from_slice(&count.to_be_bytes());
+        a
+    };
+    // xid → (procedure, offset, count) of what was asked.
+    let mut asked = std::collections::HashMap::new();
+    let mut out = Vec::new();
+    for xid in 1..=300u32 {
+        let (proc_, args, off, count) = match xid % 7 {
+            0 => (3, { let mut a = fh_arg(&root); a.extend_from_slice(&1u32.to_be_bytes()); a.extend_from_slice(b"f\0\0\0"); a }, 0, 0),
+            1 => (0, Vec::new(), 0, 0),
+            2 => (4, { let mut a = fh_arg(&fh); a.extend_from_slice(&0x3fu32.to_be_bytes()); a }, 0, 0),
+            3 => (6, read_arg(xid as u64 * 997, 200_000), xid as u64 * 997, 200_000),
+            _ => {
+                let off = xid as u64 * 1013 % 290_000;
+                (6, read_arg(off, 4096), off, 4096)
+            }
+        };
+        asked.insert(xid, (proc_, off, count));
+        out.extend_from_slice(&framed(&call(xid, 100_003, 3, proc_, &args)));
+        if xid % 100 == 0 {
+            out.extend_from_slice(&framed(&call(1000 + xid, 100_003, 3, 1, &fh_arg(&fh)))); // GETATTR
+            asked.insert(1000 + xid, (1, 0, 0));
+        }
+    }
+    let mut s = connect_raw(srv.local_addr());
+    let mut w = s.try_clone().unwrap();
+    let writer = std::thread::spawn(move || w.write_all(&out).unwrap());
+    let mut seen = std::collections::HashSet::new();
+    while seen.len() < asked.len() {
+        let r = reply(&mut s).expect("a reply to every call");
+        let xid = u32::from_be_bytes([r[0], r[1], r[2], r[3]]);
+        let &(proc_, off, count) = asked.get(&xid).unwrap_or_else(|| panic!("a reply to xid {xid}, never asked"));
+        assert!(seen.insert(xid), "xid {xid} answered twice");
+        assert_eq!(accept_stat(&r), 0, "xid {xid}");
+        if proc_ != 0 {
+            assert_eq!(&r[24..28], &[0; 4], "xid {xid} (procedure {proc_}): NFS3_OK");
+        }
+        if proc_ == 6 {
+            // status, post_op_attr (present: 4 + 84 bytes), count, eof, length, data.
+            let at = 28 + 4 + 84;
+            let n = u32::from_be_bytes(r[at..at + 4].try_into().unwrap()) as usize;
+            let want = &data[off as usize..(off as usize + count as usize).min(data.len())];
+            assert_eq!(n, want.len(), "xid {xid}: count");
+            assert!(&r[at + 12..at + 12 + n] == want, "xid {xid}: the data read at {off}");
+        }
+    }
+    writer.join().unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+    assert!(reply(&mut s).is_none(), "no reply beyond one per call");
 }
