@@ -44,6 +44,13 @@ impl HandleMap {
         self.shard(id).read().get(&id).cloned()
     }
 
+    /// `get` without waiting: None also when the shard is locked for a
+    /// change, or a change waits for it (a handle being loaded holds the
+    /// shard across a disk read).
+    pub fn try_get(&self, id: ObjectId) -> Option<Arc<Dnode>> {
+        self.shard(id).try_read()?.get(&id).cloned()
+    }
+
     pub fn contains(&self, id: ObjectId) -> bool {
         self.shard(id).read().contains_key(&id)
     }

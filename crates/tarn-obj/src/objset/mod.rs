@@ -490,10 +490,12 @@ impl ObjectSet {
     }
 
     /// `info` if the object's dnode is in memory already; None, with
-    /// nothing read, when it would have to be read from the pool. (A
-    /// server answers such calls on the thread that read the request.)
+    /// nothing read and nothing waited for, when it would have to be read
+    /// from the pool or its shard of the handle map is busy (a dnode being
+    /// loaded holds it across a disk read). A server answers such calls on
+    /// the thread that read the request.
     pub fn info_cached(&self, id: ObjectId) -> Result<Option<ObjInfo>> {
-        match self.inner.handles.get(id) {
+        match self.inner.handles.try_get(id) {
             Some(dn) => Self::info_of(id, &dn).map(Some),
             None => Ok(None),
         }

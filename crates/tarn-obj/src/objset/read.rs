@@ -100,10 +100,13 @@ impl ObjectSet {
     }
 
     /// `read_committed` from the cache alone: None when the block, or an
-    /// indirect block above it, is not cached (nothing is read then).
+    /// indirect block above it, is not cached, or the reader gate is busy
+    /// (nothing is read or waited for then).
     fn read_committed_if_cached(&self, phys: &DnodePhys, blkid: u64) -> Result<Option<Block>> {
         let keys = self.inner.keys(&self.shared)?;
-        let _gate = self.shared.reader_gate.read();
+        // Not waiting: readers hold the gate across disk reads, and a sync
+        // waiting for it keeps new readers out until they are done.
+        let Some(_gate) = self.shared.reader_gate.try_read() else { return Ok(None) };
         let metadata = phys.flags & crate::format::DN_METADATA != 0;
         if !self.cache_policy().keeps(metadata) {
             return Ok(None);
@@ -183,8 +186,9 @@ impl ObjectSet {
     /// neither dirty nor cached.
     fn visit(&self, id: ObjectId, offset: u64, len: usize, cached_only: bool, f: &mut dyn FnMut(Segment)) -> Result<bool> {
         let dn = if cached_only {
-            // Its dnode too: loading one may read the pool.
-            match self.inner.handles.get(id) {
+            // Its dnode too: loading one may read the pool, and the map's
+            // shard is held across such a read.
+            match self.inner.handles.try_get(id) {
                 Some(dn) => dn,
                 None => return Ok(false),
             }

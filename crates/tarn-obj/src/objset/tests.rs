@@ -284,6 +284,19 @@ fn cached_segments_give_up_at_a_block_not_in_the_cache() {
     let mut want = data.clone();
     want.resize(bs * 5, 0);
     assert!(flat(&again) == want);
+    // A busy shard of the handle map (a dnode being loaded holds it across
+    // a disk read) or reader gate (a sync waiting for it): nothing waits.
+    {
+        let _shard = os.inner.handles.write_shard(id);
+        assert!(os.info_cached(id).unwrap().is_none(), "the handle map's shard is busy");
+        assert!(!os.read_segments_cached(id, 0, bs, &mut Vec::new()).unwrap());
+    }
+    {
+        let _gate = os.shared.reader_gate.write();
+        assert!(os.info_cached(id).unwrap().is_some(), "attributes need no gate");
+        assert!(!os.read_segments_cached(id, 0, bs, &mut Vec::new()).unwrap(), "the reader gate is busy");
+    }
+    assert!(os.read_segments_cached(id, 0, bs, &mut Vec::new()).unwrap());
     // Its dnode out of memory: nothing cached answers, nothing is loaded.
     let info = os.info(id).unwrap();
     assert_eq!(os.info_cached(id).unwrap().map(|i| i.length), Some(info.length));
