@@ -247,6 +247,16 @@ fn read_segments_cover_what_read_reads() {
     }
 }
 
+/// `f` on another thread, which must return within 10 s: a call that
+/// waits for a lock the test holds fails it instead of hanging it.
+fn without_waiting<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(10)).expect("the call waited for a lock the test holds")
+}
+
 /// `read_segments_cached` answers from dirty and cached blocks and gives
 /// up, reading nothing and leaving `out` empty, at a block the cache lost.
 #[test]
@@ -286,15 +296,19 @@ fn cached_segments_give_up_at_a_block_not_in_the_cache() {
     assert!(flat(&again) == want);
     // A busy shard of the handle map (a dnode being loaded holds it across
     // a disk read) or reader gate (a sync waiting for it): nothing waits.
+    // (The calls run on another thread: one that waits fails the test
+    // after 10 s instead of hanging it.)
+    let try_both = || {
+        let os = os.clone();
+        without_waiting(move || (os.info_cached(id).unwrap().is_some(), os.read_segments_cached(id, 0, bs, &mut Vec::new()).unwrap()))
+    };
     {
         let _shard = os.inner.handles.write_shard(id);
-        assert!(os.info_cached(id).unwrap().is_none(), "the handle map's shard is busy");
-        assert!(!os.read_segments_cached(id, 0, bs, &mut Vec::new()).unwrap());
+        assert_eq!(try_both(), (false, false), "the handle map's shard is busy");
     }
     {
         let _gate = os.shared.reader_gate.write();
-        assert!(os.info_cached(id).unwrap().is_some(), "attributes need no gate");
-        assert!(!os.read_segments_cached(id, 0, bs, &mut Vec::new()).unwrap(), "the reader gate is busy");
+        assert_eq!(try_both(), (true, false), "attributes need no gate; the reader gate is busy");
     }
     assert!(os.read_segments_cached(id, 0, bs, &mut Vec::new()).unwrap());
     // Its dnode out of memory: nothing cached answers, nothing is loaded.
