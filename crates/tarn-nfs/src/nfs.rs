@@ -41,11 +41,18 @@ pub struct Target {
 pub type NfsResult<T> = Result<T, nfsstat3>;
 
 impl Ctx<'_> {
-    pub fn resolve(&self, fh: &nfs_fh3) -> NfsResult<Target> {
+    /// A handle's export, and what the export's rules let this client do
+    /// and as whom.
+    fn export_of(&self, fh: &nfs_fh3) -> NfsResult<(Handle, Arc<Entry>, ClientAccess, Creds)> {
         let handle = Handle::decode(fh.data.as_ref()).map_err(|_| nfsstat3::NFS3ERR_BADHANDLE)?;
         let entry = self.table.by_handle(&handle).ok_or(nfsstat3::NFS3ERR_STALE)?.clone();
         let access = entry.export.rules.access(self.client).ok_or(nfsstat3::NFS3ERR_ACCES)?;
         let creds = squash(self.auth, &access);
+        Ok((handle, entry, access, creds))
+    }
+
+    pub fn resolve(&self, fh: &nfs_fh3) -> NfsResult<Target> {
+        let (handle, entry, access, creds) = self.export_of(fh)?;
         let node = match handle.kind {
             Kind::Node => {
                 let fs = entry.export.fs.clone();
@@ -63,21 +70,16 @@ impl Ctx<'_> {
         };
         Ok(Target { entry, access, creds, node })
     }
-}
 
-impl Ctx<'_> {
     /// `resolve` of a dataset inode's handle from memory alone, with the
     /// inode's attributes: None when the full path must answer (a
     /// snapshot or `.zfs` handle, an inode not in memory or locked by a
     /// change, or any error: the full path then gives it).
     pub fn resolve_cached(&self, fh: &nfs_fh3) -> Option<(Target, Attr)> {
-        let handle = Handle::decode(fh.data.as_ref()).ok()?;
+        let (handle, entry, access, creds) = self.export_of(fh).ok()?;
         if handle.kind != Kind::Node {
             return None;
         }
-        let entry = self.table.by_handle(&handle)?.clone();
-        let access = entry.export.rules.access(self.client)?;
-        let creds = squash(self.auth, &access);
         let fs = entry.export.fs.clone();
         let attr = fs.attr_by_handle_cached(handle.ino, handle.generation)?;
         Some((Target { entry, access, creds, node: Node::Inode { fs, ino: handle.ino, snapshot: 0 } }, attr))

@@ -116,21 +116,27 @@ pub fn access(ctx: &Ctx, r: &mut Reader) -> Reply {
         Ok(a) => a,
         Err(s) => return ok(Nfs3Result::<ACCESS3resok, _>::Err((s, ACCESS3resfail::default()))),
     };
+    let inode_attr = match t.inode().map(|(fs, ino)| fs.getattr(ino)).transpose() {
+        Ok(a) => a,
+        Err(e) => return ok(Nfs3Result::<ACCESS3resok, _>::Err((status(&e), ACCESS3resfail::default()))),
+    };
+    let granted = granted(&t, inode_attr.as_ref(), asked);
+    ok(Nfs3Result::<_, ACCESS3resfail>::Ok(ACCESS3resok { obj_attributes: Nfs3Option::Some(attr), access: granted }))
+}
+
+/// The bits of `asked` ACCESS grants `t`'s caller, `a` the inode's
+/// attributes (None for the `.zfs` directories: read and search for
+/// everyone).
+fn granted(t: &Target, a: Option<&tarn_fs::Attr>, asked: u32) -> u32 {
     let mut granted = asked
         & (ACCESS3_READ | ACCESS3_LOOKUP | ACCESS3_MODIFY | ACCESS3_EXTEND | ACCESS3_DELETE | ACCESS3_EXECUTE);
     if t.writable().is_err() {
         granted &= !(ACCESS3_MODIFY | ACCESS3_EXTEND | ACCESS3_DELETE);
     }
-    if let Some((fs, ino)) = t.inode() {
-        match fs.getattr(ino) {
-            Ok(a) => granted = crate::caller::access_mask(fs, &a, &t.creds, granted),
-            Err(e) => return ok(Nfs3Result::<ACCESS3resok, _>::Err((status(&e), ACCESS3resfail::default()))),
-        }
-    } else {
-        // `.zfs` directories: read and search for everyone.
-        granted &= ACCESS3_READ | ACCESS3_LOOKUP;
+    match (t.inode(), a) {
+        (Some((fs, _)), Some(a)) => crate::caller::access_mask(fs, a, &t.creds, granted),
+        _ => granted & (ACCESS3_READ | ACCESS3_LOOKUP),
     }
-    ok(Nfs3Result::<_, ACCESS3resfail>::Ok(ACCESS3resok { obj_attributes: Nfs3Option::Some(attr), access: granted }))
 }
 
 /// ACCESS from memory alone, or None (the same grant as `access`).
@@ -138,13 +144,7 @@ pub fn access_cached(ctx: &Ctx, r: &mut Reader) -> Option<Reply> {
     let fh = r.fh().ok()?;
     let asked = r.u32().ok()?;
     let (t, a) = ctx.resolve_cached(&fh)?;
-    let (fs, _) = t.inode()?;
-    let mut granted = asked
-        & (ACCESS3_READ | ACCESS3_LOOKUP | ACCESS3_MODIFY | ACCESS3_EXTEND | ACCESS3_DELETE | ACCESS3_EXECUTE);
-    if t.writable().is_err() {
-        granted &= !(ACCESS3_MODIFY | ACCESS3_EXTEND | ACCESS3_DELETE);
-    }
-    granted = crate::caller::access_mask(fs, &a, &t.creds, granted);
+    let granted = granted(&t, Some(&a), asked);
     let attr = fattr(&t.entry, 0, &a);
     Some(ok(Nfs3Result::<_, ACCESS3resfail>::Ok(ACCESS3resok { obj_attributes: Nfs3Option::Some(attr), access: granted })))
 }
