@@ -40,17 +40,12 @@ impl Fs {
             }
             (segs, p)
         };
-        let opts = *self.opts.read();
-        if opts.atime && !opts.readonly {
-            // relatime: update when atime is not newer than mtime/ctime, or older than a day.
-            let now = now_ns();
-            if atime_due(&p, now) {
-                let tx = self.begin();
-                let _g = self.lock_set(&tx, &[ino]);
-                if let Ok(mut p) = self.inode(ino) {
-                    p.atime_ns = now;
-                    let _ = self.put_inode(&tx, ino, &p);
-                }
+        if let Some(now) = self.atime_due(&p) {
+            let tx = self.begin();
+            let _g = self.lock_set(&tx, &[ino]);
+            if let Ok(mut p) = self.inode(ino) {
+                p.atime_ns = now;
+                let _ = self.put_inode(&tx, ino, &p);
             }
         }
         Ok(segs)
@@ -74,8 +69,7 @@ impl Fs {
         if !is_reg(&p) || !check(&p) {
             return None;
         }
-        let opts = *self.opts.read();
-        if opts.atime && !opts.readonly && atime_due(&p, now_ns()) {
+        if self.atime_due(&p).is_some() {
             return None;
         }
         let end = offset.saturating_add(size as u64).min(p.size);
@@ -85,6 +79,18 @@ impl Fs {
             return None;
         }
         Some((segs, self.attr_from(ino, &p, &info)))
+    }
+
+    /// The time to set as `p`'s atime if a read now must update it: with
+    /// `atime` on and the dataset writable, relatime's rule (atime not
+    /// newer than mtime or ctime, or older than a day).
+    fn atime_due(&self, p: &crate::format::InodePhys) -> Option<i64> {
+        let opts = *self.opts.read();
+        if !opts.atime || opts.readonly {
+            return None;
+        }
+        let now = now_ns();
+        (p.atime_ns <= p.mtime_ns || p.atime_ns <= p.ctime_ns || now.saturating_sub(p.atime_ns) > 86_400_000_000_000).then_some(now)
     }
 
     /// Write `data` at `offset`; returns bytes written (all of it).
@@ -236,10 +242,4 @@ impl Fs {
             name_max: NAME_MAX as u32,
         })
     }
-}
-
-/// relatime: a read updates atime when it is not newer than mtime or
-/// ctime, or older than a day.
-fn atime_due(p: &crate::format::InodePhys, now: i64) -> bool {
-    p.atime_ns <= p.mtime_ns || p.atime_ns <= p.ctime_ns || now.saturating_sub(p.atime_ns) > 86_400_000_000_000
 }
