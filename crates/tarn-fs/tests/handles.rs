@@ -138,9 +138,7 @@ fn unlink_frees_at_once_without_references_and_parks_with_them() {
 /// each writable open starts a new generation epoch, synced first.
 #[test]
 fn a_lost_txg_written_again_gives_new_generations() {
-    use std::sync::Arc;
-    use tarn_dev::Device;
-    use tarn_obj::{ImportOptions, ObjPool, TopKind};
+    use tarn_obj::TopKind;
 
     let (pool, devs) = support::mem_pool("fhcrash", TopKind::Disk, 1, 256 << 20);
     let fs = support::new_fs(&pool, FsOptions::default());
@@ -154,8 +152,7 @@ fn a_lost_txg_written_again_gives_new_generations() {
     drop(fs);
     drop(pool);
 
-    let pool = ObjPool::import(vec![image as Arc<dyn Device>], ImportOptions { force: true, hostname: "test".into(), ..Default::default() }).unwrap();
-    let fs = Fs::open(pool.clone(), pool.open_objset(osid).unwrap(), FsOptions::default()).unwrap();
+    let fs = support::reopen_fs(image, osid);
     assert!(fs.lookup_noref(root, b"lost").is_err(), "the creation was lost with its txg");
     let mut again = Vec::new();
     for i in 0..20u32 {
@@ -183,9 +180,7 @@ fn flat(segs: &[Segment]) -> Vec<u8> {
 /// memory, a refused caller and a stale handle get None, never data.
 #[test]
 fn cached_answers_are_the_full_paths_or_none() {
-    use std::sync::Arc;
-    use tarn_dev::Device;
-    use tarn_obj::{ImportOptions, ObjPool, TopKind};
+    use tarn_obj::TopKind;
 
     let (pool, devs) = support::mem_pool("fhcached", TopKind::Disk, 1, 256 << 20);
     let fs = support::new_fs(&pool, FsOptions::default());
@@ -226,8 +221,7 @@ fn cached_answers_are_the_full_paths_or_none() {
     let image = devs[0].snapshot();
     drop(fs);
     drop(pool);
-    let pool = ObjPool::import(vec![image as Arc<dyn Device>], ImportOptions { force: true, hostname: "test".into(), ..Default::default() }).unwrap();
-    let fs = Fs::open(pool.clone(), pool.open_objset(osid).unwrap(), FsOptions::default()).unwrap();
+    let fs = support::reopen_fs(image, osid);
     assert!(fs.attr_by_handle_cached(f.ino, f.generation).is_none(), "the inode's dnode is not in memory");
     assert!(fs.checked(&owner).read_segments_cached(f.ino, 0, 4096).is_none());
     let a = fs.attr_by_handle(f.ino, f.generation).unwrap();

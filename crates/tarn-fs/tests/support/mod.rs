@@ -42,6 +42,14 @@ pub fn new_fs_with(pool: &Arc<ObjPool>, opts: FsOptions, crypt: Option<tarn_obj:
     Fs::open(pool.clone(), os, opts).unwrap()
 }
 
+/// The pool on `image` (a `MemDevice::snapshot`: the device as a power
+/// cut left it) imported again, and its file system `osid` opened.
+pub fn reopen_fs(image: Arc<MemDevice>, osid: tarn_obj::ObjsetId) -> Arc<Fs> {
+    let opts = tarn_obj::ImportOptions { force: true, hostname: "test".into(), ..Default::default() };
+    let pool = ObjPool::import(vec![image as Arc<dyn Device>], opts).expect("import");
+    Fs::open(pool.clone(), pool.open_objset(osid).expect("open the object set"), FsOptions::default()).expect("open the file system")
+}
+
 /// A file system alone in a 256 MiB single-disk pool.
 pub fn single_fs(name: &str) -> Arc<Fs> {
     let (pool, _) = mem_pool(name, TopKind::Disk, 1, 256 << 20);
