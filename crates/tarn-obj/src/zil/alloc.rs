@@ -29,7 +29,7 @@ pub(crate) fn alloc_block(s: &Shared, st: &mut LogState, psize: u64, copies: u8,
     let mut bp = BlockPtr::HOLE;
     for (i, e) in got.iter().enumerate() {
         bp.dva[i] = Dva { vdev: e.vdev, asize: e.len as u32, offset: e.offset };
-        st.withheld.push((txg, *e));
+        st.withheld.insert(*e, txg);
     }
     bp.ndva = got.len() as u8;
     bp.lsize = psize as u32;
@@ -113,19 +113,16 @@ pub(crate) fn extents(bp: &BlockPtr) -> Vec<Extent> {
     bp.dvas().iter().map(|d| Extent { vdev: d.vdev, offset: d.offset, len: d.asize as u64 }).collect()
 }
 
-/// A held-back allocation record: the txg its block was allocated under.
-type Withheld = (Txg, Extent);
-
 /// Hands the held-back allocation records that `pick` selects to the
 /// allocator (syncing context: they go into the txg being synced).
 pub(crate) fn release_withheld(s: &Shared, st: &mut LogState, pick: &dyn Fn(Txg, &Extent) -> bool) {
-    let (now, keep): (Vec<Withheld>, Vec<Withheld>) = std::mem::take(&mut st.withheld).into_iter().partition(|(t, e)| pick(*t, e));
-    st.withheld = keep;
+    let now: Vec<Extent> = st.withheld.iter().filter(|(e, t)| pick(**t, e)).map(|(e, _)| *e).collect();
     if now.is_empty() {
         return;
     }
     let mut a = s.io.alloc.lock();
-    for (_, e) in now {
+    for e in now {
+        st.withheld.remove(&e);
         a.record_held(e);
     }
 }
@@ -133,7 +130,12 @@ pub(crate) fn release_withheld(s: &Shared, st: &mut LogState, pick: &dyn Fn(Txg,
 /// Frees a log block in txg `txg` (syncing context), handing its held-back
 /// allocation record over first if it still has one.
 pub(crate) fn free_block(s: &Shared, st: &mut LogState, bp: &BlockPtr, txg: Txg) {
-    let mine = extents(bp);
-    release_withheld(s, st, &|_, e| mine.contains(e));
+    let mine: Vec<Extent> = extents(bp).into_iter().filter(|e| st.withheld.remove(e).is_some()).collect();
+    if !mine.is_empty() {
+        let mut a = s.io.alloc.lock();
+        for e in mine {
+            a.record_held(e);
+        }
+    }
     s.io.free(bp, txg);
 }

@@ -89,7 +89,7 @@ pub(crate) fn write_block(
     if !ok || txg <= st.overrides_closed {
         // Failed, or its txg's sync has gone by (the block is the record's
         // alone): the next sync records the allocation and frees it.
-        st.withheld.extend(got.iter().map(|e| (txg, *e)));
+        st.withheld.extend(got.iter().map(|e| (*e, txg)));
         st.discard.push(bp);
         if !ok {
             return Err(ObjError::Io(format!("indirect block write: {}", errors.join("; "))));
