@@ -91,7 +91,8 @@ tarn_start() {
     # before the new daemon replaced it.
     rm -rf "$workdir/tarn" "$workdir/tarn-state" "$workdir/tarn.sock"; mkdir -p "$workdir/tarn" "$workdir/tarn-state"
     for i in 1 2 3 4; do truncate -s "$vdev_size" "$workdir/tarn/d$i"; done
-    "$tarn_bin" daemon --state-dir "$workdir/tarn-state" --socket "$workdir/tarn.sock" >"$workdir/tarn-daemon.log" 2>&1 &
+    # shellcheck disable=SC2086 # TARN_DAEMON_ARGS: extra words, e.g. --config FILE
+    "$tarn_bin" daemon --state-dir "$workdir/tarn-state" --socket "$workdir/tarn.sock" ${TARN_DAEMON_ARGS:-} >"$workdir/tarn-daemon.log" 2>&1 &
     tarn_pid=$!
     # The socket file exists from bind(), before listen(): wait for an answer.
     for _ in $(seq 100); do [ -S "$workdir/tarn.sock" ] && tarn pool list >/dev/null 2>&1 && break; sleep 0.1; done

@@ -13,7 +13,9 @@
 # (1 job) and bench/fio/rand-write-4jobs.fio (4 jobs) run over it, then the
 # same with an fsync after every write (bench/fio/sync-write*.fio: on tarn
 # each fsync commits the dataset's intent log), and 1 MiB sequential O_SYNC
-# writes (bench/fio/osync-seq-1m.fio, MiB/s). Before each row the file
+# writes (bench/fio/osync-seq-1m.fio, MiB/s); with tarn, first the disk's
+# own durable 4 KiB write rate (bench/fio/disk-durable-4k.fio, one file
+# and three). Before each row the file
 # system writes out what the last one left dirty (`tarn pool sync`,
 # `zpool sync`, `sync -f`), so no row pays for the one before it.
 # With --perf FILE, `perf record -g` samples the tarn daemon during the
@@ -24,6 +26,9 @@
 # sparse file if missing (e.g. /dev/shm/tarn-slog: memory standing in for
 # a fast NVMe device). --tunable NAME=VALUE (repeatable) sets a tarn
 # tunable (`tarn tunable set`) before the rows, e.g. dirty_data_max=2G.
+# TARN_DAEMON_ARGS (environment, bench/systems.sh) adds words to the tarn
+# daemon's command line, e.g. "--config FILE" with `[fuse] writeback_cache
+# = true`.
 # Prints a markdown table; this is not a test and never fails on a number.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -49,7 +54,7 @@ while [ $# -gt 0 ]; do
         --tarn) tarn_override="$2"; shift 2 ;;
         --slog) slog="$2"; shift 2 ;;
         --tunable) tunables="$tunables $2"; shift 2 ;;
-        -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
         *) echo "bench/writepath.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -80,6 +85,22 @@ iops() {
     BENCH_DIR="$dir" fio --output-format=json --output="$json" "bench/fio/$job.fio" >/dev/null
     python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("%.0f" % sum(j["write"]["iops"] for j in d["jobs"]))' "$json"
 }
+
+# The disk itself, once, when tarn runs: what a durable 4 KiB write costs
+# alone and three at once in three files (the columns of a raidz1 log
+# block), bench/fio/disk-durable-4k.fio on laid-out files. Without a log
+# device a tarn commit cannot be cheaper than the three-file case.
+disk_line=""
+if has tarn; then
+    mkdir -p "$workdir/disk"
+    durable() {
+        BENCH_DIR="$workdir/disk" BENCH_FILE_SIZE=64M BENCH_JOBS=$1 fio --output-format=json --output="$workdir/disk-$1.json" bench/fio/disk-durable-4k.fio >/dev/null
+        python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("%.0f" % sum(j["write"]["iops"] for j in d["jobs"]))' "$workdir/disk-$1.json"
+    }
+    d1=$(durable 1); d3=$(durable 3)
+    rm -rf "$workdir/disk"
+    disk_line="The disk: durable 4 KiB writes (O_DIRECT + O_DSYNC, laid-out files): $d1 IOPS in one file; $d3 IOPS in all over three files in parallel, so at most $(( d3 / 3 )) commits a second of a log block written as three raidz1 columns."
+fi
 
 for system in raw zfs-fuse btrfs tarn; do
     has "$system" || continue
@@ -139,3 +160,4 @@ echo "|---|---|---|---|---|---|---|"
 while IFS=$'\t' read -r s one four sync1 sync4 osync; do
     printf '| %s | %s IOPS | %s IOPS | %s | %s IOPS | %s IOPS | %s MiB/s |\n' "$s" "$one" "$four" "$(python3 -c "print('%.2fx' % ($four / max($one, 1)))")" "$sync1" "$sync4" "$osync"
 done < "$results"
+if [ -n "$disk_line" ]; then echo; echo "$disk_line"; fi
