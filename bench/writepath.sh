@@ -93,11 +93,8 @@ iops() {
 disk_line=""
 if has tarn; then
     mkdir -p "$workdir/disk"
-    durable() {
-        BENCH_DIR="$workdir/disk" BENCH_FILE_SIZE=64M BENCH_JOBS=$1 fio --output-format=json --output="$workdir/disk-$1.json" bench/fio/disk-durable-4k.fio >/dev/null
-        python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("%.0f" % sum(j["write"]["iops"] for j in d["jobs"]))' "$workdir/disk-$1.json"
-    }
-    d1=$(durable 1); d3=$(durable 3)
+    d1=$(BENCH_FILE_SIZE=64M BENCH_JOBS=1 iops disk1 "$workdir/disk" disk-durable-4k)
+    d3=$(BENCH_FILE_SIZE=64M BENCH_JOBS=3 iops disk3 "$workdir/disk" disk-durable-4k)
     rm -rf "$workdir/disk"
     disk_line="The disk: durable 4 KiB writes (O_DIRECT + O_DSYNC, laid-out files): $d1 IOPS in one file; $d3 IOPS in all over three files in parallel, so at most $(( d3 / 3 )) commits a second of a log block written as three raidz1 columns."
 fi

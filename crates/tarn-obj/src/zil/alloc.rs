@@ -116,13 +116,17 @@ pub(crate) fn extents(bp: &BlockPtr) -> Vec<Extent> {
 /// Hands the held-back allocation records that `pick` selects to the
 /// allocator (syncing context: they go into the txg being synced).
 pub(crate) fn release_withheld(s: &Shared, st: &mut LogState, pick: &dyn Fn(Txg, &Extent) -> bool) {
-    let now: Vec<Extent> = st.withheld.iter().filter(|(e, t)| pick(**t, e)).map(|(e, _)| *e).collect();
-    if now.is_empty() {
+    let now: Vec<Extent> = st.withheld.extract_if(.., |e, t| pick(*t, e)).map(|(e, _)| e).collect();
+    record_released(s, now);
+}
+
+/// Records the allocation of extents just taken out of `withheld`.
+fn record_released(s: &Shared, extents: Vec<Extent>) {
+    if extents.is_empty() {
         return;
     }
     let mut a = s.io.alloc.lock();
-    for e in now {
-        st.withheld.remove(&e);
+    for e in extents {
         a.record_held(e);
     }
 }
@@ -131,11 +135,6 @@ pub(crate) fn release_withheld(s: &Shared, st: &mut LogState, pick: &dyn Fn(Txg,
 /// allocation record over first if it still has one.
 pub(crate) fn free_block(s: &Shared, st: &mut LogState, bp: &BlockPtr, txg: Txg) {
     let mine: Vec<Extent> = extents(bp).into_iter().filter(|e| st.withheld.remove(e).is_some()).collect();
-    if !mine.is_empty() {
-        let mut a = s.io.alloc.lock();
-        for e in mine {
-            a.record_held(e);
-        }
-    }
+    record_released(s, mine);
     s.io.free(bp, txg);
 }
